@@ -1,0 +1,53 @@
+# dra-operators: `make test` is the one test command (CI runs it on a fresh machine).
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+LAB_BIN := .cache/lab/bin
+PYTEST_ARGS ?=
+
+.PHONY: help venv lab-modules lab-build test unit integration lab-up lab-down clean
+
+help:
+	@echo "make test          install, build the lab if needed, run unit and integration tests"
+	@echo "make unit          unit tests only (no lab)"
+	@echo "make lab-build     build etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kubectl, kwok"
+	@echo "make lab-up        start a lab in the background (dra-operators lab up)"
+	@echo "make lab-down      stop it"
+	@echo "make lab-modules   regenerate lab/*/go.mod from lab/versions.env"
+
+# The virtualenv is rebuilt when pyproject.toml changes.
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $@
+
+venv: $(VENV)/.installed
+
+lab-modules:
+	lab/gen-modules.sh
+
+lab-build:
+	lab/build.sh $(LAB_BIN)
+
+unit: venv
+	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+integration: venv lab-build
+	$(PY) -m pytest tests/integration $(PYTEST_ARGS)
+
+# pytest exits 5 when it collected nothing: that is a failure here, never a pass.
+test: venv lab-build
+	$(PY) -m pytest tests/unit tests/integration $(PYTEST_ARGS); \
+	  code=$$?; if [ $$code -eq 5 ]; then echo "make test: no tests were collected" >&2; exit 1; fi; exit $$code
+
+lab-up: venv lab-build
+	$(VENV)/bin/dra-operators lab up
+
+lab-down: venv
+	$(VENV)/bin/dra-operators lab down
+
+clean:
+	rm -rf $(VENV) .pytest_cache build *.egg-info
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -1,0 +1,1 @@
+"""dra-operators: the Kubernetes DRA control plane in Python on kopf."""

@@ -1,0 +1,54 @@
+"""Structured logging: one structlog configuration for every process of the suite."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import structlog
+
+
+def configure_logging(level: str | int = "INFO", fmt: str = "json") -> None:
+    """Route structlog and stdlib logging (kopf, aiohttp) through one renderer on stderr.
+
+    ``fmt`` is ``json`` for machines (the default in clusters) or ``console`` for people.
+    """
+    if isinstance(level, str):
+        level = logging.getLevelName(level.upper())
+    shared = [
+        structlog.contextvars.merge_contextvars,
+        structlog.stdlib.add_log_level,
+        structlog.stdlib.add_logger_name,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+        # kopf passes the object reference as extra={"k8s_ref": ...}; keep it.
+        structlog.stdlib.ExtraAdder(),
+    ]
+    renderer = (
+        structlog.dev.ConsoleRenderer(colors=False)
+        if fmt == "console"
+        else structlog.processors.JSONRenderer()
+    )
+    structlog.configure(
+        processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
+        logger_factory=structlog.stdlib.LoggerFactory(),
+        wrapper_class=structlog.stdlib.BoundLogger,
+        cache_logger_on_first_use=True,
+    )
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            foreign_pre_chain=shared,
+            processors=[
+                structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                structlog.processors.format_exc_info,
+                renderer,
+            ],
+        )
+    )
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+
+
+def get_logger(name: str) -> structlog.stdlib.BoundLogger:
+    return structlog.stdlib.get_logger(name)

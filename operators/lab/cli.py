@@ -1,0 +1,167 @@
+"""``dra-operators lab``: up, down, status, env."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import click
+import yaml
+
+from . import paths, process
+from .cluster import Lab, LabError, LabOptions, LabState
+from .supervisor import options_to_json, run
+
+
+def _state_or_exit(name: str, run_dir: Path | None) -> LabState:
+    directory = Path(run_dir) if run_dir else paths.run_dir(name)
+    state = LabState.load(directory)
+    if state is None:
+        raise click.ClickException(f"no lab named {name!r} (nothing in {directory}); start one with "
+                                   "`dra-operators lab up`")
+    return state
+
+
+name_option = click.option("--name", default="default", show_default=True,
+                           help="Lab name; labs with different names run side by side.")
+run_dir_option = click.option("--run-dir", type=click.Path(path_type=Path),
+                              help="State and logs directory (default: <lab home>/runs/<name>).")
+
+
+@click.group("lab")
+def lab() -> None:
+    """A real local control plane (etcd, kube-apiserver, kube-scheduler,
+    kube-controller-manager, kwok) on 127.0.0.1."""
+
+
+@lab.command("up")
+@name_option
+@run_dir_option
+@click.option("--nodes", default=1, show_default=True, help="kwok Nodes to create (lab-node-0, ...).")
+@click.option("--upstream-controllers", is_flag=True,
+              help="Run upstream's resourceclaim and device-taint-eviction controllers in "
+                   "kube-controller-manager (the reference to compare the operators against).")
+@click.option("--scheduler-config", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="A KubeSchedulerConfiguration file (for example DynamicResources bindingTimeout).")
+@click.option("--foreground", is_flag=True, help="Stay attached; Ctrl-C tears the lab down.")
+@click.option("--timeout", default=180.0, show_default=True, help="Seconds to wait for readiness.")
+def up(name: str, run_dir: Path | None, nodes: int, upstream_controllers: bool,
+       scheduler_config: Path | None, foreground: bool, timeout: float) -> None:
+    """Start a lab and wait until Pods can be scheduled on its Nodes."""
+    options = LabOptions(name=name, nodes=nodes, upstream_controllers=upstream_controllers,
+                         run_dir=run_dir, startup_timeout=timeout,
+                         scheduler_config=yaml.safe_load(scheduler_config.read_text()) if scheduler_config else None)
+    missing = paths.missing_binaries(options.resolved_bin_dir())
+    if missing:
+        raise click.ClickException(f"lab binaries missing in {options.resolved_bin_dir()}: {', '.join(missing)}. "
+                                   "Run `make lab-build` first.")
+    if foreground:
+        stop = threading.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, lambda *_: stop.set())
+        lab_ = Lab(options, log=lambda m: click.echo(m, err=True))
+        threading.Thread(target=_announce, args=(lab_, stop), daemon=True).start()
+        sys.exit(run(lab_, stop))
+    _up_detached(options, timeout)
+
+
+def _announce(lab_: Lab, stop: threading.Event) -> None:
+    while not stop.is_set():
+        state = LabState.load(lab_.run_dir)
+        if state and state.ready:
+            click.echo(f"export KUBECONFIG={state.kubeconfig}")
+            click.echo("lab: Ctrl-C to stop", err=True)
+            return
+        time.sleep(0.3)
+
+
+def _up_detached(options: LabOptions, timeout: float) -> None:
+    run_dir = options.resolved_run_dir()
+    existing = LabState.load(run_dir)
+    if existing and existing.supervisor_pid and process.alive(existing.supervisor_pid):
+        raise click.ClickException(f"lab {options.name!r} is already running (pid {existing.supervisor_pid}); "
+                                   "`dra-operators lab down` first, or use --name")
+    (run_dir / "logs").mkdir(parents=True, exist_ok=True)
+    (run_dir / "lab.json").unlink(missing_ok=True)
+    log = run_dir / "logs" / "supervisor.log"
+    log.write_text("")
+    supervisor = process.spawn(
+        [sys.executable, "-m", "operators.lab.supervisor", "--options", options_to_json(options)],
+        log, env=dict(os.environ), tie_to_parent=False)
+    shown = 0
+    deadline = time.monotonic() + timeout + 30
+    try:
+        while True:
+            lines = log.read_text(errors="replace").splitlines()
+            for line in lines[shown:]:
+                click.echo(line, err=True)
+            shown = len(lines)
+            state = LabState.load(run_dir)
+            if state and state.ready:
+                break
+            if supervisor.poll() is not None:
+                raise click.ClickException(f"the lab did not start; see {log} and {run_dir / 'logs'}")
+            if time.monotonic() > deadline:
+                process.terminate(supervisor.pid)
+                raise click.ClickException(f"the lab was not ready within {timeout:.0f}s; see {run_dir / 'logs'}")
+            time.sleep(0.3)
+    except KeyboardInterrupt:
+        process.terminate(supervisor.pid, timeout=30)
+        raise
+    click.echo(f"export KUBECONFIG={state.kubeconfig}")
+
+
+@lab.command("down")
+@name_option
+@run_dir_option
+def down(name: str, run_dir: Path | None) -> None:
+    """Stop a lab and every process it started."""
+    state = _state_or_exit(name, run_dir)
+    if state.supervisor_pid and process.alive(state.supervisor_pid):
+        process.terminate(state.supervisor_pid, timeout=30)
+    for pid in state.pids.values():  # anything the supervisor could not stop
+        if process.alive(pid):
+            process.terminate(pid)
+    left = [str(p) for p in [state.supervisor_pid, *state.pids.values()] if p and process.alive(p)]
+    if left:
+        raise click.ClickException(f"processes still running: {' '.join(left)}")
+    click.echo(f"lab {name!r} stopped", err=True)
+
+
+@lab.command("status")
+@name_option
+@run_dir_option
+def status(name: str, run_dir: Path | None) -> None:
+    """Show each component's process and the API server's readiness."""
+    state = _state_or_exit(name, run_dir)
+    healthy = True
+    for component, pid in sorted(state.pids.items()):
+        up_ = process.alive(pid)
+        healthy &= up_
+        click.echo(f"{component:<26} pid {pid:<8} {'running' if up_ else 'NOT RUNNING'}")
+    if not state.pids:
+        healthy = False
+        click.echo("no component running")
+    kubectl = paths.bin_dir() / "kubectl"
+    ready = subprocess.run([str(kubectl), f"--kubeconfig={state.kubeconfig}", "get", "--raw", "/readyz"],
+                           capture_output=True, text=True, timeout=20) if kubectl.exists() else None
+    readyz = ready.stdout.strip() if ready and ready.returncode == 0 else "unreachable"
+    healthy &= readyz == "ok"
+    click.echo(f"{'apiserver /readyz':<26} {readyz}  ({state.server})")
+    click.echo(f"{'DRA controllers':<26} {'upstream' if state.upstream_controllers else 'off (ours run instead)'}")
+    click.echo(f"export KUBECONFIG={state.kubeconfig}")
+    if not healthy:
+        sys.exit(1)
+
+
+@lab.command("env")
+@name_option
+@run_dir_option
+def env(name: str, run_dir: Path | None) -> None:
+    """Print the shell line that points kubectl and the operators at the lab."""
+    click.echo(f"export KUBECONFIG={_state_or_exit(name, run_dir).kubeconfig}")

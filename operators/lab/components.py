@@ -1,0 +1,258 @@
+"""Pure builders for the lab's command lines and configuration files.
+
+Nothing here starts a process or touches the network, so every flag is unit-testable.
+Facts behind the choices: kwokctl's binary runtime and hack/local-up-cluster.sh.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+# Our operators replace these two kube-controller-manager controllers.
+REPLACED_CONTROLLERS = ("resourceclaim-controller", "device-taint-eviction-controller")
+# Every API version of resource.k8s.io the release has, so clients of any version can be tested.
+RESOURCE_API_VERSIONS = ("v1", "v1beta2", "v1beta1", "v1alpha3")
+# Annotation on Pods that makes kwok finish them (value Succeeded or Failed), like a kubelet would.
+FINISH_ANNOTATION = "lab.dra-operators.dev/finish"
+KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
+
+
+@dataclass(frozen=True)
+class Ports:
+    etcd_client: int
+    etcd_peer: int
+    apiserver: int
+    controller_manager: int
+    scheduler: int
+    kwok: int
+
+
+@dataclass(frozen=True)
+class Files:
+    """Where each component finds its inputs inside one run directory."""
+
+    run_dir: Path
+
+    @property
+    def pki(self) -> Path:
+        return self.run_dir / "pki"
+
+    def kubeconfig(self, identity: str) -> Path:
+        return self.run_dir / f"{identity}.kubeconfig"
+
+    @property
+    def etcd_data(self) -> Path:
+        return self.run_dir / "etcd"
+
+    @property
+    def logs(self) -> Path:
+        return self.run_dir / "logs"
+
+    @property
+    def scheduler_config(self) -> Path:
+        return self.run_dir / "scheduler-config.yaml"
+
+    @property
+    def kwok_stages(self) -> Path:
+        return self.run_dir / "kwok-lab-stages.yaml"
+
+    @property
+    def state(self) -> Path:
+        return self.run_dir / "lab.json"
+
+
+def dra_feature_gates(help_text: str) -> list[str]:
+    """Every DRA gate that ``kube-apiserver --help`` lists, so the lab follows the release.
+
+    Each help line reads ``DRAFoo=true|false (BETA - default=true)``; locked GA gates are
+    left out because they are on anyway and setting one is rejected once it is removed.
+    """
+    gates = set()
+    for name, rest in re.findall(r"^\s*(DRA\w+|DynamicResourceAllocation)=true\|false \(([^)]*)\)",
+                                 help_text, re.M):
+        if "LOCKED" not in rest.upper():
+            gates.add(name)
+    return sorted(gates)
+
+
+def feature_gates_flag(gates: list[str]) -> str:
+    return "--feature-gates=" + ",".join(f"{g}=true" for g in gates)
+
+
+def build_kubeconfig(server: str, ca: Path, cert: Path, key: Path, name: str = "lab") -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": name, "cluster": {"server": server, "certificate-authority": str(ca)}}],
+        "users": [{"name": name, "user": {"client-certificate": str(cert), "client-key": str(key)}}],
+        "contexts": [{"name": name, "context": {"cluster": name, "user": name}}],
+        "current-context": name,
+    }
+
+
+def build_etcd_args(binary: Path, files: Files, ports: Ports) -> list[str]:
+    client = f"http://127.0.0.1:{ports.etcd_client}"
+    peer = f"http://127.0.0.1:{ports.etcd_peer}"
+    return [
+        str(binary), "--name=lab", f"--data-dir={files.etcd_data}",
+        f"--listen-client-urls={client}", f"--advertise-client-urls={client}",
+        f"--listen-peer-urls={peer}", f"--initial-advertise-peer-urls={peer}",
+        f"--initial-cluster=lab={peer}", "--initial-cluster-state=new",
+        # Throw-away data: no fsync keeps a two-core machine responsive under load.
+        "--unsafe-no-fsync=true", "--log-level=warn", "--quota-backend-bytes=4294967296",
+    ]
+
+
+def build_apiserver_args(binary: Path, files: Files, ports: Ports, gates: list[str]) -> list[str]:
+    pki = files.pki
+    return [
+        str(binary),
+        f"--etcd-servers=http://127.0.0.1:{ports.etcd_client}",
+        "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+        f"--secure-port={ports.apiserver}",
+        # Loopback addresses are invalid Endpoints; kwokctl makes the same choice.
+        "--endpoint-reconciler-type=none",
+        f"--tls-cert-file={pki / 'apiserver.crt'}", f"--tls-private-key-file={pki / 'apiserver.key'}",
+        f"--client-ca-file={pki / 'ca.crt'}",
+        "--authorization-mode=Node,RBAC",
+        # ServiceAccount tokens (TokenRequest) so operators can run under their own identities.
+        "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+        f"--service-account-signing-key-file={pki / 'sa.key'}",
+        f"--service-account-key-file={pki / 'sa.pub'}",
+        "--service-cluster-ip-range=10.96.0.0/16",
+        "--allow-privileged=true",
+        "--runtime-config=" + ",".join(f"resource.k8s.io/{v}=true" for v in RESOURCE_API_VERSIONS),
+        feature_gates_flag(gates),
+        # Load tests (hundreds of Pods) must not be throttled by priority and fairness.
+        "--max-requests-inflight=0", "--max-mutating-requests-inflight=0",
+        "--enable-priority-and-fairness=false",
+    ]
+
+
+def build_controller_manager_args(binary: Path, files: Files, ports: Ports, gates: list[str],
+                                  upstream_controllers: bool) -> list[str]:
+    pki = files.pki
+    kubeconfig = files.kubeconfig("kube-controller-manager")
+    controllers = "*" if upstream_controllers else ",".join(["*", *(f"-{c}" for c in REPLACED_CONTROLLERS)])
+    return [
+        str(binary),
+        f"--kubeconfig={kubeconfig}",
+        f"--authentication-kubeconfig={kubeconfig}", f"--authorization-kubeconfig={kubeconfig}",
+        "--bind-address=127.0.0.1", f"--secure-port={ports.controller_manager}",
+        f"--controllers={controllers}",
+        # Each controller acts as its own ServiceAccount, as in a real cluster.
+        "--use-service-account-credentials=true",
+        f"--service-account-private-key-file={pki / 'sa.key'}",
+        f"--root-ca-file={pki / 'ca.crt'}",
+        "--leader-elect=false",
+        "--kube-api-qps=500", "--kube-api-burst=1000",
+        feature_gates_flag(gates),
+    ]
+
+
+def build_scheduler_config(kubeconfig: Path, user_config: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The user's KubeSchedulerConfiguration (profiles, DynamicResources args such as a short
+    ``bindingTimeout``) with the lab's connection settings. With ``--config`` the scheduler
+    ignores ``--kubeconfig``, so it goes into ``clientConnection``."""
+    config: dict[str, Any] = {
+        "apiVersion": "kubescheduler.config.k8s.io/v1",
+        "kind": "KubeSchedulerConfiguration",
+        **(user_config or {}),
+    }
+    config["clientConnection"] = {"qps": 500, "burst": 1000,
+                                  **config.get("clientConnection", {}), "kubeconfig": str(kubeconfig)}
+    config["leaderElection"] = {"leaderElect": False}
+    return config
+
+
+def build_scheduler_args(binary: Path, files: Files, ports: Ports, gates: list[str]) -> list[str]:
+    kubeconfig = files.kubeconfig("kube-scheduler")
+    return [
+        str(binary), f"--config={files.scheduler_config}",
+        f"--authentication-kubeconfig={kubeconfig}", f"--authorization-kubeconfig={kubeconfig}",
+        "--bind-address=127.0.0.1", f"--secure-port={ports.scheduler}",
+        feature_gates_flag(gates),
+    ]
+
+
+def build_kwok_args(binary: Path, files: Files, ports: Ports, stages_dir: Path) -> list[str]:
+    return [
+        str(binary), f"--kubeconfig={files.kubeconfig('kwok')}",
+        # Only Nodes carrying the annotation: tests may add Nodes that kwok must leave alone.
+        f"--manage-nodes-with-annotation-selector={KWOK_NODE_ANNOTATION}=fake",
+        f"--server-address=127.0.0.1:{ports.kwok}",
+        "--node-lease-duration-seconds=40",
+        f"--config={stages_dir / 'node' / 'fast'}",
+        f"--config={stages_dir / 'node' / 'heartbeat-with-lease'}",
+        f"--config={stages_dir / 'pod' / 'fast'}",
+        f"--config={files.kwok_stages}",
+    ]
+
+
+def _finish_stage(phase: str, exit_code: int) -> dict[str, Any]:
+    reason = "Completed" if exit_code == 0 else "Error"
+    template = (
+        "{{ $now := Now }}\n"
+        "containerStatuses:\n"
+        "{{ range .spec.containers }}\n"
+        "- image: {{ .image | Quote }}\n"
+        "  name: {{ .name | Quote }}\n"
+        "  ready: false\n"
+        "  restartCount: 0\n"
+        "  started: false\n"
+        "  state:\n"
+        "    terminated:\n"
+        f"      exitCode: {exit_code}\n"
+        "      finishedAt: {{ $now | Quote }}\n"
+        f"      reason: {reason}\n"
+        "      startedAt: {{ $now | Quote }}\n"
+        "{{ end }}\n"
+        "conditions:\n"
+        "- lastTransitionTime: {{ $now | Quote }}\n"
+        "  status: \"False\"\n"
+        "  type: Ready\n"
+        f"phase: {phase}\n"
+    )
+    return {
+        "apiVersion": "kwok.x-k8s.io/v1alpha1",
+        "kind": "Stage",
+        "metadata": {"name": f"lab-pod-{phase.lower()}-on-demand"},
+        "spec": {
+            "resourceRef": {"apiGroup": "v1", "kind": "Pod"},
+            "selector": {"matchExpressions": [
+                {"key": ".metadata.deletionTimestamp", "operator": "DoesNotExist"},
+                {"key": ".status.phase", "operator": "In", "values": ["Running"]},
+                {"key": f'.metadata.annotations["{FINISH_ANNOTATION}"]', "operator": "In",
+                 "values": [phase]},
+            ]},
+            "next": {"statusTemplate": template},
+        },
+    }
+
+
+def build_kwok_lab_stages() -> list[dict[str, Any]]:
+    """Stages beyond kwok's fast set: a Pod annotated ``FINISH_ANNOTATION: Succeeded|Failed``
+    terminates the way a kubelet would report it (the fast set only completes Job Pods)."""
+    return [_finish_stage("Succeeded", 0), _finish_stage("Failed", 1)]
+
+
+def build_node(name: str, labels: dict[str, str] | None = None,
+               cpu: str = "32", memory: str = "256Gi", pods: str = "250") -> dict[str, Any]:
+    """A Node that kwok manages. No kwok taint: the lab is all fake, so test Pods need no toleration."""
+    capacity = {"cpu": cpu, "memory": memory, "pods": pods}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "annotations": {KWOK_NODE_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"},
+            "labels": {
+                "kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64", "type": "kwok", **(labels or {}),
+            },
+        },
+        "status": {"allocatable": dict(capacity), "capacity": dict(capacity)},
+    }

@@ -1,0 +1,35 @@
+"""Where the lab keeps binaries and run directories."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "kwok")
+
+
+def lab_home() -> Path:
+    """``$DRA_LAB_HOME``; in a source checkout ``.cache/lab`` (where ``make lab-build`` puts the
+    binaries); otherwise ``~/.cache/dra-operators/lab``."""
+    if env := os.environ.get("DRA_LAB_HOME"):
+        return Path(env).resolve()
+    checkout = Path(__file__).resolve().parents[2]
+    if (checkout / "lab" / "versions.env").is_file():
+        return checkout / ".cache" / "lab"
+    return Path.home() / ".cache" / "dra-operators" / "lab"
+
+
+def bin_dir() -> Path:
+    return Path(os.environ.get("DRA_LAB_BIN_DIR") or lab_home() / "bin")
+
+
+def kwok_stages_dir(binaries: Path) -> Path:
+    return binaries.parent / "kwok-stages"
+
+
+def run_dir(name: str) -> Path:
+    return lab_home() / "runs" / name
+
+
+def missing_binaries(binaries: Path) -> list[str]:
+    return [b for b in BINARIES if not os.access(binaries / b, os.X_OK)]

@@ -1,0 +1,92 @@
+from pathlib import Path
+
+import pytest
+
+from operators.lab import components
+from operators.lab.components import Files, Ports
+
+PORTS = Ports(etcd_client=1001, etcd_peer=1002, apiserver=1003, controller_manager=1004,
+              scheduler=1005, kwok=1006)
+FILES = Files(Path("/run/lab"))
+
+HELP = """
+      --feature-gates colonSeparatedMultimapStringString
+                AllAlpha=true|false (ALPHA - default=false)
+                DRAAdminAccess=true|false (BETA - default=true)
+                DRAConsumableCapacity=true|false (BETA - default=true)
+                DRADeviceTaintRules=true|false (ALPHA - default=false)
+                DRAExtendedResource=true|false (LOCKED - default=true)
+                DynamicResourceAllocation=true|false (LOCKED - default=true)
+                SomethingElse=true|false (BETA - default=true)
+"""
+
+
+def test_dra_gates_from_help_skip_locked_and_unrelated():
+    assert components.dra_feature_gates(HELP) == ["DRAAdminAccess", "DRAConsumableCapacity",
+                                                  "DRADeviceTaintRules"]
+
+
+def test_controller_manager_disables_upstream_dra_controllers_by_default():
+    args = components.build_controller_manager_args(Path("/b/kcm"), FILES, PORTS, ["DRAX"], False)
+    assert "--controllers=*,-resourceclaim-controller,-device-taint-eviction-controller" in args
+    assert "--feature-gates=DRAX=true" in args
+    assert "--leader-elect=false" in args
+
+
+def test_controller_manager_upstream_controllers_on():
+    args = components.build_controller_manager_args(Path("/b/kcm"), FILES, PORTS, [], True)
+    assert "--controllers=*" in args
+
+
+def test_apiserver_serves_every_resource_api_version_and_loopback_only():
+    args = components.build_apiserver_args(Path("/b/apiserver"), FILES, PORTS, ["DRAA", "DRAB"])
+    assert "--runtime-config=resource.k8s.io/v1=true,resource.k8s.io/v1beta2=true," \
+           "resource.k8s.io/v1beta1=true,resource.k8s.io/v1alpha3=true" in args
+    assert "--bind-address=127.0.0.1" in args and "--secure-port=1003" in args
+    assert "--feature-gates=DRAA=true,DRAB=true" in args
+    assert "--authorization-mode=Node,RBAC" in args
+    assert any(a.startswith("--service-account-signing-key-file=") for a in args)
+
+
+def test_scheduler_config_keeps_user_profiles_and_forces_lab_connection():
+    user = {"profiles": [{"schedulerName": "default-scheduler", "pluginConfig": [
+        {"name": "DynamicResources", "args": {"bindingTimeout": "5s"}}]}],
+        "clientConnection": {"kubeconfig": "/elsewhere", "qps": 7}}
+    config = components.build_scheduler_config(Path("/run/lab/s.kubeconfig"), user)
+    assert config["kind"] == "KubeSchedulerConfiguration"
+    assert config["clientConnection"] == {"qps": 7, "burst": 1000, "kubeconfig": "/run/lab/s.kubeconfig"}
+    assert config["leaderElection"] == {"leaderElect": False}
+    assert config["profiles"] == user["profiles"]
+
+
+def test_kwok_manages_only_annotated_nodes_with_upstream_and_lab_stages():
+    args = components.build_kwok_args(Path("/b/kwok"), FILES, PORTS, Path("/stages"))
+    assert "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake" in args
+    assert "--config=/stages/pod/fast" in args
+    assert f"--config={FILES.kwok_stages}" in args
+
+
+@pytest.mark.parametrize("phase,code", [("Succeeded", 0), ("Failed", 1)])
+def test_finish_stages_select_on_annotation(phase, code):
+    stage = {s["metadata"]["name"]: s for s in components.build_kwok_lab_stages()}[
+        f"lab-pod-{phase.lower()}-on-demand"]
+    expressions = stage["spec"]["selector"]["matchExpressions"]
+    assert {"key": f'.metadata.annotations["{components.FINISH_ANNOTATION}"]', "operator": "In",
+            "values": [phase]} in expressions
+    assert f"exitCode: {code}" in stage["spec"]["next"]["statusTemplate"]
+    assert f"phase: {phase}" in stage["spec"]["next"]["statusTemplate"]
+
+
+def test_node_is_kwok_managed_and_untainted():
+    node = components.build_node("n1", {"gpu": "true"})
+    assert node["metadata"]["annotations"][components.KWOK_NODE_ANNOTATION] == "fake"
+    assert node["metadata"]["labels"]["gpu"] == "true"
+    assert node["metadata"]["labels"]["kubernetes.io/hostname"] == "n1"
+    assert "taints" not in node.get("spec", {})
+    assert node["status"]["allocatable"]["pods"] == "250"
+
+
+def test_kubeconfig_names_files_by_path():
+    config = components.build_kubeconfig("https://127.0.0.1:1", Path("/ca"), Path("/c"), Path("/k"))
+    assert config["clusters"][0]["cluster"] == {"server": "https://127.0.0.1:1", "certificate-authority": "/ca"}
+    assert config["users"][0]["user"] == {"client-certificate": "/c", "client-key": "/k"}
