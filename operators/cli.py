@@ -2,15 +2,43 @@
 
 from __future__ import annotations
 
+import importlib
+
 import click
 
+from .core.logging import configure_logging
+from .core.settings import Settings
 from .lab.cli import lab
+
+OPERATORS = ("claims",)
 
 
 @click.group()
 @click.version_option(package_name="dra-operators")
 def main() -> None:
     """Kubernetes Dynamic Resource Allocation operators, and the lab to run them on."""
+
+
+@main.command("run")
+@click.argument("names", nargs=-1, required=True, type=click.Choice(OPERATORS))
+@click.option("--liveness", default="http://0.0.0.0:8081/healthz", show_default=True,
+              help="kopf liveness endpoint URL ('' to disable).")
+def run(names: tuple[str, ...], liveness: str) -> None:
+    """Run one or more operators in this process (cluster-wide), with the suite's logging."""
+    import kopf
+
+    settings = Settings.from_env()
+    configure_logging(settings.log_level, settings.log_format)
+    for name in names:
+        importlib.import_module(f"operators.{name}")
+    kopf.run(clusterwide=True, standalone=True, liveness_endpoint=liveness or None)
+
+
+@main.command("settings")
+def show_settings() -> None:
+    """List every setting: name, environment variable, default, meaning."""
+    for name, env, default, help_ in Settings.describe():
+        click.echo(f"{env:<24} {str(default):<8} {help_}")
 
 
 main.add_command(lab)

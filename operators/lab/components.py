@@ -64,18 +64,32 @@ class Files:
         return self.run_dir / "lab.json"
 
 
+# Gates that DRA gates need on too (the API server refuses to start otherwise), and API
+# versions a gate's clients watch (the 1.37 scheduler watches PodGroups in scheduling/v1beta1).
+GATE_DEPENDENCIES = {"DRAWorkloadResourceClaims": ("GenericWorkload",)}
+GATE_APIS = {"GenericWorkload": ("scheduling.k8s.io/v1beta1",)}
+
+
 def dra_feature_gates(help_text: str) -> list[str]:
     """Every DRA gate that ``kube-apiserver --help`` lists, so the lab follows the release.
 
-    Each help line reads ``DRAFoo=true|false (BETA - default=true)``; locked GA gates are
-    left out because they are on anyway and setting one is rejected once it is removed.
+    Each help line reads ``kube:DRAFoo=true|false (BETA - default=true)``. GA gates that are
+    locked on are not listed (or say LOCKED) and are left out: they are on anyway.
     """
     gates = set()
-    for name, rest in re.findall(r"^\s*(DRA\w+|DynamicResourceAllocation)=true\|false \(([^)]*)\)",
+    for name, rest in re.findall(r"^\s*(?:kube:)?(DRA\w+|DynamicResourceAllocation)=true\|false \(([^)]*)\)",
                                  help_text, re.M):
         if "LOCKED" not in rest.upper():
             gates.add(name)
+            gates.update(GATE_DEPENDENCIES.get(name, ()))
     return sorted(gates)
+
+
+def runtime_apis(gates: list[str]) -> list[str]:
+    apis = [f"resource.k8s.io/{v}" for v in RESOURCE_API_VERSIONS]
+    for gate in gates:
+        apis.extend(a for a in GATE_APIS.get(gate, ()) if a not in apis)
+    return apis
 
 
 def feature_gates_flag(gates: list[str]) -> str:
@@ -124,7 +138,7 @@ def build_apiserver_args(binary: Path, files: Files, ports: Ports, gates: list[s
         f"--service-account-key-file={pki / 'sa.pub'}",
         "--service-cluster-ip-range=10.96.0.0/16",
         "--allow-privileged=true",
-        "--runtime-config=" + ",".join(f"resource.k8s.io/{v}=true" for v in RESOURCE_API_VERSIONS),
+        "--runtime-config=" + ",".join(f"{api}=true" for api in runtime_apis(gates)),
         feature_gates_flag(gates),
         # Load tests (hundreds of Pods) must not be throttled by priority and fairness.
         "--max-requests-inflight=0", "--max-mutating-requests-inflight=0",

@@ -11,9 +11,9 @@ FILES = Files(Path("/run/lab"))
 
 HELP = """
       --feature-gates colonSeparatedMultimapStringString
-                AllAlpha=true|false (ALPHA - default=false)
-                DRAAdminAccess=true|false (BETA - default=true)
-                DRAConsumableCapacity=true|false (BETA - default=true)
+                kube:AllAlpha=true|false (ALPHA - default=false)
+                kube:DRAAdminAccess=true|false (BETA - default=true)
+                kube:DRAConsumableCapacity=true|false (BETA - default=true)
                 DRADeviceTaintRules=true|false (ALPHA - default=false)
                 DRAExtendedResource=true|false (LOCKED - default=true)
                 DynamicResourceAllocation=true|false (LOCKED - default=true)
@@ -24,6 +24,12 @@ HELP = """
 def test_dra_gates_from_help_skip_locked_and_unrelated():
     assert components.dra_feature_gates(HELP) == ["DRAAdminAccess", "DRAConsumableCapacity",
                                                   "DRADeviceTaintRules"]
+
+
+def test_gate_dependencies_and_their_apis_follow():
+    gates = components.dra_feature_gates("  kube:DRAWorkloadResourceClaims=true|false (BETA - default=false)\n")
+    assert gates == ["DRAWorkloadResourceClaims", "GenericWorkload"]
+    assert components.runtime_apis(gates)[-1] == "scheduling.k8s.io/v1beta1"
 
 
 def test_controller_manager_disables_upstream_dra_controllers_by_default():

@@ -1,0 +1,316 @@
+"""The claims controller: turns watch events into work-queue keys and syncs each key against
+the cache and the API server. Decisions live in ``decisions``; this module only reads and writes.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import structlog
+
+from ..core.events import WARNING, EventRecorder
+from ..core.kube import APPLY_PATCH, ApiError, Kube
+from ..core.resources import PODS, RESOURCE_CLAIMS
+from ..core.store import Store, key_of
+from ..core.workqueue import RetryableError, WorkQueue
+from . import decisions as d
+from .metrics import Metrics
+
+log = structlog.stdlib.get_logger("operators.claims")
+
+POD_PREFIX, CLAIM_PREFIX = "pod:", "claim:"
+EVENT_COMPONENT = "resource_claim"  # upstream's event recorder component
+
+
+def _pod_claim_index(pod: d.Obj) -> list[str]:
+    """``podResourceClaim``: ns/claim for every claim name the Pod already knows."""
+    keys = []
+    for pod_claim in d.pod_claims(pod):
+        try:
+            name, _ = d.claim_name(pod, pod_claim)
+        except (d.ClaimNotCreatedYet, d.UnsupportedPodClaim):
+            continue
+        if name:
+            keys.append(f"{pod['metadata']['namespace']}/{name}")
+    return keys
+
+
+def _pod_template_index(pod: d.Obj) -> list[str]:
+    return [f"{pod['metadata']['namespace']}/{c['resourceClaimTemplateName']}"
+            for c in d.pod_claims(pod) if c.get("resourceClaimTemplateName")]
+
+
+def _claim_owner_index(claim: d.Obj) -> list[str]:
+    """``claimPodOwner``: ns/uid of the controlling Pod."""
+    _, uid = d.owning_pod(claim)
+    return [f"{claim['metadata']['namespace']}/{uid}"] if uid else []
+
+
+class UidCache:
+    """A bounded LRU of UIDs of deleted Pods (upstream keeps 500)."""
+
+    def __init__(self, size: int = 500):
+        self._size = size
+        self._uids: OrderedDict[str, None] = OrderedDict()
+
+    def add(self, uid: str) -> None:
+        self._uids[uid] = None
+        self._uids.move_to_end(uid)
+        while len(self._uids) > self._size:
+            self._uids.popitem(last=False)
+
+    def __contains__(self, uid: object) -> bool:
+        return uid in self._uids
+
+
+@dataclass(frozen=True)
+class Features:
+    admin_access: bool = True
+    prioritized_list: bool = True
+
+
+class ClaimsController:
+    def __init__(self, kube: Kube, workers: int = 50, features: Features = Features(),
+                 metrics: Metrics | None = None):
+        self.kube = kube
+        self.features = features
+        self.metrics = metrics or Metrics()
+        self.pods = Store({"claim": _pod_claim_index, "template": _pod_template_index})
+        self.claims = Store({"owner": _claim_owner_index})
+        self.templates = Store()
+        self.deleted_pods = UidCache()
+        self.events = EventRecorder(kube, EVENT_COMPONENT)
+        self.queue = WorkQueue("resource_claim", self.sync, workers=workers)
+
+    # -- event handlers (from watches) -------------------------------------------------------
+
+    def on_pod(self, pod: d.Obj, deleted: bool) -> None:
+        if deleted:
+            self.pods.delete(pod)
+        else:
+            self.pods.upsert(pod)
+        self._enqueue_pod(pod, deleted)
+
+    def on_claim(self, claim: d.Obj, deleted: bool) -> None:
+        if deleted:
+            self.claims.delete(claim)
+        else:
+            self.claims.upsert(claim)
+            # Startup and updates: stale reservations are found by syncing every claim.
+            self.queue.add(CLAIM_PREFIX + key_of(claim))
+        for pod in self.pods.by_index("claim", key_of(claim)):
+            self._enqueue_pod(pod, False)
+
+    def on_template(self, template: d.Obj, deleted: bool) -> None:
+        if deleted:
+            self.templates.delete(template)
+            return
+        self.templates.upsert(template)
+        # A template that appears after its Pods unblocks them now, not at their next event.
+        for pod in self.pods.by_index("template", key_of(template)):
+            self._enqueue_pod(pod, False)
+
+    def _enqueue_pod(self, pod: d.Obj, deleted: bool) -> None:
+        if not d.pod_claims(pod) and not d.extended_claim_name(pod):
+            return
+        if deleted:
+            self.deleted_pods.add(pod["metadata"]["uid"])
+        if not d.pod_needs_claims(pod, deleted):
+            for key in d.claim_keys_to_release(pod):
+                self.queue.add(CLAIM_PREFIX + key)
+        if not deleted and d.pod_needs_work(pod, self.claims.get):
+            self.queue.add(POD_PREFIX + d.pod_key(pod))
+
+    # -- sync --------------------------------------------------------------------------------
+
+    async def sync(self, key: str) -> None:
+        prefix, _, object_key = key.partition(":")
+        namespace, _, name = object_key.partition("/")
+        if prefix + ":" == POD_PREFIX:
+            await self.sync_pod(namespace, name)
+        elif prefix + ":" == CLAIM_PREFIX:
+            await self.sync_claim(namespace, name)
+        else:
+            log.error("unexpected work queue key", key=key)
+
+    async def sync_pod(self, namespace: str, name: str) -> None:
+        pod = self.pods.get(f"{namespace}/{name}")
+        logger = log.bind(pod=f"{namespace}/{name}")
+        if pod is None or pod["metadata"].get("deletionTimestamp") or d.is_terminal(pod):
+            return
+        new_claims: dict[str, str] = {}
+        for pod_claim in d.pod_claims(pod):
+            try:
+                created = await self._handle_claim(pod, pod_claim, logger)
+            except (ClaimError, ApiError) as e:
+                message = f"PodResourceClaim {pod_claim.get('name')}: {e}"
+                await self.events.event(pod, WARNING, "FailedResourceClaimCreation", message)
+                raise RetryableError(f"pod {namespace}/{name}, {message}") from e
+            if created is not None:
+                new_claims[pod_claim["name"]] = created
+
+        if new_claims:
+            statuses = d.merge_claim_statuses(pod, new_claims)
+            try:
+                updated = await self.kube.request(
+                    "PATCH", PODS.path(namespace, name, "status"),
+                    body=d.build_pod_status_apply(pod, statuses), content_type=APPLY_PATCH,
+                    params=[("fieldManager", d.FIELD_MANAGER), ("force", "true")])
+            except ApiError as e:
+                if e.not_found:
+                    return
+                raise RetryableError(f"update pod {namespace}/{name} ResourceClaimStatuses: {e}") from e
+            self.pods.upsert(updated)
+            pod = updated
+            logger.info("pod claim statuses updated", statuses=statuses)
+
+        if not pod["spec"].get("nodeName"):
+            return  # the scheduler reserves claims for Pods it schedules
+        for pod_claim in d.pod_claims(pod):
+            claim_name, check_owner = d.claim_name(pod, pod_claim)
+            if claim_name is None:
+                continue
+            claim = self.claims.get(f"{namespace}/{claim_name}")
+            if claim is None:
+                return
+            if check_owner and (problem := d.is_for_pod(pod, claim)):
+                raise RetryableError(problem)
+            if d.is_allocated(claim) and not d.is_reserved_for_pod(pod, claim):
+                await self._reserve(pod, claim, logger)
+
+    async def _handle_claim(self, pod: d.Obj, pod_claim: d.Obj, logger) -> str | None:
+        """Make sure the pod claim has its claim; return the name to record in the Pod status
+        (an existing generated claim found by owner and annotation, or a new one)."""
+        namespace = pod["metadata"]["namespace"]
+        try:
+            name, check_owner = d.claim_name(pod, pod_claim)
+        except d.ClaimNotCreatedYet:
+            name, check_owner = "", True
+        except d.UnsupportedPodClaim as e:
+            raise ClaimError(f"checking for claim before creating it: {e}") from e
+        else:
+            if name is None:
+                return None
+        if name:
+            if await self._claim_exists(pod, namespace, name, check_owner, logger):
+                return None
+        template_name = pod_claim.get("resourceClaimTemplateName")
+        if not template_name:
+            return None
+
+        # A claim created before a crash (or a moment ago, before its watch event) is reused.
+        owned = self.claims.by_index("owner", f"{namespace}/{pod['metadata']['uid']}")
+        claim = d.find_generated_claim(owned, pod_claim["name"])
+        if claim is None:
+            template = self.templates.get(f"{namespace}/{template_name}")
+            if template is None:
+                raise ClaimError(
+                    f'resource claim template "{template_name}": resourceclaimtemplates.resource.k8s.io '
+                    f'"{template_name}" not found (create it in namespace {namespace}; the claim is '
+                    "created as soon as it exists)")
+            if problem := d.template_problem(template, self.features.admin_access, self.features.prioritized_list):
+                raise ClaimError(problem)
+            body = d.build_claim(pod, pod_claim, template)
+            try:
+                claim = await self.kube.create(RESOURCE_CLAIMS, body, namespace)
+            except ApiError as e:
+                self.metrics.claim_created(body, "failure")
+                raise ClaimError(f"create ResourceClaim : {e.message or e}") from e
+            self.metrics.claim_created(claim, "success")
+            self.claims.upsert(claim)
+            logger.info("created ResourceClaim", claim=f"{namespace}/{claim['metadata']['name']}",
+                        template=template_name, pod_claim=pod_claim["name"])
+        return claim["metadata"]["name"]
+
+    async def _claim_exists(self, pod: d.Obj, namespace: str, name: str, check_owner: bool, logger) -> bool:
+        claim = self.claims.get(f"{namespace}/{name}")
+        if claim is None:
+            # Not cached (or not yet): the API server decides.
+            claim = await self.kube.get_or_none(RESOURCE_CLAIMS, name, namespace)
+            if claim is None:
+                logger.info("generated claim is gone, creating it again", claim=f"{namespace}/{name}")
+                return False
+        if check_owner and (problem := d.is_for_pod(pod, claim)):
+            logger.error("claim that was created for the pod is no longer owned by the pod, creating a new one",
+                         claim=f"{namespace}/{name}", problem=problem)
+            return False
+        return True
+
+    async def _reserve(self, pod: d.Obj, claim: d.Obj, logger) -> None:
+        updated = dict(claim)
+        status = dict(claim.get("status") or {})
+        status["reservedFor"] = [*(status.get("reservedFor") or []), d.pod_reference(pod)]
+        updated["status"] = status
+        try:
+            result = await self.kube.replace(RESOURCE_CLAIMS, updated, subresource="status")
+        except ApiError as e:
+            raise RetryableError(f"reserve claim {key_of(claim)}: {e}") from e
+        self.claims.upsert(result)
+        logger.info("reserved claim for pre-scheduled pod", claim=key_of(claim))
+
+    async def sync_claim(self, namespace: str, name: str) -> None:
+        claim = self.claims.get(f"{namespace}/{name}")
+        if claim is None:
+            return
+        logger = log.bind(claim=f"{namespace}/{name}")
+        reserved = (claim.get("status") or {}).get("reservedFor") or []
+        remaining = []
+        for entry in reserved:
+            if not d.is_pod_entry(entry):
+                remaining.append(entry)  # consumers that are not Pods are kept (1.36+)
+                continue
+            check = d.check_pod_reservation(entry, self.pods.get(f"{namespace}/{entry.get('name')}"), self.deleted_pods)
+            keep = check.keep
+            if check.needs_api_check:
+                # Maybe just created and not yet in the cache: only the API server is sure.
+                live = await self.kube.get_or_none(PODS, entry["name"], namespace)
+                keep = live is not None and live["metadata"]["uid"] == entry.get("uid")
+            if keep:
+                remaining.append(entry)
+            else:
+                logger.info("removing reservation", pod=f"{namespace}/{entry.get('name')}", uid=entry.get("uid"))
+
+        try:
+            if len(remaining) < len(reserved):
+                claim = await self.kube.replace(RESOURCE_CLAIMS, d.released_claim_status(claim, remaining),
+                                                subresource="status")
+                self.claims.upsert(claim)
+                logger.info("removed consumers", remaining=len(remaining), allocated=d.is_allocated(claim))
+                if d.has_finalizer(claim) and not d.is_allocated(claim):
+                    claim = await self.kube.replace(RESOURCE_CLAIMS, d.without_finalizer(claim))
+                    self.claims.upsert(claim)
+                    logger.info("removed finalizer after removing consumers")
+            elif d.has_finalizer(claim) and claim["metadata"].get("deletionTimestamp") and not remaining:
+                if d.is_allocated(claim):
+                    claim = await self.kube.replace(RESOURCE_CLAIMS, d.released_claim_status(claim, []),
+                                                    subresource="status")
+                    self.claims.upsert(claim)
+                    logger.info("removed allocation because not needed")
+                claim = await self.kube.replace(RESOURCE_CLAIMS, d.without_finalizer(claim))
+                self.claims.upsert(claim)
+                logger.info("removed finalizer because not needed")
+        except ApiError as e:
+            if e.not_found:
+                return
+            raise RetryableError(f"claim {namespace}/{name}: {e}") from e
+
+        if remaining:
+            return
+        pod_name, pod_uid = d.owning_pod(claim)
+        if not pod_name:
+            return
+        pod = self.pods.get(f"{namespace}/{pod_name}")
+        if pod is None:
+            return  # maybe not known yet; a Pod that is really gone is the garbage collector's
+        if pod["metadata"]["uid"] != pod_uid or d.is_pod_done(pod):
+            try:
+                await self.kube.delete(RESOURCE_CLAIMS, name, namespace)
+            except ApiError as e:
+                if not e.not_found:
+                    raise RetryableError(f"delete unused generated claim {namespace}/{name}: {e}") from e
+            logger.info("deleted unused generated claim", pod=f"{namespace}/{pod_name}")
+
+
+class ClaimError(Exception):
+    """A pod claim that cannot be satisfied now; reported as an Event and retried."""

@@ -1,0 +1,296 @@
+"""What the claims operator decides, as pure functions over plain dicts.
+
+Each function mirrors a piece of upstream's resourceclaim-controller
+(pkg/controller/resourceclaim/controller.go and k8s.io/dynamic-resource-allocation/resourceclaim
+at v1.37.1); the upstream name is given where it differs.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any, Callable
+
+Obj = dict[str, Any]
+
+POD_CLAIM_ANNOTATION = "resource.kubernetes.io/pod-claim-name"
+EXTENDED_RESOURCE_CLAIM_ANNOTATION = "resource.kubernetes.io/extended-resource-claim"
+FINALIZER = "resource.kubernetes.io/delete-protection"
+FIELD_MANAGER = "ResourceClaimController"
+MAX_GENERATE_NAME_BASE = 57  # 63 minus a hyphen and the API server's 5 random characters
+
+
+class ClaimNotCreatedYet(Exception):
+    """``resourceclaim.ErrClaimNotFound``: the template's claim has no status entry yet."""
+
+
+class UnsupportedPodClaim(Exception):
+    """``resourceclaim.ErrAPIUnsupported``: neither a claim nor a template is named."""
+
+
+def pod_key(pod: Obj) -> str:
+    return f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
+
+
+def claim_name(pod: Obj, pod_claim: Obj) -> tuple[str | None, bool]:
+    """``resourceclaim.Name``: (claim name or None for "no claim needed", must check owner)."""
+    if pod_claim.get("resourceClaimName"):
+        return pod_claim["resourceClaimName"], False
+    if pod_claim.get("resourceClaimTemplateName"):
+        for status in (pod.get("status") or {}).get("resourceClaimStatuses") or []:
+            if status.get("name") == pod_claim["name"]:
+                return status.get("resourceClaimName"), True
+        raise ClaimNotCreatedYet(f'pod "{pod_key(pod)}": ResourceClaim not created yet')
+    raise UnsupportedPodClaim(f'pod "{pod_key(pod)}", spec.resourceClaim "{pod_claim.get("name")}": '
+                              "none of the supported fields are set")
+
+
+def pod_claims(pod: Obj) -> list[Obj]:
+    return (pod.get("spec") or {}).get("resourceClaims") or []
+
+
+def extended_claim_name(pod: Obj) -> str | None:
+    return ((pod.get("status") or {}).get("extendedResourceClaimStatus") or {}).get("resourceClaimName")
+
+
+def controller_ref(obj: Obj) -> Obj | None:
+    for owner in obj["metadata"].get("ownerReferences") or []:
+        if owner.get("controller"):
+            return owner
+    return None
+
+
+def owning_pod(claim: Obj) -> tuple[str, str]:
+    """(name, uid) of the controlling Pod, or ("", "")."""
+    for owner in claim["metadata"].get("ownerReferences") or []:
+        if owner.get("controller") and owner.get("apiVersion") == "v1" and owner.get("kind") == "Pod":
+            return owner["name"], owner["uid"]
+    return "", ""
+
+
+def is_for_pod(pod: Obj, claim: Obj) -> str | None:
+    """``resourceclaim.IsForPod``: None when the Pod controls the claim, else why not."""
+    p, c = pod["metadata"], claim["metadata"]
+    if c.get("namespace") != p.get("namespace"):
+        return (f"ResourceClaim {c.get('namespace')}/{c['name']} is not in the same namespace as "
+                f"Pod {p.get('namespace')}/{p['name']}")
+    ref = controller_ref(claim)
+    if ref is None or ref.get("uid") != p.get("uid"):
+        return f"ResourceClaim {c['namespace']}/{c['name']} was not created for Pod {p['namespace']}/{p['name']} (Pod is not owner)"
+    return None
+
+
+def is_reserved_for_pod(pod: Obj, claim: Obj) -> bool:
+    uid = pod["metadata"].get("uid")
+    return any(r.get("uid") == uid for r in (claim.get("status") or {}).get("reservedFor") or [])
+
+
+def is_allocated(claim: Obj) -> bool:
+    return bool((claim.get("status") or {}).get("allocation"))
+
+
+def is_terminal(pod: Obj) -> bool:
+    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+
+def is_pod_done(pod: Obj) -> bool:
+    """``isPodDone``: terminal, or deleted before it was scheduled."""
+    return is_terminal(pod) or bool(pod["metadata"].get("deletionTimestamp") and not pod["spec"].get("nodeName"))
+
+
+def pod_needs_claims(pod: Obj, deleted: bool) -> bool:
+    """``podNeedsClaims``: False when the Pod will never run (again)."""
+    if deleted or is_terminal(pod):
+        return False
+    return not (pod["metadata"].get("deletionTimestamp") and not pod["spec"].get("nodeName"))
+
+
+def claim_keys_to_release(pod: Obj) -> list[str]:
+    """The claims to check once a Pod no longer needs them (deleted or finished), including
+    the scheduler-created extended-resource claim."""
+    namespace = pod["metadata"]["namespace"]
+    keys = []
+    for pod_claim in pod_claims(pod):
+        try:
+            name, _ = claim_name(pod, pod_claim)
+        except (ClaimNotCreatedYet, UnsupportedPodClaim):
+            continue
+        if name:
+            keys.append(f"{namespace}/{name}")
+    if extended := extended_claim_name(pod):
+        keys.append(f"{namespace}/{extended}")
+    return keys
+
+
+def pod_needs_work(pod: Obj, get_claim: Callable[[str], Obj | None]) -> bool:
+    """``podNeedsWork``: a claim must be created, or an allocated claim reserved for a
+    scheduled Pod. Terminal Pods need no work (unlike upstream, kubernetes#141274: upstream
+    re-reserves a claim for a finished but scheduled Pod, and cleanup then fights it)."""
+    if pod["metadata"].get("deletionTimestamp") or is_terminal(pod):
+        return False
+    namespace = pod["metadata"]["namespace"]
+    for pod_claim in pod_claims(pod):
+        try:
+            name, check_owner = claim_name(pod, pod_claim)
+        except (ClaimNotCreatedYet, UnsupportedPodClaim):
+            return True
+        if name is None:
+            continue
+        claim = get_claim(f"{namespace}/{name}")
+        if claim is None:
+            if pod_claim.get("resourceClaimTemplateName"):
+                return True  # must create (or re-create) it from the template
+            continue  # the user must create it
+        if check_owner and is_for_pod(pod, claim):
+            continue
+        if not pod["spec"].get("nodeName"):
+            continue
+        if is_allocated(claim) and not is_reserved_for_pod(pod, claim):
+            return True
+    return False
+
+
+def generate_name(pod_name: str, pod_claim_name: str) -> str:
+    """``<pod>-<claim>-``, or both names cut in proportion (integer maths on the uncut length,
+    no trailing hyphen) when that is longer than 57 characters."""
+    base = f"{pod_name}-{pod_claim_name}-"
+    if len(base) <= MAX_GENERATE_NAME_BASE:
+        return base
+    full = len(base)
+    return (pod_name[: len(pod_name) * MAX_GENERATE_NAME_BASE // full] + "-"
+            + pod_claim_name[: len(pod_claim_name) * MAX_GENERATE_NAME_BASE // full])
+
+
+def needs_admin_access(claim_spec: Obj) -> bool:
+    return any((r.get("exactly") or {}).get("adminAccess") for r in (claim_spec.get("devices") or {}).get("requests") or [])
+
+
+def has_prioritized_list(claim_spec: Obj) -> bool:
+    return any(r.get("firstAvailable") for r in (claim_spec.get("devices") or {}).get("requests") or [])
+
+
+def template_problem(template: Obj, admin_access: bool, prioritized_list: bool) -> str | None:
+    """Why a claim cannot be made from ``template`` on this cluster (upstream's messages)."""
+    spec = (template.get("spec") or {}).get("spec") or {}
+    if not admin_access and needs_admin_access(spec):
+        return "admin access is requested, but the feature is disabled"
+    if not prioritized_list and has_prioritized_list(spec):
+        return "template includes a prioritized list of subrequests, but the feature is disabled"
+    return None
+
+
+def build_claim(pod: Obj, pod_claim: Obj, template: Obj) -> Obj:
+    """The ResourceClaim upstream creates for ``pod_claim`` of ``pod`` from ``template``."""
+    template_meta = (template.get("spec") or {}).get("metadata") or {}
+    annotations = dict(template_meta.get("annotations") or {})
+    annotations[POD_CLAIM_ANNOTATION] = pod_claim["name"]
+    metadata: Obj = {
+        "generateName": generate_name(pod["metadata"]["name"], pod_claim["name"]),
+        "namespace": pod["metadata"]["namespace"],
+        # 1.35+: controller only (1.34 also set blockOwnerDeletion).
+        "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": pod["metadata"]["name"],
+                             "uid": pod["metadata"]["uid"], "controller": True}],
+        "annotations": annotations,
+    }
+    if template_meta.get("labels"):
+        metadata["labels"] = dict(template_meta["labels"])
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": metadata,
+            "spec": copy.deepcopy((template.get("spec") or {}).get("spec") or {})}
+
+
+def find_generated_claim(owned_claims: list[Obj], pod_claim_name: str) -> Obj | None:
+    """``findPodResourceClaim``: the first claim the Pod controls that carries the pod-claim
+    annotation for ``pod_claim_name``; claims without the annotation are never adopted."""
+    for claim in owned_claims:
+        if (claim["metadata"].get("annotations") or {}).get(POD_CLAIM_ANNOTATION) == pod_claim_name:
+            return claim
+    return None
+
+
+def merge_claim_statuses(pod: Obj, new: dict[str, str]) -> list[Obj]:
+    """Existing entries that name a claim, overridden by ``new``, sorted by pod claim name."""
+    merged = {s["name"]: s["resourceClaimName"]
+              for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []
+              if s.get("resourceClaimName")}
+    merged.update(new)
+    return [{"name": name, "resourceClaimName": merged[name]} for name in sorted(merged)]
+
+
+def build_pod_status_apply(pod: Obj, statuses: list[Obj]) -> Obj:
+    meta = pod["metadata"]
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
+            "status": {"resourceClaimStatuses": statuses}}
+
+
+def pod_reference(pod: Obj) -> Obj:
+    return {"resource": "pods", "name": pod["metadata"]["name"], "uid": pod["metadata"]["uid"]}
+
+
+@dataclass(frozen=True)
+class ReservationCheck:
+    """How ``syncClaim`` judges one ``reservedFor`` Pod entry."""
+
+    keep: bool
+    needs_api_check: bool = False  # the cache does not know the Pod: ask the API server
+
+
+def check_pod_reservation(entry: Obj, cached_pod: Obj | None, deleted_uids: Any) -> ReservationCheck:
+    if entry.get("uid") in deleted_uids:
+        return ReservationCheck(keep=False)
+    if cached_pod is None:
+        return ReservationCheck(keep=True, needs_api_check=True)
+    if cached_pod["metadata"].get("uid") != entry.get("uid"):
+        return ReservationCheck(keep=False)
+    return ReservationCheck(keep=not is_pod_done(cached_pod))
+
+
+def is_pod_entry(entry: Obj) -> bool:
+    return not entry.get("apiGroup") and entry.get("resource") == "pods"
+
+
+def released_claim_status(claim: Obj, remaining: list[Obj]) -> Obj:
+    """The claim to UpdateStatus after dropping consumers: ``reservedFor = remaining``, and the
+    allocation cleared in the same write when no consumer is left and the claim carries the
+    delete-protection finalizer (only the transition to unreserved deallocates)."""
+    updated = copy.deepcopy(claim)
+    status = updated.setdefault("status", {})
+    if remaining:
+        status["reservedFor"] = remaining
+    else:
+        status.pop("reservedFor", None)
+        if FINALIZER in (updated["metadata"].get("finalizers") or []):
+            status.pop("allocation", None)
+    return updated
+
+
+def without_finalizer(claim: Obj) -> Obj:
+    updated = copy.deepcopy(claim)
+    updated["metadata"]["finalizers"] = [f for f in updated["metadata"].get("finalizers") or [] if f != FINALIZER]
+    return updated
+
+
+def has_finalizer(claim: Obj) -> bool:
+    return FINALIZER in (claim["metadata"].get("finalizers") or [])
+
+
+def admin_access_label(claim: Obj | None) -> str:
+    return "true" if claim and needs_admin_access(claim.get("spec") or {}) else "false"
+
+
+def claim_source_label(claim: Obj) -> str:
+    annotations = claim["metadata"].get("annotations") or {}
+    if annotations.get(EXTENDED_RESOURCE_CLAIM_ANNOTATION) == "true":
+        return "extended_resource"
+    if annotations.get(POD_CLAIM_ANNOTATION):
+        return "resource_claim_template"
+    return ""
+
+
+def owner_labels(claim: Obj) -> tuple[str, str]:
+    """(owner_api_group, owner_api_kind) of the claim's controller, as upstream's create metric."""
+    ref = controller_ref(claim)
+    if ref is None:
+        return "", ""
+    group_version = ref.get("apiVersion", "")
+    return (group_version.split("/", 1)[0] if "/" in group_version else ""), ref.get("kind", "")

@@ -1,0 +1,48 @@
+"""The claims operator's metrics, named as kube-controller-manager's resourceclaim-controller
+names them (v1.37: the create counter also has owner labels)."""
+
+from __future__ import annotations
+
+from collections import Counter as Tally
+from typing import Callable, Iterable
+
+from prometheus_client import CollectorRegistry, Counter
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from . import decisions as d
+
+
+class _ClaimsCollector(Collector):
+    """``dynamic_resource_allocation_resource_claims``, computed from the cache at scrape time."""
+
+    def __init__(self, claims: Callable[[], Iterable[d.Obj]]):
+        self._claims = claims
+
+    def collect(self):
+        family = GaugeMetricFamily(
+            "dynamic_resource_allocation_resource_claims",
+            "Number of ResourceClaims, categorized by allocation status, admin access, and source.",
+            labels=["allocated", "admin_access", "source"])
+        tally = Tally((str(d.is_allocated(c)).lower(), d.admin_access_label(c), d.claim_source_label(c))
+                      for c in self._claims())
+        for labels, count in sorted(tally.items()):
+            family.add_metric(list(labels), count)
+        yield family
+
+
+class Metrics:
+    def __init__(self, registry: CollectorRegistry | None = None):
+        self.registry = registry or CollectorRegistry()
+        self.creates = Counter(
+            "dynamic_resource_allocation_resourceclaim_creates",
+            "Number of ResourceClaims creation requests, categorized by creation status, admin access, "
+            "and owning API group and kind",
+            ["status", "admin_access", "owner_api_group", "owner_api_kind"], registry=self.registry)
+
+    def watch_claims(self, claims: Callable[[], Iterable[d.Obj]]) -> None:
+        self.registry.register(_ClaimsCollector(claims))
+
+    def claim_created(self, claim: d.Obj, status: str) -> None:
+        group, kind = d.owner_labels(claim)
+        self.creates.labels(status, d.admin_access_label(claim), group, kind).inc()

@@ -1,0 +1,79 @@
+"""Kubernetes Events posted the way client-go's recorder does: core/v1 Events with the
+controller's component name, and repeats of the same event folded into one with a count."""
+
+from __future__ import annotations
+
+import datetime
+import time
+import uuid
+from typing import Any
+
+from .kube import ApiError, Kube
+from .logging import get_logger
+from .resources import EVENTS
+
+log = get_logger(__name__)
+
+NORMAL = "Normal"
+WARNING = "Warning"
+_REPEAT_WINDOW = 600.0  # seconds in which a repeat updates the count instead of posting anew
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def object_reference(obj: dict[str, Any]) -> dict[str, Any]:
+    meta = obj["metadata"]
+    ref = {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "name": meta["name"],
+           "uid": meta.get("uid"), "resourceVersion": meta.get("resourceVersion")}
+    if meta.get("namespace"):
+        ref["namespace"] = meta["namespace"]
+    return {k: v for k, v in ref.items() if v}
+
+
+def build_event(involved: dict[str, Any], event_type: str, reason: str, message: str,
+                component: str) -> dict[str, Any]:
+    ref = object_reference(involved)
+    now = _now()
+    return {
+        "apiVersion": "v1", "kind": "Event",
+        "metadata": {"name": f"{ref['name']}.{uuid.uuid4().hex[:16]}",
+                     "namespace": ref.get("namespace", "default")},
+        "involvedObject": ref, "type": event_type, "reason": reason, "message": message,
+        "source": {"component": component}, "reportingComponent": component,
+        "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+    }
+
+
+class EventRecorder:
+    def __init__(self, kube: Kube, component: str):
+        self.kube = kube
+        self.component = component
+        self._recent: dict[tuple, tuple[float, str, str, int]] = {}
+
+    async def event(self, involved: dict[str, Any], event_type: str, reason: str, message: str) -> None:
+        """Post an Event; failures are logged, never raised (an Event is never worth a retry)."""
+        meta = involved["metadata"]
+        key = (meta.get("uid"), event_type, reason, message)
+        now = time.monotonic()
+        try:
+            recent = self._recent.get(key)
+            if recent and now - recent[0] < _REPEAT_WINDOW:
+                _, namespace, name, count = recent
+                await self.kube.patch(EVENTS, name, {"count": count + 1, "lastTimestamp": _now()}, namespace)
+                self._recent[key] = (now, namespace, name, count + 1)
+                return
+            body = build_event(involved, event_type, reason, message, self.component)
+            await self.kube.create(EVENTS, body)
+            self._recent[key] = (now, body["metadata"]["namespace"], body["metadata"]["name"], 1)
+            if len(self._recent) > 4096:
+                self._forget_old(now)
+        except ApiError as e:
+            self._recent.pop(key, None)
+            log.warning("could not post event", reason=reason, object=meta.get("name"), error=str(e))
+
+    def _forget_old(self, now: float) -> None:
+        for key, value in list(self._recent.items()):
+            if now - value[0] >= _REPEAT_WINDOW:
+                del self._recent[key]

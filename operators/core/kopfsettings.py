@@ -1,0 +1,19 @@
+"""kopf configured to stay quiet on objects the suite does not own.
+
+Only ``on.event`` handlers are used on Pods, ResourceClaims and ResourceSlices, so kopf adds no
+finalizer and no ``last-handled-configuration`` annotation and patches no status; its own
+Event posting is switched off (the operators post Events with upstream's reasons themselves).
+"""
+
+from __future__ import annotations
+
+import kopf
+
+
+def quiet(settings: kopf.OperatorSettings) -> None:
+    settings.posting.enabled = False
+    settings.peering.standalone = True  # HA is a Lease (leader election), not kopf peering
+    settings.watching.server_timeout = 300
+    settings.watching.client_timeout = 330
+    # Handler errors are retried by the operators' own work queues, never by kopf.
+    settings.batching.error_delays = [1, 2, 5, 10, 30]
