@@ -20,8 +20,8 @@ def configure_logging(level: str | int = "INFO", fmt: str = "json") -> None:
         structlog.stdlib.add_log_level,
         structlog.stdlib.add_logger_name,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
-        # kopf passes the object reference as extra={"k8s_ref": ...}; keep it.
-        structlog.stdlib.ExtraAdder(),
+        # kopf passes the object reference as extra={"k8s_ref": ...}; keep only that.
+        structlog.stdlib.ExtraAdder(allow=("k8s_ref",)),
     ]
     renderer = (
         structlog.dev.ConsoleRenderer(colors=False)
@@ -48,6 +48,8 @@ def configure_logging(level: str | int = "INFO", fmt: str = "json") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
+    # kopf logs every successful handler call per object at INFO: noise at our event rates.
+    logging.getLogger("kopf.objects").setLevel(max(level, logging.WARNING))
 
 
 def get_logger(name: str) -> structlog.stdlib.BoundLogger:

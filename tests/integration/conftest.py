@@ -90,3 +90,41 @@ async def cluster_objects(kube: Kube) -> ClusterObjects:
 @pytest.fixture(scope="session")
 def repo_root() -> Path:
     return Path(__file__).resolve().parents[2]
+
+
+class Controllers:
+    """Which claim/taint controllers run: upstream's (inside kube-controller-manager), ours
+    (operator processes), or none. Never both at once."""
+
+    def __init__(self, lab: Lab, operators: dict[str, "OperatorProcess"]):
+        self.lab = lab
+        self.operators = operators
+        self.mode = "none"
+
+    def use(self, mode: str) -> None:
+        if mode == self.mode:
+            return
+        for operator in self.operators.values():
+            operator.stop()
+        if self.lab.upstream_controllers != (mode == "upstream"):
+            self.lab.restart_controller_manager(upstream_controllers=mode == "upstream")
+        if mode == "ours":
+            for operator in self.operators.values():
+                operator.start()
+        self.mode = mode
+
+    def stop(self) -> None:
+        for operator in self.operators.values():
+            operator.stop()
+
+
+@pytest.fixture(scope="session")
+def controllers(lab: Lab, tmp_path_factory: pytest.TempPathFactory) -> Controllers:
+    from .operator_process import OperatorProcess
+
+    logs = tmp_path_factory.mktemp("operator-logs")
+    switch = Controllers(lab, {"claims": OperatorProcess(["claims"], lab.kubeconfig, logs)})
+    try:
+        yield switch
+    finally:
+        switch.stop()

@@ -62,18 +62,9 @@ async def test_api_server_rejects_device_class_with_bad_cel(kube: Kube, unique):
     assert "compilation failed" in info.value.message
 
 
-@pytest.fixture
-def upstream_controllers(lab):
-    """kube-controller-manager with upstream's DRA controllers, for this test only."""
-    lab.restart_controller_manager(upstream_controllers=True)
-    try:
-        yield
-    finally:
-        lab.restart_controller_manager(upstream_controllers=False)
-
-
 async def test_upstream_resourceclaim_controller_generates_claim(kube: Kube, namespace, unique,
-                                                                 cluster_objects, upstream_controllers):
+                                                                 cluster_objects, controllers):
+    controllers.use("upstream")
     driver = f"tmpl-{unique}.lab.dra-operators.dev"
     await cluster_objects.create(DEVICE_CLASSES, objects.device_class(f"tmpl-{unique}", driver))
     await cluster_objects.create(RESOURCE_SLICES, objects.resource_slice(
