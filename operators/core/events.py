@@ -1,5 +1,7 @@
 """Kubernetes Events posted the way client-go's recorder does: core/v1 Events with the
-controller's component name, and repeats of the same event folded into one with a count."""
+controller's component name. Repeats for the same object and reason within ten minutes update
+one Event (count, last timestamp, latest message) instead of piling up: a message often names
+something random, such as a generated claim name, that would defeat exact-match folding."""
 
 from __future__ import annotations
 
@@ -55,13 +57,14 @@ class EventRecorder:
     async def event(self, involved: dict[str, Any], event_type: str, reason: str, message: str) -> None:
         """Post an Event; failures are logged, never raised (an Event is never worth a retry)."""
         meta = involved["metadata"]
-        key = (meta.get("uid"), event_type, reason, message)
+        key = (meta.get("uid"), event_type, reason)
         now = time.monotonic()
         try:
             recent = self._recent.get(key)
             if recent and now - recent[0] < _REPEAT_WINDOW:
                 _, namespace, name, count = recent
-                await self.kube.patch(EVENTS, name, {"count": count + 1, "lastTimestamp": _now()}, namespace)
+                await self.kube.patch(EVENTS, name, {"count": count + 1, "lastTimestamp": _now(),
+                                                     "message": message}, namespace)
                 self._recent[key] = (now, namespace, name, count + 1)
                 return
             body = build_event(involved, event_type, reason, message, self.component)
