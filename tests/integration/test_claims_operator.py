@@ -37,8 +37,14 @@ async def test_missing_template_is_reported_and_claim_follows_the_template(kube,
         assert 'PodResourceClaim gpu: resource claim template "not-yet"' in event["message"]
         assert "create it in namespace" in event["message"]
         await env.template("not-yet")
-        await env.claim_of("waiting", "gpu")
+        claim = await env.claim_of("waiting", "gpu")
         await env.wait_running("waiting")
+        await env.wait_claim(claim, lambda c: c.get("status", {}).get("allocation"), "allocated")
+        metrics = controllers.operators["claims"].metrics()
+        assert re.search(r'dynamic_resource_allocation_resource_claims\{admin_access="false",allocated="true",'
+                         r'source="resource_claim_template"\} [1-9]', metrics), metrics
+        assert re.search(r'dynamic_resource_allocation_resourceclaim_creates_total\{admin_access="false",'
+                         r'owner_api_group="",owner_api_kind="Pod",status="success"\} [1-9]', metrics), metrics
 
 
 async def test_claim_the_api_server_rejects_gets_its_message_in_an_event(kube, controllers, unique):
