@@ -10,7 +10,7 @@ from .core.logging import configure_logging
 from .core.settings import Settings
 from .lab.cli import lab
 
-OPERATORS = ("claims",)
+OPERATORS = ("claims", "nodeagent",)
 
 
 @click.group()
@@ -29,9 +29,16 @@ def run(names: tuple[str, ...], liveness: str) -> None:
 
     settings = Settings.from_env()
     configure_logging(settings.log_level, settings.log_format)
+    memo = kopf.Memo()
     for name in names:
-        importlib.import_module(f"operators.{name}")
-    kopf.run(clusterwide=True, standalone=True, liveness_endpoint=liveness or None)
+        module = importlib.import_module(f"operators.{name}")
+        # An operator that cannot work (no NVML, no NODE_NAME) says why and exits non-zero.
+        if preflight := getattr(getattr(module, "operator", None), "preflight", None):
+            try:
+                preflight(settings, memo)
+            except Exception as e:  # noqa: BLE001 - any preflight failure ends the process
+                raise click.ClickException(f"{name}: {e}") from e
+    kopf.run(clusterwide=True, standalone=True, liveness_endpoint=liveness or None, memo=memo)
 
 
 @main.command("settings")

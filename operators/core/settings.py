@@ -23,6 +23,21 @@ class Settings:
     metrics_port: int = setting(8080, "DRA_METRICS_PORT", "port serving Prometheus /metrics (0: off)")
     claims_workers: int = setting(50, "DRA_CLAIMS_WORKERS",
                                   "claims: concurrent syncs (upstream --concurrent-resourceclaim-syncs)")
+    # -- nodeagent ---------------------------------------------------------------------------
+    node_name: str = setting("", "NODE_NAME", "nodeagent: the Node this agent publishes devices for (required)")
+    nodeagent_backend: str = setting("nvml", "DRA_NODEAGENT_BACKEND", "nodeagent: device backend, nvml or simulated")
+    nodeagent_driver: str = setting("", "DRA_NODEAGENT_DRIVER",
+                                    "nodeagent: driver name (default gpu.nvidia.com for nvml, "
+                                    "gpu.sim.dra-operators.dev for simulated)")
+    nodeagent_inventory: str = setting("", "DRA_NODEAGENT_INVENTORY", "nodeagent: simulated backend's inventory YAML file")
+    nodeagent_sync_delay: float = setting(30.0, "DRA_NODEAGENT_SYNC_DELAY",
+                                          "nodeagent: seconds after a change of its slices before they are checked "
+                                          "(upstream's helper waits 30 s)")
+    nodeagent_health_quiet_period: float = setting(300.0, "DRA_NODEAGENT_HEALTH_QUIET_PERIOD",
+                                                   "nodeagent: seconds without a health event before a device that "
+                                                   "passes its check loses its taint")
+    nodeagent_ignored_xids: str = setting("13,31,43,45,68,109", "DRA_NODEAGENT_IGNORED_XIDS",
+                                          "nodeagent: XIDs that taint with effect None instead of NoSchedule")
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None, **overrides: Any) -> "Settings":

@@ -1,0 +1,201 @@
+"""The node agent: keeps the node's ResourceSlices equal to its devices and their health."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import structlog
+
+from ..core.events import NORMAL, WARNING, EventRecorder
+from ..core.kube import ApiError, Kube
+from ..core.resources import NODES, RESOURCE_SLICES
+from ..core.store import Store
+from .backends import BackendError, DeviceBackend, Inventory
+from .health import HealthEvent, HealthTracker
+from .metrics import Metrics
+from .publish import PoolPublisher
+from .slices import split_into_slices
+from .validation import split_valid
+
+log = structlog.stdlib.get_logger("operators.nodeagent")
+
+EVENT_COMPONENT = "dra-nodeagent"
+_RETRY_DELAYS = (1, 2, 5, 10, 30)
+
+
+class NodeAgent:
+    def __init__(self, kube: Kube, backend: DeviceBackend, *, node_name: str, driver: str,
+                 sync_delay: float, health: HealthTracker, metrics: Metrics | None = None):
+        self.kube = kube
+        self.backend = backend
+        self.node_name = node_name
+        self.driver = driver
+        self.sync_delay = sync_delay
+        self.health = health
+        self.metrics = metrics or Metrics()
+        self.slices = Store()
+        self.publisher = PoolPublisher(kube, self.slices, driver, node_name)
+        self.events = EventRecorder(kube, EVENT_COMPONENT)
+        self.node: dict[str, Any] | None = None
+        self.inventory = Inventory()
+        self._reported_errors: list[str] = []
+        self._wake = asyncio.Event()
+        self._inventory_changed = asyncio.Event()
+        self._health_events: asyncio.Queue[HealthEvent] = asyncio.Queue()
+        self._timer: asyncio.TimerHandle | None = None
+        self._failures = 0
+        self._tasks: list[asyncio.Task] = []
+        self.log = log.bind(node=node_name, driver=driver)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        node = await self.kube.get_or_none(NODES, self.node_name)
+        if node is None:
+            raise BackendError(f"Node {self.node_name!r} does not exist: set NODE_NAME to this node's name "
+                               "(spec.nodeName through the downward API in the DaemonSet)")
+        self.on_node(node, deleted=False)
+        for found in await self.kube.list(RESOURCE_SLICES,
+                                          field_selector=f"spec.nodeName={self.node_name},spec.driver={self.driver}"):
+            self.slices.upsert(found)
+        # Taints published before a restart stay, with their timeAdded.
+        self.health.adopt([d for s in self.slices.values() for d in s["spec"].get("devices") or []])
+        await self._rediscover()
+        self._tasks = [asyncio.create_task(self._publish_loop(), name="nodeagent-publish"),
+                       asyncio.create_task(self.backend.watch(self._health_events, self._inventory_changed),
+                                           name="nodeagent-backend"),
+                       asyncio.create_task(self._health_loop(), name="nodeagent-health"),
+                       asyncio.create_task(self._inventory_loop(), name="nodeagent-inventory"),
+                       asyncio.create_task(self._recovery_loop(), name="nodeagent-recovery")]
+        self._wake.set()  # kubelet may have wiped the slices: always publish on start
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self.backend.close()
+
+    async def wait_published(self) -> None:
+        """Until nothing is pending (tests)."""
+        while self._wake.is_set():
+            await asyncio.sleep(0.05)
+
+    # -- inputs ------------------------------------------------------------------------------
+
+    def on_node(self, node: dict[str, Any], deleted: bool) -> None:
+        if deleted:
+            # The garbage collector deletes our slices with the Node (they are owned by it).
+            self.node = None
+            self.log.info("node deleted; its slices go with it")
+            return
+        first = self.node is None or self.node["metadata"]["uid"] != node["metadata"]["uid"]
+        self.node = node
+        self.backend.observe_node(node)
+        if first:
+            self._wake.set()
+
+    def on_slice(self, slice_: dict[str, Any], deleted: bool) -> None:
+        if deleted:
+            self.slices.delete(slice_)
+        else:
+            self.slices.upsert(slice_)
+        # Someone else's change (or the echo of ours): check the pool a little later, as
+        # upstream's helper does, so that a hand edit is reverted and a deleted slice recreated.
+        if self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(self.sync_delay, self._resync)
+
+    def _resync(self) -> None:
+        self._timer = None
+        self._wake.set()
+
+    # -- loops -------------------------------------------------------------------------------
+
+    async def _rediscover(self) -> None:
+        try:
+            self.inventory = await asyncio.to_thread(self.backend.discover)
+        except BackendError as e:
+            # Keep what was published; say what is wrong and where.
+            self.log.error("inventory unusable, keeping the devices published before", error=str(e))
+            self.inventory.errors = [str(e)]
+            await self._report([str(e)])
+
+    async def _inventory_loop(self) -> None:
+        while True:
+            await self._inventory_changed.wait()
+            self._inventory_changed.clear()
+            await self._rediscover()
+            self._wake.set()
+
+    async def _health_loop(self) -> None:
+        while True:
+            event = await self._health_events.get()
+            self.metrics.health_events.labels(self.driver, event.kind, event.value).inc()
+            if self.health.record(event):
+                self.log.warning("device unhealthy", device=event.device, kind=event.kind, value=event.value)
+                if self.node:
+                    await self.events.event(self.node, WARNING, "DeviceUnhealthy",
+                                            f"device {event.device} of driver {self.driver}: {event.kind}"
+                                            f"{'=' + event.value if event.value else ''}; tainted")
+                self._wake.set()
+
+    async def _recovery_loop(self) -> None:
+        interval = max(0.5, min(10.0, self.health.quiet_period.total_seconds() / 4))
+        while True:
+            await asyncio.sleep(interval)
+            tainted = self.health.tainted_devices()
+            if not tainted:
+                continue
+            passing = {d for d in tainted if await asyncio.to_thread(self.backend.healthy, d)}
+            for device in self.health.recover(lambda d: d in passing):
+                self.metrics.recoveries.labels(self.driver).inc()
+                self.log.info("device recovered, taints removed", device=device)
+                if self.node:
+                    await self.events.event(self.node, NORMAL, "DeviceRecovered",
+                                            f"device {device} of driver {self.driver} passes its health check again; "
+                                            "taints removed")
+                self._wake.set()
+
+    async def _publish_loop(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            if self.node is None:
+                continue
+            started = time.monotonic()
+            try:
+                await self.publish()
+            except ApiError as e:
+                delay = _RETRY_DELAYS[min(self._failures, len(_RETRY_DELAYS) - 1)]
+                self._failures += 1
+                self.metrics.errors.labels(self.driver).inc()
+                self.log.warning("publishing failed, will retry", error=str(e), retry_in=delay)
+                asyncio.get_running_loop().call_later(delay, self._wake.set)
+                continue
+            self._failures = 0
+            self.metrics.duration.labels(self.driver).observe(time.monotonic() - started)
+
+    async def publish(self) -> None:
+        valid, problems = split_valid(self.inventory.devices)
+        problems = self.inventory.errors + problems
+        self.metrics.invalid.labels(self.driver).set(len(problems))
+        if problems != self._reported_errors:
+            await self._report(problems)
+        desired = split_into_slices(self.health.apply(valid), self.inventory.counter_sets)
+        owner = {"name": self.node["metadata"]["name"], "uid": self.node["metadata"]["uid"]}
+        result = await self.publisher.publish(desired, owner)
+        self.metrics.devices.labels(self.driver).set(len(valid))
+        self.metrics.slices.labels(self.driver).set(len(desired))
+        if result.deleted or result.updated or result.created:
+            self.log.info("published", devices=len(valid), slices=len(desired), generation=result.generation,
+                          deleted=result.deleted, updated=result.updated, created=result.created)
+
+    async def _report(self, problems: list[str]) -> None:
+        self._reported_errors = list(problems)
+        for problem in problems:
+            self.log.error("device not published", problem=problem)
+        if problems and self.node:
+            await self.events.event(self.node, WARNING, "InvalidDevice",
+                                    f"{len(problems)} inventory problem(s), those devices are not published: "
+                                    + "; ".join(problems)[:900])

@@ -1,0 +1,209 @@
+"""NVIDIA GPUs through NVML (nvidia-ml-py, imported as ``pynvml``).
+
+Devices and attributes follow NVIDIA's DRA driver, so CEL written for it works unchanged:
+``gpu-<minor>`` with type, uuid, productName, brand, architecture, cudaComputeCapability,
+driverVersion, cudaDriverVersion (versions), ``resource.kubernetes.io/pciBusID`` and capacity
+``memory``; with MIG on, ``gpu-<minor>-mig-<profileId>-<placementStart>-<placementSize>`` with
+type "mig", uuid, parentUUID, profile and the parent's attributes.
+
+NVML is initialised once; its blocking event wait runs in a thread of its own. Any object with
+pynvml's function names can stand in for the library (the tests use a fake).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import threading
+from typing import Any
+
+from ..health import ECC, LOST, XID, HealthEvent
+from .base import BackendError, Inventory
+
+_WAIT_MS = 1000
+_ARCHITECTURES = {"KEPLER": "Kepler", "MAXWELL": "Maxwell", "PASCAL": "Pascal", "VOLTA": "Volta",
+                  "TURING": "Turing", "AMPERE": "Ampere", "ADA": "Ada Lovelace", "HOPPER": "Hopper",
+                  "BLACKWELL": "Blackwell", "RUBIN": "Rubin"}
+
+
+def semver(text: str) -> str:
+    """"550.54.15" -> "550.54.15", "12.4" -> "12.4.0", "9.0" -> "9.0.0" (NVIDIA normalises the same way)."""
+    parts = [str(int(p)) for p in re.findall(r"\d+", text)[:3]]
+    return ".".join((parts + ["0", "0", "0"])[:3])
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def pcie_root(bus_id: str) -> str:
+    """The PCIe root complex of a bus ID like 0000:3b:00.0 -> pci0000:3b is not knowable from
+    NVML alone; the domain and bus form the root name the standard attribute uses."""
+    domain, bus = bus_id.lower().split(":")[:2]
+    return f"pci{domain[-4:]}:{bus}"
+
+
+class NvmlBackend:
+    name = "nvml"
+
+    def __init__(self, driver: str, nvml: Any = None):
+        if nvml is None:
+            import pynvml as nvml  # the real library; fails only without the package
+        self.nvml = nvml
+        self.driver = driver
+        try:
+            nvml.nvmlInit()
+        except nvml.NVMLError as e:
+            raise BackendError(
+                f"NVML could not be initialised ({e}): install the NVIDIA driver and make libnvidia-ml.so.1 "
+                "visible to the agent (NVIDIA container toolkit or a host mount), or choose the simulated "
+                "backend with DRA_NODEAGENT_BACKEND=simulated") from e
+        self._stop = threading.Event()
+        self._gpu_uuids: dict[str, str] = {}            # device name -> GPU UUID (health checks)
+        self._names_by_uuid: dict[str, str] = {}
+        self._mig_by_instance: dict[tuple[str, int, int], str] = {}
+
+    # -- discovery ---------------------------------------------------------------------------
+
+    def _brand(self, handle: Any) -> str:
+        value = self.nvml.nvmlDeviceGetBrand(handle)
+        for name in dir(self.nvml):
+            if name.startswith("NVML_BRAND_") and name != "NVML_BRAND_COUNT" and getattr(self.nvml, name) == value:
+                return name[len("NVML_BRAND_"):].replace("_", " ").title().replace(" ", "")
+        return "Unknown"
+
+    def _architecture(self, handle: Any) -> str:
+        value = self.nvml.nvmlDeviceGetArchitecture(handle)
+        for key, label in _ARCHITECTURES.items():
+            if getattr(self.nvml, f"NVML_DEVICE_ARCH_{key}", None) == value:
+                return label
+        return "Unknown"
+
+    def discover(self) -> Inventory:
+        nvml = self.nvml
+        inventory = Inventory()
+        driver_version = semver(_text(nvml.nvmlSystemGetDriverVersion()))
+        cuda = nvml.nvmlSystemGetCudaDriverVersion_v2()
+        cuda_version = f"{cuda // 1000}.{(cuda % 1000) // 10}.0"
+        for index in range(nvml.nvmlDeviceGetCount()):
+            handle = nvml.nvmlDeviceGetHandleByIndex(index)
+            minor = nvml.nvmlDeviceGetMinorNumber(handle)
+            gpu_uuid = _text(nvml.nvmlDeviceGetUUID(handle))
+            major, minor_cc = nvml.nvmlDeviceGetCudaComputeCapability(handle)
+            bus_id = _text(nvml.nvmlDeviceGetPciInfo_v3(handle).busId)
+            common = {
+                "productName": {"string": _text(nvml.nvmlDeviceGetName(handle))},
+                "brand": {"string": self._brand(handle)},
+                "architecture": {"string": self._architecture(handle)},
+                "cudaComputeCapability": {"version": semver(f"{major}.{minor_cc}")},
+                "driverVersion": {"version": driver_version},
+                "cudaDriverVersion": {"version": cuda_version},
+                "resource.kubernetes.io/pciBusID": {"string": bus_id.lower()[-12:]},
+                "resource.kubernetes.io/pcieRoot": {"string": pcie_root(bus_id)},
+            }
+            name = f"gpu-{minor}"
+            self._gpu_uuids[name] = gpu_uuid
+            self._names_by_uuid[gpu_uuid] = name
+            mig_current, _ = nvml.nvmlDeviceGetMigMode(handle)
+            if mig_current != nvml.NVML_DEVICE_MIG_ENABLE:
+                inventory.devices.append({
+                    "name": name,
+                    "attributes": {"type": {"string": "gpu"}, "uuid": {"string": gpu_uuid}, **common},
+                    "capacity": {"memory": {"value": str(nvml.nvmlDeviceGetMemoryInfo(handle).total)}},
+                })
+                continue
+            for mig_index in range(nvml.nvmlDeviceGetMaxMigDeviceCount(handle)):
+                try:
+                    mig = nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, mig_index)
+                except nvml.NVMLError:
+                    continue  # an empty MIG slot
+                gi_id = nvml.nvmlDeviceGetGpuInstanceId(mig)
+                ci_id = nvml.nvmlDeviceGetComputeInstanceId(mig)
+                info = nvml.nvmlGpuInstanceGetInfo(nvml.nvmlDeviceGetGpuInstanceById(handle, gi_id))
+                profile = nvml.nvmlDeviceGetGpuInstanceProfileInfo(handle, info.profileId)
+                mig_name = f"{name}-mig-{info.profileId}-{info.placement.start}-{info.placement.size}"
+                mig_uuid = _text(nvml.nvmlDeviceGetUUID(mig))
+                gigabytes = round(profile.memorySizeMB / 1024)
+                self._gpu_uuids[mig_name] = gpu_uuid
+                self._mig_by_instance[(gpu_uuid, gi_id, ci_id)] = mig_name
+                inventory.devices.append({
+                    "name": mig_name,
+                    "attributes": {"type": {"string": "mig"}, "uuid": {"string": mig_uuid},
+                                   "parentUUID": {"string": gpu_uuid},
+                                   "profile": {"string": f"{profile.sliceCount}g.{gigabytes}gb"}, **common},
+                    "capacity": {"memory": {"value": str(profile.memorySizeMB * 2**20)},
+                                 "multiprocessors": {"value": str(profile.multiprocessorCount)}},
+                })
+        return inventory
+
+    # -- health ------------------------------------------------------------------------------
+
+    def healthy(self, device: str) -> bool:
+        gpu_uuid = self._gpu_uuids.get(device)
+        if gpu_uuid is None:
+            return False
+        try:
+            handle = self.nvml.nvmlDeviceGetHandleByUUID(gpu_uuid)
+            self.nvml.nvmlDeviceGetMemoryInfo(handle)
+            return True
+        except self.nvml.NVMLError:
+            return False
+
+    def observe_node(self, node: dict[str, Any]) -> None:
+        pass
+
+    def _event_loop(self, put) -> None:
+        nvml = self.nvml
+        event_set = nvml.nvmlEventSetCreate()
+        mask = (nvml.nvmlEventTypeXidCriticalError | nvml.nvmlEventTypeDoubleBitEccError
+                | nvml.nvmlEventTypeSingleBitEccError)
+        try:
+            for gpu_uuid in sorted(set(self._gpu_uuids.values())):
+                try:
+                    handle = nvml.nvmlDeviceGetHandleByUUID(gpu_uuid)
+                    nvml.nvmlDeviceRegisterEvents(handle, mask, event_set)
+                except nvml.NVMLError:
+                    put(HealthEvent(self._names_by_uuid.get(gpu_uuid, gpu_uuid), LOST))
+            while not self._stop.is_set():
+                try:
+                    event = nvml.nvmlEventSetWait_v2(event_set, _WAIT_MS)
+                except nvml.NVMLError as e:
+                    if isinstance(e, getattr(nvml, "NVMLError_Timeout", ())):
+                        continue
+                    if isinstance(e, getattr(nvml, "NVMLError_GpuIsLost", ())):
+                        for name in self._gpu_uuids:
+                            put(HealthEvent(name, LOST))
+                    continue
+                gpu_uuid = _text(nvml.nvmlDeviceGetUUID(event.device))
+                device = self._mig_by_instance.get((gpu_uuid, event.gpuInstanceId, event.computeInstanceId)) \
+                    or self._names_by_uuid.get(gpu_uuid)
+                if device is None:
+                    continue
+                if event.eventType == nvml.nvmlEventTypeXidCriticalError:
+                    put(HealthEvent(device, XID, str(event.eventData)))
+                elif event.eventType == nvml.nvmlEventTypeDoubleBitEccError:
+                    put(HealthEvent(device, ECC, "double-bit"))
+                elif event.eventType == nvml.nvmlEventTypeSingleBitEccError:
+                    put(HealthEvent(device, ECC, "single-bit"))
+        finally:
+            nvml.nvmlEventSetFree(event_set)
+
+    async def watch(self, events: asyncio.Queue[HealthEvent], changed: asyncio.Event) -> None:
+        loop = asyncio.get_running_loop()
+
+        def put(event: HealthEvent) -> None:
+            loop.call_soon_threadsafe(events.put_nowait, event)
+
+        self._stop.clear()
+        thread = asyncio.to_thread(self._event_loop, put)
+        try:
+            await thread
+        finally:
+            self._stop.set()
+
+    def close(self) -> None:
+        self._stop.set()
+        try:
+            self.nvml.nvmlShutdown()
+        except self.nvml.NVMLError:
+            pass

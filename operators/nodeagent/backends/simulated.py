@@ -1,0 +1,192 @@
+"""Simulated devices from a YAML inventory, for kind, the lab and demos.
+
+Inventory format (one file for every node, optionally with per-node overrides)::
+
+    gpus:                       # groups of identical GPUs, named gpu-0, gpu-1, ...
+    - model: LabGPU-80G         # productName
+      memory: 80Gi              # capacity "memory"
+      count: 4
+      architecture: Hopper      # optional
+      partitions: 2             # optional: also gpu-<i>-part-<j>, sharing the GPU's counters
+      allowMultipleAllocations: true   # optional, with memoryPolicy: {default, min, step}
+      memoryPolicy: {default: 1Gi, min: 1Gi, step: 1Gi}
+      bindingConditions: [attached]            # optional, with bindingFailureConditions
+      bindingFailureConditions: [attach-failed]
+      bindsToNode: true
+    devices:                    # optional extra devices, published as written (after validation)
+    - name: fpga-0
+      attributes: {type: {string: fpga}}
+    nodes:                      # optional: a whole inventory per node name, replacing the above
+      node-a: {gpus: [...]}
+
+Health is injected through the agent's own Node: the annotation
+``nodeagent.dra-operators.dev/simulated-health: "gpu-0=xid:79,gpu-3=lost,gpu-5=ecc:double-bit"``
+lists the devices failing now. A device that leaves the list passes its health check again and
+loses its taint after the quiet period.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from typing import Any
+
+import yaml
+
+from ...core.quantity import parse_quantity
+from ..health import ECC, LOST, XID, HealthEvent
+from .base import BackendError, Inventory
+
+HEALTH_ANNOTATION = "nodeagent.dra-operators.dev/simulated-health"
+_GROUP_KEYS = {"model", "memory", "count", "architecture", "partitions", "allowMultipleAllocations",
+               "memoryPolicy", "bindingConditions", "bindingFailureConditions", "bindsToNode", "attributes"}
+
+
+def parse_health_annotation(text: str) -> dict[str, tuple[str, str]]:
+    """``gpu-0=xid:79,gpu-3=lost`` -> {"gpu-0": ("xid", "79"), "gpu-3": ("gpu-lost", "")}."""
+    failing: dict[str, tuple[str, str]] = {}
+    for item in filter(None, (p.strip() for p in (text or "").split(","))):
+        device, _, fault = item.partition("=")
+        kind, _, value = fault.partition(":")
+        kind = {"lost": LOST, "xid": XID, "ecc": ECC}.get(kind.strip(), "")
+        if device and kind:
+            failing[device.strip()] = (kind, value.strip())
+    return failing
+
+
+def _gpu_devices(group: dict[str, Any], start: int, node: str, driver: str, where: str) -> tuple[list, list, list]:
+    devices, counter_sets, errors = [], [], []
+    unknown = set(group) - _GROUP_KEYS
+    if unknown:
+        errors.append(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
+    memory = str(group.get("memory", "16Gi"))
+    try:
+        count = int(group.get("count", 1))
+    except (TypeError, ValueError):
+        return [], [], [f"{where}.count: {group.get('count')!r} is not a number"]
+    partitions = int(group.get("partitions") or 0)
+    for i in range(start, start + count):
+        name = f"gpu-{i}"
+        attributes: dict[str, Any] = {
+            "type": {"string": "gpu"},
+            "uuid": {"string": "GPU-" + str(uuid.uuid5(uuid.NAMESPACE_DNS, f"{node}/{driver}/{name}"))},
+            "productName": {"string": str(group.get("model", "Simulated GPU"))},
+            "index": {"int": i},
+            "driverVersion": {"version": "1.0.0"},
+        }
+        if group.get("architecture"):
+            attributes["architecture"] = {"string": str(group["architecture"])}
+        for key, value in (group.get("attributes") or {}).items():
+            attributes[key] = value
+        capacity: dict[str, Any] = {"memory": {"value": memory}}
+        device: dict[str, Any] = {"name": name, "attributes": attributes, "capacity": capacity}
+        if group.get("allowMultipleAllocations"):
+            device["allowMultipleAllocations"] = True
+            policy = group.get("memoryPolicy") or {}
+            if policy:
+                capacity["memory"]["requestPolicy"] = {
+                    "default": str(policy.get("default", policy.get("min", "1Gi"))),
+                    "validRange": {k: str(policy[k]) for k in ("min", "max", "step") if k in policy},
+                }
+        for key in ("bindingConditions", "bindingFailureConditions"):
+            if group.get(key):
+                device[key] = list(group[key])
+        if group.get("bindsToNode"):
+            device["bindsToNode"] = True
+        if partitions:
+            counter_set = f"{name}-counters"
+            counter_sets.append({"name": counter_set, "counters": {"memory": {"value": memory}}})
+            device["consumesCounters"] = [{"counterSet": counter_set, "counters": {"memory": {"value": memory}}}]
+        devices.append(device)
+        if partitions:
+            share = parse_quantity(memory) / partitions
+            share_text = str(int(share)) if share.denominator == 1 else f"{float(share)}"
+            for j in range(partitions):
+                devices.append({
+                    "name": f"{name}-part-{j}",
+                    "attributes": {**attributes, "type": {"string": "partition"}, "partition": {"int": j},
+                                   "parentUUID": attributes["uuid"],
+                                   "uuid": {"string": "GPU-" + str(uuid.uuid5(uuid.NAMESPACE_DNS, f"{node}/{driver}/{name}/{j}"))}},
+                    "capacity": {"memory": {"value": share_text}},
+                    "consumesCounters": [{"counterSet": counter_set, "counters": {"memory": {"value": share_text}}}],
+                })
+    return devices, counter_sets, errors
+
+
+def build_inventory(document: Any, node: str, driver: str) -> Inventory:
+    """The inventory for ``node`` from a parsed YAML document (pure)."""
+    if not isinstance(document, dict):
+        return Inventory(errors=["inventory: the top level must be a mapping with 'gpus' and/or 'devices'"])
+    nodes = document.get("nodes") or {}
+    if node in nodes:
+        document = nodes[node] or {}
+    inventory = Inventory()
+    index = 0
+    for g, group in enumerate(document.get("gpus") or []):
+        if not isinstance(group, dict):
+            inventory.errors.append(f"gpus[{g}]: must be a mapping")
+            continue
+        devices, counter_sets, errors = _gpu_devices(group, index, node, driver, f"gpus[{g}]")
+        index += len([d for d in devices if "-part-" not in d["name"]])
+        inventory.devices += devices
+        inventory.counter_sets += counter_sets
+        inventory.errors += errors
+    for d, device in enumerate(document.get("devices") or []):
+        if not isinstance(device, dict) or "name" not in device:
+            inventory.errors.append(f"devices[{d}]: must be a mapping with a name")
+            continue
+        inventory.devices.append(device)
+    return inventory
+
+
+class SimulatedBackend:
+    name = "simulated"
+
+    def __init__(self, path: str, node_name: str, driver: str, poll_interval: float = 1.0):
+        self.path = path
+        self.node_name = node_name
+        self.driver = driver
+        self.poll_interval = poll_interval
+        self._failing: dict[str, tuple[str, str]] = {}
+        self._events: asyncio.Queue[HealthEvent] | None = None
+        self._mtime = self._stat()
+
+    def _stat(self) -> float | None:
+        try:
+            return os.stat(self.path).st_mtime
+        except OSError:
+            return None
+
+    def discover(self) -> Inventory:
+        try:
+            with open(self.path) as f:
+                document = yaml.safe_load(f)
+        except OSError as e:
+            raise BackendError(f"cannot read the inventory {self.path}: {e.strerror}") from e
+        except yaml.YAMLError as e:
+            raise BackendError(f"inventory {self.path} does not parse: {e}") from e
+        return build_inventory(document, self.node_name, self.driver)
+
+    def healthy(self, device: str) -> bool:
+        return device not in self._failing
+
+    def observe_node(self, node: dict[str, Any]) -> None:
+        annotation = ((node.get("metadata") or {}).get("annotations") or {}).get(HEALTH_ANNOTATION, "")
+        failing = parse_health_annotation(annotation)
+        for device, (kind, value) in failing.items():
+            if self._failing.get(device) != (kind, value) and self._events is not None:
+                self._events.put_nowait(HealthEvent(device, kind, value))
+        self._failing = failing
+
+    async def watch(self, events: asyncio.Queue[HealthEvent], changed: asyncio.Event) -> None:
+        self._events = events
+        while True:
+            await asyncio.sleep(self.poll_interval)
+            mtime = self._stat()
+            if mtime != self._mtime:
+                self._mtime = mtime
+                changed.set()
+
+    def close(self) -> None:
+        pass

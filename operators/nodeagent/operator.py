@@ -1,0 +1,71 @@
+"""kopf wiring of the node agent: standalone, watching only its own Node and its own slices."""
+
+from __future__ import annotations
+
+import kopf
+
+from ..core.kopfsettings import quiet
+from ..core.kube import Kube
+from ..core.metrics import serve
+from ..core.settings import Settings
+from .agent import NodeAgent
+from .backends import BackendError, create_backend
+from .health import HealthTracker
+from .metrics import Metrics
+
+DEFAULT_DRIVERS = {"nvml": "gpu.nvidia.com", "simulated": "gpu.sim.dra-operators.dev"}
+
+
+def driver_name(config: Settings) -> str:
+    return config.nodeagent_driver or DEFAULT_DRIVERS.get(config.nodeagent_backend, "")
+
+
+def preflight(config: Settings, memo: kopf.Memo) -> None:
+    """Fail before kopf starts, with a message that says what to do (the CLI exits non-zero)."""
+    if not config.node_name:
+        raise BackendError("NODE_NAME is not set: the node agent must know its Node "
+                           "(the DaemonSet passes spec.nodeName through the downward API)")
+    memo.nodeagent_backend = create_backend(config.nodeagent_backend, node_name=config.node_name,
+                                            driver=driver_name(config), inventory_path=config.nodeagent_inventory)
+
+
+@kopf.on.startup()
+async def start_nodeagent(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None:
+    quiet(settings)
+    config = Settings.from_env()
+    driver = driver_name(config)
+    settings.watching.field_selectors["v1", "nodes"] = f"metadata.name={config.node_name}"
+    settings.watching.field_selectors["resource.k8s.io", "resourceslices"] = \
+        f"spec.nodeName={config.node_name},spec.driver={driver}"
+    if getattr(memo, "nodeagent_backend", None) is None:
+        try:
+            preflight(config, memo)
+        except BackendError as e:
+            raise kopf.PermanentError(str(e)) from e
+    kube = await Kube.connect(config.kubeconfig)
+    metrics = Metrics()
+    ignored = tuple(int(x) for x in config.nodeagent_ignored_xids.split(",") if x.strip())
+    agent = NodeAgent(kube, memo.nodeagent_backend, node_name=config.node_name, driver=driver,
+                      sync_delay=config.nodeagent_sync_delay, metrics=metrics,
+                      health=HealthTracker(driver, ignored, config.nodeagent_health_quiet_period))
+    await agent.start()
+    serve(metrics.registry, config.metrics_port)
+    memo.nodeagent = agent
+
+
+@kopf.on.cleanup()
+async def stop_nodeagent(memo: kopf.Memo, **_) -> None:
+    agent: NodeAgent | None = getattr(memo, "nodeagent", None)
+    if agent is not None:
+        await agent.stop()
+        await agent.kube.close()
+
+
+@kopf.on.event("v1", "nodes")
+async def node_event(event: kopf.RawEvent, memo: kopf.Memo, **_) -> None:
+    memo.nodeagent.on_node(event["object"], event.get("type") == "DELETED")
+
+
+@kopf.on.event("resource.k8s.io", "v1", "resourceslices")
+async def slice_event(event: kopf.RawEvent, memo: kopf.Memo, **_) -> None:
+    memo.nodeagent.on_slice(event["object"], event.get("type") == "DELETED")
