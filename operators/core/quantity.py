@@ -33,3 +33,15 @@ def same_quantity(a: str | int | None, b: str | int | None) -> bool:
         return parse_quantity(a) == parse_quantity(b)
     except ValueError:
         return str(a) == str(b)
+
+
+def format_binary(value: Fraction | int) -> str:
+    """Bytes in the largest binary suffix that divides them exactly (42949672960 -> "40Gi")."""
+    value = Fraction(value)
+    if value.denominator != 1:
+        return str(float(value))
+    number = int(value)
+    for suffix, factor in sorted(_BINARY.items(), key=lambda kv: -kv[1]):
+        if number and number % factor == 0:
+            return f"{number // factor}{suffix}"
+    return str(number)

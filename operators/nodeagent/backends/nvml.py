@@ -2,7 +2,7 @@
 
 Devices and attributes follow NVIDIA's DRA driver, so CEL written for it works unchanged:
 ``gpu-<minor>`` with type, uuid, productName, brand, architecture, cudaComputeCapability,
-driverVersion, cudaDriverVersion (versions), ``resource.kubernetes.io/pciBusID`` and capacity
+driverVersion, cudaDriverVersion (versions), ``resource.kubernetes.io/pciBusID`` (and ``pcieRoot`` where sysfs shows it), capacity
 ``memory``; with MIG on, ``gpu-<minor>-mig-<profileId>-<placementStart>-<placementSize>`` with
 type "mig", uuid, parentUUID, profile and the parent's attributes.
 
@@ -13,6 +13,8 @@ pynvml's function names can stand in for the library (the tests use a fake).
 from __future__ import annotations
 
 import asyncio
+import math
+import os
 import re
 import threading
 from typing import Any
@@ -36,11 +38,25 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def pcie_root(bus_id: str) -> str:
-    """The PCIe root complex of a bus ID like 0000:3b:00.0 -> pci0000:3b is not knowable from
-    NVML alone; the domain and bus form the root name the standard attribute uses."""
-    domain, bus = bus_id.lower().split(":")[:2]
-    return f"pci{domain[-4:]}:{bus}"
+def pcie_root(bus_id: str, sysfs: str = "/sys") -> str | None:
+    """The PCIe root complex of a device (``pci0000:00``) from sysfs, as Kubernetes'
+    standard attribute names it; None where sysfs does not show it (the attribute is omitted)."""
+    try:
+        path = os.path.realpath(os.path.join(sysfs, "bus", "pci", "devices", bus_id))
+    except OSError:
+        return None
+    for part in path.split(os.sep):
+        if re.fullmatch(r"pci[0-9a-f]{4}:[0-9a-f]{2}", part):
+            return part
+    return None
+
+
+def profile_name(profile: Any) -> str:
+    """``3g.40gb``: NVML's own profile name where it has one, else slices and memory rounded up."""
+    name = _text(getattr(profile, "name", "") or "")
+    if name:
+        return name.removeprefix("MIG ").strip()
+    return f"{profile.sliceCount}g.{math.ceil(profile.memorySizeMB / 1024)}gb"
 
 
 class NvmlBackend:
@@ -90,7 +106,7 @@ class NvmlBackend:
             minor = nvml.nvmlDeviceGetMinorNumber(handle)
             gpu_uuid = _text(nvml.nvmlDeviceGetUUID(handle))
             major, minor_cc = nvml.nvmlDeviceGetCudaComputeCapability(handle)
-            bus_id = _text(nvml.nvmlDeviceGetPciInfo_v3(handle).busId)
+            bus_id = _text(nvml.nvmlDeviceGetPciInfo_v3(handle).busId).lower()[-12:]  # 0000:3b:00.0
             common = {
                 "productName": {"string": _text(nvml.nvmlDeviceGetName(handle))},
                 "brand": {"string": self._brand(handle)},
@@ -98,9 +114,10 @@ class NvmlBackend:
                 "cudaComputeCapability": {"version": semver(f"{major}.{minor_cc}")},
                 "driverVersion": {"version": driver_version},
                 "cudaDriverVersion": {"version": cuda_version},
-                "resource.kubernetes.io/pciBusID": {"string": bus_id.lower()[-12:]},
-                "resource.kubernetes.io/pcieRoot": {"string": pcie_root(bus_id)},
+                "resource.kubernetes.io/pciBusID": {"string": bus_id},
             }
+            if root := pcie_root(bus_id):
+                common["resource.kubernetes.io/pcieRoot"] = {"string": root}
             name = f"gpu-{minor}"
             self._gpu_uuids[name] = gpu_uuid
             self._names_by_uuid[gpu_uuid] = name
@@ -123,14 +140,13 @@ class NvmlBackend:
                 profile = nvml.nvmlDeviceGetGpuInstanceProfileInfo(handle, info.profileId)
                 mig_name = f"{name}-mig-{info.profileId}-{info.placement.start}-{info.placement.size}"
                 mig_uuid = _text(nvml.nvmlDeviceGetUUID(mig))
-                gigabytes = round(profile.memorySizeMB / 1024)
                 self._gpu_uuids[mig_name] = gpu_uuid
                 self._mig_by_instance[(gpu_uuid, gi_id, ci_id)] = mig_name
                 inventory.devices.append({
                     "name": mig_name,
                     "attributes": {"type": {"string": "mig"}, "uuid": {"string": mig_uuid},
                                    "parentUUID": {"string": gpu_uuid},
-                                   "profile": {"string": f"{profile.sliceCount}g.{gigabytes}gb"}, **common},
+                                   "profile": {"string": profile_name(profile)}, **common},
                     "capacity": {"memory": {"value": str(profile.memorySizeMB * 2**20)},
                                  "multiprocessors": {"value": str(profile.multiprocessorCount)}},
                 })

@@ -34,7 +34,7 @@ from typing import Any
 
 import yaml
 
-from ...core.quantity import parse_quantity
+from ...core.quantity import format_binary, parse_quantity
 from ..health import ECC, LOST, XID, HealthEvent
 from .base import BackendError, Inventory
 
@@ -100,8 +100,7 @@ def _gpu_devices(group: dict[str, Any], start: int, node: str, driver: str, wher
             device["consumesCounters"] = [{"counterSet": counter_set, "counters": {"memory": {"value": memory}}}]
         devices.append(device)
         if partitions:
-            share = parse_quantity(memory) / partitions
-            share_text = str(int(share)) if share.denominator == 1 else f"{float(share)}"
+            share_text = format_binary(parse_quantity(memory) / partitions)
             for j in range(partitions):
                 devices.append({
                     "name": f"{name}-part-{j}",
