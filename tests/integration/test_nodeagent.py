@@ -301,6 +301,10 @@ async def test_health_taint_recovery_and_ignorable_xid(kube, node, driver, agent
     metrics = agent.metrics()
     assert f'dra_nodeagent_health_events_total{{driver="{driver}",kind="xid",value="79"}} 1.0' in metrics
     assert f'dra_nodeagent_health_recoveries_total{{driver="{driver}"}} 1.0' in metrics
+    # kopf only watched: nothing of it on the Node or the slices.
+    node_obj = await kube.get(NODES, node)
+    assert "kopf" not in json.dumps(node_obj["metadata"])
+    assert "kopf" not in json.dumps([s["metadata"] for s in await pool_slices(kube, driver, node)])
 
 
 async def test_bad_inventory_entries_are_reported_and_the_rest_published(kube, node, driver, agents, tmp_path):
@@ -356,3 +360,24 @@ async def test_slices_go_with_their_node(kube, lab, driver, agents, tmp_path, un
     await wait_pool(kube, driver, name, complete(devices=1), "published")
     lab.api("DELETE", f"/api/v1/nodes/{name}")
     await wait_pool(kube, driver, name, lambda s: not s, "slices deleted with the Node")
+
+
+async def test_fake_nvml_xid_taints_the_published_device(kube, node, driver):
+    fake = eight_gpu_machine()
+    agent = NodeAgent(kube, NvmlBackend(driver, nvml=fake), node_name=node, driver=driver,
+                      sync_delay=1, health=HealthTracker(driver, quiet_period=3600))
+    await agent.start()
+    try:
+        await wait_pool(kube, driver, node, complete(devices=10), "published pool")
+        fake.inject_xid(3, 79)
+        fake.inject_xid(7, 43, gi=1, ci=0)  # an application error on a MIG device: effect None
+        slices = await wait_pool(kube, driver, node, lambda s: s and sum(
+            len(d.get("taints") or []) for x in s for d in x["spec"].get("devices") or []) == 2, "two taints")
+    finally:
+        await agent.stop()
+    devices = {d["name"]: d for s in slices for d in s["spec"].get("devices") or []}
+    [xid] = devices["gpu-3"]["taints"]
+    assert (xid["key"], xid["value"], xid["effect"]) == (f"{driver}/xid", "79", "NoSchedule") and xid["timeAdded"]
+    assert devices["gpu-7-mig-9-0-4"]["taints"][0]["effect"] == "None"
+    # 64 devices per slice once a device has taints: still one slice for ten devices.
+    assert len(slices) == 1
