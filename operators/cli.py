@@ -10,7 +10,7 @@ from .core.logging import configure_logging
 from .core.settings import Settings
 from .lab.cli import lab
 
-OPERATORS = ("claims", "nodeagent",)
+OPERATORS = ("claims", "nodeagent", "binding",)
 
 
 @click.group()

@@ -38,6 +38,25 @@ class Settings:
                                                    "passes its check loses its taint")
     nodeagent_ignored_xids: str = setting("13,31,43,45,68,109", "DRA_NODEAGENT_IGNORED_XIDS",
                                           "nodeagent: XIDs that taint with effect None instead of NoSchedule")
+    # -- binding -----------------------------------------------------------------------------
+    binding_drivers: str = setting("", "DRA_BINDING_DRIVERS",
+                                   "binding: drivers served, comma-separated names or patterns (* = all; "
+                                   "empty = none)")
+    binding_preparer: str = setting("simulated", "DRA_BINDING_PREPARER",
+                                    "binding: preparer, simulated, http or an entry point of dra_operators.preparers")
+    binding_preparer_config: str = setting("", "DRA_BINDING_PREPARER_CONFIG",
+                                           "binding: the preparer's configuration, a JSON object or @file (JSON/YAML)")
+    binding_timeout: float = setting(600.0, "DRA_BINDING_TIMEOUT",
+                                     "binding: seconds after allocation a preparation may take; set it to the "
+                                     "scheduler's DynamicResources bindingTimeout")
+    binding_workers: int = setting(10, "DRA_BINDING_WORKERS", "binding: concurrent claim syncs")
+    binding_max_parallel: int = setting(100, "DRA_BINDING_MAX_PARALLEL", "binding: preparations running at once")
+    binding_cool_off: float = setting(300.0, "DRA_BINDING_COOL_OFF",
+                                      "binding: seconds a device whose preparation failed stays tainted (0: no taint)")
+    binding_taint_key: str = setting("binding.dra-operators.dev/preparation-failed", "DRA_BINDING_TAINT_KEY",
+                                     "binding: key of the cool-off device taint")
+    binding_taint_effect: str = setting("NoSchedule", "DRA_BINDING_TAINT_EFFECT",
+                                        "binding: effect of the cool-off device taint (NoSchedule or None)")
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None, **overrides: Any) -> "Settings":

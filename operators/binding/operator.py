@@ -1,0 +1,74 @@
+"""kopf wiring of the binding operator: the claim watch feeds the controller's cache and queue."""
+
+from __future__ import annotations
+
+import kopf
+
+from ..core.kopfsettings import quiet
+from ..core.kube import Kube
+from ..core.logging import get_logger
+from ..core.metrics import serve
+from ..core.resources import DEVICE_TAINT_RULES, RESOURCE_CLAIMS
+from ..core.settings import Settings
+from . import decisions as d
+from . import preparers
+from .controller import BindingController
+from .metrics import Metrics
+
+log = get_logger("operators.binding")
+
+TAINT_EFFECTS = ("NoSchedule", "None")  # NoExecute would evict Pods that use the device elsewhere
+
+
+@kopf.on.startup()
+async def start_binding(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None:
+    quiet(settings)
+    config = Settings.from_env()
+    drivers = d.DriverFilter.parse(config.binding_drivers)
+    if not drivers.patterns:
+        log.warning("binding operator serves no driver: set DRA_BINDING_DRIVERS (names, patterns, or *)")
+    if config.binding_taint_effect not in TAINT_EFFECTS:
+        raise kopf.PermanentError(f"DRA_BINDING_TAINT_EFFECT={config.binding_taint_effect!r}: "
+                                  f"use one of {', '.join(TAINT_EFFECTS)}")
+    try:
+        preparer = preparers.load(config.binding_preparer, preparers.parse_config(config.binding_preparer_config))
+    except preparers.ConfigError as e:
+        raise kopf.PermanentError(f"DRA_BINDING_PREPARER / DRA_BINDING_PREPARER_CONFIG: {e}") from e
+    kube = await Kube.connect(config.kubeconfig)
+    rules = None
+    if config.binding_cool_off > 0:
+        # v1 from 1.37, v1beta2 or v1alpha3 before (feature gate and runtime config permitting).
+        rules = await kube.preferred_version(DEVICE_TAINT_RULES)
+        if rules is None:
+            log.warning("DeviceTaintRules are not served: failed devices get no cool-off taint")
+    metrics = Metrics()
+    controller = BindingController(
+        kube, preparer, drivers, timeout=config.binding_timeout, workers=config.binding_workers,
+        max_parallel=config.binding_max_parallel, rules=rules, cool_off=config.binding_cool_off,
+        taint_key=config.binding_taint_key, taint_effect=config.binding_taint_effect, metrics=metrics)
+    # Fill the cache before any worker runs: records on claims tell a restarted operator which
+    # preparations to resume and which to undo; rules tell it which cool-offs to end.
+    for claim in await kube.list(RESOURCE_CLAIMS):
+        controller.on_claim(claim, deleted=False)
+    await controller.cool_off.prime()
+    controller.queue.start()
+    serve(metrics.registry, config.metrics_port)
+    memo.binding_controller = controller
+    log.info("binding operator started", drivers=list(drivers.patterns), preparer=config.binding_preparer,
+             timeout=config.binding_timeout, claims=len(controller.claims),
+             cool_off=config.binding_cool_off if rules else 0, taint_rules=rules.group_version if rules else None,
+             metrics_port=config.metrics_port)
+
+
+@kopf.on.cleanup()
+async def stop_binding(memo: kopf.Memo, **_) -> None:
+    controller: BindingController | None = getattr(memo, "binding_controller", None)
+    if controller is not None:
+        await controller.stop()
+        await controller.kube.close()
+
+
+# Async on purpose: sync handlers would run in kopf's thread pool, off the loop that owns the queue.
+@kopf.on.event("resource.k8s.io", "v1", "resourceclaims")
+async def binding_claim_event(event: kopf.RawEvent, memo: kopf.Memo, **_) -> None:
+    memo.binding_controller.on_claim(event["object"], event.get("type") == "DELETED")

@@ -1,0 +1,73 @@
+"""Preparers, selected by name (``DRA_BINDING_PREPARER``) with a JSON configuration
+(``DRA_BINDING_PREPARER_CONFIG``).
+
+The built-in ones are ``simulated`` and ``http``. A third party adds one by publishing an entry
+point in the ``dra_operators.preparers`` group, naming a callable that takes the configuration
+dict and returns a ``Preparer``::
+
+    [project.entry-points."dra_operators.preparers"]
+    fpga = "acme_fpga.binding:FpgaPreparer"
+"""
+
+from __future__ import annotations
+
+import json
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Any, Callable
+
+from .base import ConfigError, Outcome, Preparation, Preparer
+from .http import HttpPreparer
+from .simulated import SimulatedPreparer
+
+ENTRY_POINT_GROUP = "dra_operators.preparers"
+# Also declared as entry points in pyproject.toml; listed here so that they work from a source
+# tree that was never installed.
+BUILTIN: dict[str, Callable[[dict[str, Any]], Preparer]] = {
+    "simulated": SimulatedPreparer,
+    "http": HttpPreparer,
+}
+
+__all__ = ["ConfigError", "Outcome", "Preparation", "Preparer", "available", "load", "parse_config"]
+
+
+def available() -> list[str]:
+    return sorted({*BUILTIN, *(ep.name for ep in entry_points(group=ENTRY_POINT_GROUP))})
+
+
+def parse_config(text: str) -> dict[str, Any]:
+    """The configuration: a JSON object, or ``@path`` to a JSON or YAML file holding one."""
+    text = (text or "").strip()
+    if not text:
+        return {}
+    try:
+        if text.startswith("@"):
+            import yaml  # YAML is a superset of JSON
+
+            value = yaml.safe_load(Path(text[1:]).read_text())
+        else:
+            value = json.loads(text)
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"preparer configuration {text[:80]!r}: {e}") from e
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ConfigError(f"preparer configuration must be an object, got {type(value).__name__}")
+    return value
+
+
+def load(name: str, config: dict[str, Any]) -> Preparer:
+    """Build the preparer ``name``: a built-in one, else the entry point of that name."""
+    factory = BUILTIN.get(name)
+    if factory is None:
+        matches = [ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name == name]
+        if not matches:
+            raise ConfigError(f"unknown preparer {name!r}; available: {', '.join(available())}")
+        try:
+            factory = matches[0].load()
+        except Exception as e:  # noqa: BLE001 - a broken plugin is a configuration error
+            raise ConfigError(f"preparer {name!r} ({matches[0].value}) cannot be loaded: {e}") from e
+    preparer = factory(config)
+    if not isinstance(preparer, Preparer):
+        raise ConfigError(f"preparer {name!r} built a {type(preparer).__name__}, not a Preparer")
+    return preparer
