@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 LAB_BIN := .cache/lab/bin
 PYTEST_ARGS ?=
 
-.PHONY: help venv lab-modules lab-build test unit integration lab-up lab-down clean
+.PHONY: help venv lab-modules lab-build test unit integration lab-up lab-down protos clean
 
 help:
 	@echo "make test          install, build the lab if needed, run unit and integration tests"
@@ -15,6 +15,7 @@ help:
 	@echo "make lab-up        start a lab in the background (dra-operators lab up)"
 	@echo "make lab-down      stop it"
 	@echo "make lab-modules   regenerate lab/*/go.mod from lab/versions.env"
+	@echo "make protos        regenerate the kubelet plugin's gRPC code from its .proto files"
 
 # The virtualenv is rebuilt when pyproject.toml changes.
 $(VENV)/.installed: pyproject.toml
@@ -24,6 +25,10 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 venv: $(VENV)/.installed
+
+# The generated code is checked in; this is the command that regenerates it.
+protos: venv
+	$(PY) -m grpc_tools.protoc -I . --python_out=. --grpc_python_out=. operators/nodeagent/plugin/kubeletapi/*.proto
 
 lab-modules:
 	lab/gen-modules.sh

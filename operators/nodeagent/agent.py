@@ -77,10 +77,9 @@ class NodeAgent:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self.backend.close()
 
-    async def wait_published(self) -> None:
-        """Until nothing is pending (tests)."""
-        while self._wake.is_set():
-            await asyncio.sleep(0.05)
+    def published_devices(self) -> list[dict[str, Any]]:
+        """The devices of the current inventory that pass validation (what is published)."""
+        return split_valid(self.inventory.devices)[0]
 
     # -- inputs ------------------------------------------------------------------------------
 

@@ -20,5 +20,13 @@ class Metrics:
                               ["driver"], registry=self.registry)
         self.health_events = Counter("dra_nodeagent_health_events", "Device health events by kind and value (XID)",
                                      ["driver", "kind", "value"], registry=self.registry)
+        self.prepare = Counter("dra_nodeagent_node_prepare_claims", "Claims kubelet asked to prepare, by outcome",
+                               ["driver", "outcome"], registry=self.registry)
+        self.prepare_duration = Histogram("dra_nodeagent_node_prepare_claim_duration_seconds",
+                                          "Time to prepare one claim", ["driver"], registry=self.registry)
+        self.unprepare = Counter("dra_nodeagent_node_unprepare_claims", "Claims kubelet asked to unprepare, by outcome",
+                                 ["driver", "outcome"], registry=self.registry)
+        self.prepared_claims = Gauge("dra_nodeagent_prepared_claims", "Claims prepared on this node",
+                                     ["driver"], registry=self.registry)
         self.recoveries = Counter("dra_nodeagent_health_recoveries", "Devices that lost their health taints",
                                   ["driver"], registry=self.registry)

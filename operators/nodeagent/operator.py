@@ -12,6 +12,7 @@ from .agent import NodeAgent
 from .backends import BackendError, create_backend
 from .health import HealthTracker
 from .metrics import Metrics
+from .plugin.server import KubeletPlugin
 
 DEFAULT_DRIVERS = {"nvml": "gpu.nvidia.com", "simulated": "gpu.sim.dra-operators.dev"}
 
@@ -49,12 +50,20 @@ async def start_nodeagent(settings: kopf.OperatorSettings, memo: kopf.Memo, **_)
                       sync_delay=config.nodeagent_sync_delay, metrics=metrics,
                       health=HealthTracker(driver, ignored, config.nodeagent_health_quiet_period))
     await agent.start()
-    serve(metrics.registry, config.metrics_port)
     memo.nodeagent = agent
+    if config.nodeagent_kubelet_plugin:
+        memo.nodeagent_plugin = KubeletPlugin(agent, kube, registry_dir=config.nodeagent_registry_dir,
+                                              plugins_dir=config.nodeagent_plugins_dir,
+                                              cdi_root=config.nodeagent_cdi_root)
+        await memo.nodeagent_plugin.start()
+    serve(metrics.registry, config.metrics_port)
 
 
 @kopf.on.cleanup()
 async def stop_nodeagent(memo: kopf.Memo, **_) -> None:
+    plugin: KubeletPlugin | None = getattr(memo, "nodeagent_plugin", None)
+    if plugin is not None:
+        await plugin.stop()
     agent: NodeAgent | None = getattr(memo, "nodeagent", None)
     if agent is not None:
         await agent.stop()

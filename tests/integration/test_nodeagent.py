@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -47,12 +48,19 @@ def driver(unique):
     return f"na-{unique}.lab.dra-operators.dev"
 
 
+def kubelet_dirs() -> dict[str, str]:
+    """Short directories for the plugin's sockets (a socket path has at most 107 characters)."""
+    root = Path(tempfile.mkdtemp(prefix="na-"))
+    return {"DRA_NODEAGENT_REGISTRY_DIR": str(root / "registry"), "DRA_NODEAGENT_PLUGINS_DIR": str(root / "plugins"),
+            "DRA_NODEAGENT_CDI_ROOT": str(root / "cdi")}
+
+
 @pytest.fixture
 def agents(lab, tmp_path):
     started: list[OperatorProcess] = []
 
     def start(node: str, driver: str, inventory: Path, **env: str) -> OperatorProcess:
-        agent = OperatorProcess(["nodeagent"], lab.kubeconfig, tmp_path, env={
+        agent = OperatorProcess(["nodeagent"], lab.kubeconfig, tmp_path, env={**kubelet_dirs(),
             "NODE_NAME": node, "DRA_NODEAGENT_BACKEND": "simulated", "DRA_NODEAGENT_INVENTORY": str(inventory),
             "DRA_NODEAGENT_DRIVER": driver, "DRA_NODEAGENT_SYNC_DELAY": "1",
             "DRA_NODEAGENT_HEALTH_QUIET_PERIOD": "3", **env})

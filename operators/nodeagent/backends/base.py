@@ -40,5 +40,12 @@ class DeviceBackend(Protocol):
     def observe_node(self, node: dict[str, Any]) -> None:
         """Called with the agent's own Node on every change of it."""
 
+    def container_edits(self, device: str, claim: dict[str, str], share_id: str | None,
+                        admin_access: bool) -> dict[str, Any]:
+        """CDI containerEdits that hand ``device`` to a container of ``claim`` ({uid, namespace, name})."""
+
+    def common_edits(self) -> dict[str, Any] | None:
+        """CDI containerEdits every container with any of our devices needs (or None)."""
+
     def close(self) -> None:
         ...

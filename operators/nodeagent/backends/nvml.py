@@ -62,7 +62,7 @@ def profile_name(profile: Any) -> str:
 class NvmlBackend:
     name = "nvml"
 
-    def __init__(self, driver: str, nvml: Any = None):
+    def __init__(self, driver: str, nvml: Any = None, dev_root: str = "/dev", proc_root: str = "/proc"):
         if nvml is None:
             import pynvml as nvml  # the real library; fails only without the package
         self.nvml = nvml
@@ -74,7 +74,10 @@ class NvmlBackend:
                 f"NVML could not be initialised ({e}): install the NVIDIA driver and make libnvidia-ml.so.1 "
                 "visible to the agent (NVIDIA container toolkit or a host mount), or choose the simulated "
                 "backend with DRA_NODEAGENT_BACKEND=simulated") from e
+        self.dev_root = dev_root
+        self.proc_root = proc_root
         self._stop = threading.Event()
+        self._info: dict[str, dict[str, Any]] = {}      # device name -> minor, uuid, gi, ci
         self._gpu_uuids: dict[str, str] = {}            # device name -> GPU UUID (health checks)
         self._names_by_uuid: dict[str, str] = {}
         self._mig_by_instance: dict[tuple[str, int, int], str] = {}
@@ -122,6 +125,7 @@ class NvmlBackend:
             self._gpu_uuids[name] = gpu_uuid
             self._names_by_uuid[gpu_uuid] = name
             mig_current, _ = nvml.nvmlDeviceGetMigMode(handle)
+            self._info[name] = {"minor": minor, "uuid": gpu_uuid}
             if mig_current != nvml.NVML_DEVICE_MIG_ENABLE:
                 inventory.devices.append({
                     "name": name,
@@ -142,6 +146,7 @@ class NvmlBackend:
                 mig_uuid = _text(nvml.nvmlDeviceGetUUID(mig))
                 self._gpu_uuids[mig_name] = gpu_uuid
                 self._mig_by_instance[(gpu_uuid, gi_id, ci_id)] = mig_name
+                self._info[mig_name] = {"minor": minor, "uuid": mig_uuid, "gi": gi_id, "ci": ci_id}
                 inventory.devices.append({
                     "name": mig_name,
                     "attributes": {"type": {"string": "mig"}, "uuid": {"string": mig_uuid},
@@ -167,6 +172,38 @@ class NvmlBackend:
 
     def observe_node(self, node: dict[str, Any]) -> None:
         pass
+
+    def _capability_minor(self, minor: int, *parts: str) -> int | None:
+        """MIG access capabilities: ``DeviceFileMinor: N`` in
+        /proc/driver/nvidia/capabilities/gpu<minor>/mig/gi<G>[/ci<C>]/access."""
+        path = os.path.join(self.proc_root, "driver", "nvidia", "capabilities", f"gpu{minor}", "mig", *parts, "access")
+        try:
+            with open(path) as f:
+                for line in f:
+                    if line.startswith("DeviceFileMinor:"):
+                        return int(line.split(":", 1)[1])
+        except (OSError, ValueError):
+            return None
+        return None
+
+    def container_edits(self, device: str, claim: dict[str, str], share_id: str | None,
+                        admin_access: bool) -> dict[str, Any]:
+        """The GPU's /dev/nvidia<minor>; for a MIG device also its GPU and compute instance
+        capability nodes; NVIDIA_VISIBLE_DEVICES naming the GPU or MIG UUID."""
+        info = self._info[device]
+        nodes = [{"path": f"/dev/nvidia{info['minor']}"}]
+        if "gi" in info:
+            for parts in ((f"gi{info['gi']}",), (f"gi{info['gi']}", f"ci{info['ci']}")):
+                cap = self._capability_minor(info["minor"], *parts)
+                if cap is not None:
+                    nodes.append({"path": f"/dev/nvidia-caps/nvidia-cap{cap}"})
+        return {"env": [f"NVIDIA_VISIBLE_DEVICES={info['uuid']}"], "deviceNodes": nodes}
+
+    def common_edits(self) -> dict[str, Any] | None:
+        """The control device nodes present on the host."""
+        present = [name for name in ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset")
+                   if os.path.exists(os.path.join(self.dev_root, name))]
+        return {"deviceNodes": [{"path": f"/dev/{name}"} for name in present]} if present else None
 
     def _event_loop(self, put) -> None:
         nvml = self.nvml

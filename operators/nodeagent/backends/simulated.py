@@ -36,6 +36,7 @@ import yaml
 
 from ...core.quantity import format_binary, parse_quantity
 from ..health import ECC, LOST, XID, HealthEvent
+from ..plugin.cdi import env_key
 from .base import BackendError, Inventory
 
 HEALTH_ANNOTATION = "nodeagent.dra-operators.dev/simulated-health"
@@ -169,6 +170,21 @@ class SimulatedBackend:
 
     def healthy(self, device: str) -> bool:
         return device not in self._failing
+
+    def container_edits(self, device: str, claim: dict[str, str], share_id: str | None,
+                        admin_access: bool) -> dict[str, Any]:
+        """Simulated devices have nothing to hand over: environment variables say which device
+        and claim the container got, so a workload (and a test) can print them."""
+        key = "DRA_DEVICE_" + env_key(device)
+        env = [f"{key}={device}", f"{key}_RESOURCE_CLAIM={claim['uid']}",
+               f"{key}_CLAIM={claim['namespace']}/{claim['name']}",
+               f"{key}_ADMIN_ACCESS={'true' if admin_access else 'false'}"]
+        if share_id:
+            env.append(f"{key}_SHARE_ID={share_id}")
+        return {"env": env}
+
+    def common_edits(self) -> dict[str, Any] | None:
+        return {"env": [f"DRA_DRIVER_NAME={self.driver}", f"KUBERNETES_NODE_NAME={self.node_name}"]}
 
     def observe_node(self, node: dict[str, Any]) -> None:
         annotation = ((node.get("metadata") or {}).get("annotations") or {}).get(HEALTH_ANNOTATION, "")

@@ -1,0 +1,261 @@
+"""The kubelet plugin: registration and the DRA service (v1 and v1beta1) on Unix sockets.
+
+kubelet finds ``<registry dir>/<driver>-reg.sock``, asks GetInfo, then calls
+NodePrepareResources/NodeUnprepareResources on ``<plugins dir>/<driver>/dra.sock``. Calls are
+served one at a time (as Go's helper does); state lives in the checkpoint and the CDI specs, so a
+restarted agent carries on where the last one stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import grpc
+import structlog
+
+from ...core.events import WARNING, EventRecorder
+from ...core.kube import ApiError, Kube
+from ...core.resources import RESOURCE_CLAIMS
+from . import cdi, checkpoint
+from .checkpoint import PreparedClaim, PreparedDevice
+from .kubeletapi import (dra_v1_pb2, dra_v1_pb2_grpc, dra_v1beta1_pb2, dra_v1beta1_pb2_grpc,
+                         pluginregistration_v1_pb2, pluginregistration_v1_pb2_grpc)
+from .prepare import PrepareError, plan_claim
+
+log = structlog.stdlib.get_logger("operators.nodeagent.plugin")
+
+PLUGIN_TYPE = "DRAPlugin"
+# kubelet takes the first entry of ours it knows: v1 first; v1beta1 for kubelets that still ask for it.
+SUPPORTED_SERVICES = ["v1.DRAPlugin", "v1beta1.DRAPlugin"]
+MAX_SOCKET_PATH = 107  # grpcio's limit (sun_path is 108 bytes with the terminating NUL)
+
+
+class KubeletPlugin:
+    def __init__(self, agent: Any, kube: Kube, *, registry_dir: str, plugins_dir: str, cdi_root: str):
+        self.agent = agent
+        self.kube = kube
+        self.driver = agent.driver
+        self.node = agent.node_name
+        self.data_dir = Path(plugins_dir) / self.driver
+        self.dra_socket = self.data_dir / "dra.sock"
+        self.registration_socket = Path(registry_dir) / f"{self.driver}-reg.sock"
+        self.cdi_root = Path(cdi_root)
+        self.checkpoint_path = self.data_dir / "checkpoint.json"
+        self.prepared: dict[str, PreparedClaim] = {}
+        self.registration: tuple[bool, str] | None = None
+        self.events = EventRecorder(kube, "dra-nodeagent")
+        self._lock = asyncio.Lock()
+        self._servers: list[grpc.aio.Server] = []
+        self.log = log.bind(driver=self.driver, node=self.node)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        for path in (self.dra_socket, self.registration_socket):
+            if len(str(path)) > MAX_SOCKET_PATH:
+                raise ValueError(f"socket path {path} is longer than {MAX_SOCKET_PATH} characters; "
+                                 "choose shorter kubelet directories or a shorter driver name")
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.registration_socket.parent.mkdir(parents=True, exist_ok=True)
+        await self._load_checkpoint()
+        # The DRA service first: kubelet may call it right after registration.
+        dra = grpc.aio.server()
+        dra_v1_pb2_grpc.add_DRAPluginServicer_to_server(_DraV1(self), dra)
+        dra_v1beta1_pb2_grpc.add_DRAPluginServicer_to_server(_DraV1beta1(self), dra)
+        await self._listen(dra, self.dra_socket)
+        registration = grpc.aio.server()
+        pluginregistration_v1_pb2_grpc.add_RegistrationServicer_to_server(_Registration(self), registration)
+        await self._listen(registration, self.registration_socket)
+        self.log.info("kubelet plugin serving", registration=str(self.registration_socket),
+                      endpoint=str(self.dra_socket), prepared_claims=len(self.prepared))
+
+    async def _listen(self, server: grpc.aio.Server, path: Path) -> None:
+        path.unlink(missing_ok=True)  # a stale socket of our own from a previous run
+        server.add_insecure_port(f"unix://{path}")
+        await server.start()
+        self._servers.append(server)
+
+    async def stop(self) -> None:
+        # Registration first, so kubelet stops sending calls before the service goes.
+        for server in reversed(self._servers):
+            await server.stop(grace=2)
+        self._servers = []
+        for path in (self.registration_socket, self.dra_socket):
+            path.unlink(missing_ok=True)
+
+    async def _load_checkpoint(self) -> None:
+        try:
+            self.prepared = checkpoint.load(self.checkpoint_path)
+        except checkpoint.CheckpointCorrupt as e:
+            self.prepared = checkpoint.rebuild_from_cdi(cdi.read_claim_specs(self.cdi_root, self.driver))
+            checkpoint.save(self.checkpoint_path, self.prepared)
+            message = (f"checkpoint {self.checkpoint_path} is corrupt ({e}); rebuilt {len(self.prepared)} "
+                       f"prepared claim(s) from the CDI specs in {self.cdi_root}")
+            self.log.error("checkpoint corrupt, rebuilt", error=str(e), claims=len(self.prepared))
+            if self.agent.node:
+                await self.events.event(self.agent.node, WARNING, "CheckpointCorrupt", message)
+        else:
+            checkpoint.save(self.checkpoint_path, self.prepared)  # an older version is upgraded on start
+
+    # -- the DRA service ---------------------------------------------------------------------
+
+    async def prepare(self, claims: list[dict[str, str]]) -> dict[str, tuple[list[PreparedDevice], str]]:
+        """uid -> (devices, error) for every requested claim."""
+        fetched = await asyncio.gather(*(self._get_claim(c) for c in claims))
+        results: dict[str, tuple[list[PreparedDevice], str]] = {}
+        async with self._lock:
+            changed = False
+            for requested, claim in zip(claims, fetched):
+                started = time.monotonic()
+                try:
+                    if isinstance(claim, Exception):
+                        raise PrepareError(f"ResourceClaim {requested['namespace']}/{requested['name']}: {claim}")
+                    record = self.prepared.get(requested["uid"])
+                    if record is None:
+                        record = self._prepare_claim(requested, claim)
+                        self.prepared[record.uid] = record
+                        changed = True
+                    else:
+                        self._ensure_spec(record)  # e.g. /var/run/cdi emptied by a reboot
+                    results[requested["uid"]] = (record.devices, "")
+                    self.agent.metrics.prepare.labels(self.driver, "success").inc()
+                    self.log.info("prepared claim", claim=f"{requested['namespace']}/{requested['name']}",
+                                  uid=requested["uid"], devices=[d.device for d in record.devices])
+                except PrepareError as e:
+                    results[requested["uid"]] = ([], str(e))
+                    self.agent.metrics.prepare.labels(self.driver, "error").inc()
+                    self.log.warning("cannot prepare claim", claim=f"{requested['namespace']}/{requested['name']}",
+                                     error=str(e))
+                self.agent.metrics.prepare_duration.labels(self.driver).observe(time.monotonic() - started)
+            if changed:
+                checkpoint.save(self.checkpoint_path, self.prepared)
+            self.agent.metrics.prepared_claims.labels(self.driver).set(len(self.prepared))
+        return results
+
+    async def _get_claim(self, requested: dict[str, str]) -> dict | None | Exception:
+        try:
+            return await self.kube.get_or_none(RESOURCE_CLAIMS, requested["name"], requested["namespace"])
+        except ApiError as e:
+            return e
+
+    def _prepare_claim(self, requested: dict[str, str], claim: dict | None) -> PreparedClaim:
+        known = {d["name"] for d in self.agent.published_devices()}
+        allocations = plan_claim(claim, requested, driver=self.driver, node=self.node, known_devices=known,
+                                 prepared=self.prepared)
+        devices = []
+        for a in allocations:
+            name = cdi.device_name(requested["uid"], a.device, a.share_id)
+            devices.append(PreparedDevice(pool=a.pool, device=a.device, requestNames=[a.request],
+                                          shareID=a.share_id, adminAccess=a.admin_access,
+                                          cdiDeviceIDs=[cdi.qualified_id(self.driver, name)]))
+        record = PreparedClaim(uid=requested["uid"], namespace=requested["namespace"], name=requested["name"],
+                               devices=devices)
+        self._write_spec(record)
+        return record
+
+    def _spec_path(self, uid: str) -> Path:
+        return self.cdi_root / cdi.spec_file_name(self.driver, uid)
+
+    def _ensure_spec(self, record: PreparedClaim) -> None:
+        if record.devices and not self._spec_path(record.uid).exists():
+            self._write_spec(record)
+
+    def _write_spec(self, record: PreparedClaim) -> None:
+        claim = {"uid": record.uid, "namespace": record.namespace, "name": record.name}
+        try:
+            devices = [{
+                "cdi_name": d.cdiDeviceIDs[0].split("=", 1)[1],
+                "edits": self.agent.backend.container_edits(d.device, claim, d.shareID, d.adminAccess),
+                "record": {"pool": d.pool, "device": d.device, "requestNames": d.requestNames, "shareID": d.shareID,
+                           "adminAccess": d.adminAccess, "cdiDeviceIDs": d.cdiDeviceIDs},
+            } for d in record.devices]
+        except KeyError as e:
+            raise PrepareError(f"device {e} is not known to the {self.agent.backend.name} backend") from e
+        spec = cdi.build_claim_spec(self.driver, claim, devices, self.agent.backend.common_edits())
+        cdi.write_spec(self.cdi_root, cdi.spec_file_name(self.driver, record.uid), spec)
+
+    async def unprepare(self, claims: list[dict[str, str]]) -> dict[str, str]:
+        """uid -> error ("" = done) for every requested claim; unknown claims are fine."""
+        results: dict[str, str] = {}
+        async with self._lock:
+            for requested in claims:
+                try:
+                    self._spec_path(requested["uid"]).unlink(missing_ok=True)
+                    self.prepared.pop(requested["uid"], None)
+                    results[requested["uid"]] = ""
+                    self.agent.metrics.unprepare.labels(self.driver, "success").inc()
+                    self.log.info("unprepared claim", claim=f"{requested['namespace']}/{requested['name']}",
+                                  uid=requested["uid"])
+                except OSError as e:
+                    results[requested["uid"]] = f"removing the CDI spec of claim {requested['uid']}: {e}"
+                    self.agent.metrics.unprepare.labels(self.driver, "error").inc()
+            checkpoint.save(self.checkpoint_path, self.prepared)
+            self.agent.metrics.prepared_claims.labels(self.driver).set(len(self.prepared))
+        return results
+
+
+def _claims(request: Any) -> list[dict[str, str]]:
+    return [{"namespace": c.namespace, "uid": c.uid, "name": c.name} for c in request.claims]
+
+
+class _DraV1(dra_v1_pb2_grpc.DRAPluginServicer):
+    pb2 = dra_v1_pb2
+
+    def __init__(self, plugin: KubeletPlugin):
+        self.plugin = plugin
+
+    def _device(self, d: PreparedDevice):
+        device = self.pb2.Device(request_names=d.requestNames, pool_name=d.pool, device_name=d.device,
+                                 cdi_device_ids=d.cdiDeviceIDs)
+        if d.shareID:
+            device.share_id = d.shareID
+        return device
+
+    async def NodePrepareResources(self, request, context):
+        response = self.pb2.NodePrepareResourcesResponse()
+        for uid, (devices, error) in (await self.plugin.prepare(_claims(request))).items():
+            entry = response.claims[uid]
+            if error:
+                entry.error = error
+            else:
+                entry.devices.extend(self._device(d) for d in devices)
+        return response
+
+    async def NodeUnprepareResources(self, request, context):
+        response = self.pb2.NodeUnprepareResourcesResponse()
+        for uid, error in (await self.plugin.unprepare(_claims(request))).items():
+            response.claims[uid].error = error  # an empty entry is success
+        return response
+
+
+class _DraV1beta1(_DraV1, dra_v1beta1_pb2_grpc.DRAPluginServicer):
+    """Same service for kubelets that ask for v1beta1 (no share_id there)."""
+
+    pb2 = dra_v1beta1_pb2
+
+    def _device(self, d: PreparedDevice):
+        return self.pb2.Device(request_names=d.requestNames, pool_name=d.pool, device_name=d.device,
+                               cdi_device_ids=d.cdiDeviceIDs)
+
+
+class _Registration(pluginregistration_v1_pb2_grpc.RegistrationServicer):
+    def __init__(self, plugin: KubeletPlugin):
+        self.plugin = plugin
+
+    async def GetInfo(self, request, context):
+        return pluginregistration_v1_pb2.PluginInfo(
+            type=PLUGIN_TYPE, name=self.plugin.driver, endpoint=str(self.plugin.dra_socket),
+            supported_versions=SUPPORTED_SERVICES)
+
+    async def NotifyRegistrationStatus(self, request, context):
+        self.plugin.registration = (request.plugin_registered, request.error)
+        if request.plugin_registered:
+            self.plugin.log.info("registered with kubelet")
+        else:
+            self.plugin.log.error("kubelet refused the registration", error=request.error)
+            await context.abort(grpc.StatusCode.UNKNOWN, f"registration failed: {request.error}")
+        return pluginregistration_v1_pb2.RegistrationStatusResponse()

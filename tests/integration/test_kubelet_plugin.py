@@ -1,0 +1,306 @@
+"""The node agent as kubelet's DRA plugin: a fake kubelet registers it over its Unix sockets and
+prepares and unprepares claims the real scheduler allocated from the agent's own slices."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+
+from operators.core.kube import MERGE_PATCH
+from operators.core.resources import DEVICE_CLASSES, EVENTS, NAMESPACES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
+from operators.nodeagent.agent import NodeAgent
+from operators.nodeagent.backends.nvml import NvmlBackend
+from operators.nodeagent.health import HealthTracker
+from operators.nodeagent.plugin.server import KubeletPlugin
+
+from ..fakenvml import eight_gpu_machine
+from . import objects
+from .fake_kubelet import FakeKubelet
+from .operator_process import OperatorProcess
+from .waiting import wait_for
+
+SCHEMA = json.loads((Path(__file__).resolve().parents[1] / "schemas" / "cdi-spec.json").read_text())
+
+
+class Node:
+    """A kwok node with a simulated node agent serving as kubelet plugin, its DeviceClass, and a
+    fake kubelet."""
+
+    def __init__(self, lab, kube, namespace, unique, tmp_path, suffix="a", inventory=None, driver=None):
+        self.lab, self.kube, self.namespace = lab, kube, namespace
+        self.name = f"kp-{unique}-{suffix}"
+        self.driver = driver or f"kp-{unique}.lab.dra-operators.dev"
+        self.root = Path(tempfile.mkdtemp(prefix="kp-"))
+        self.registry, self.plugins, self.cdi = self.root / "registry", self.root / "plugins", self.root / "cdi"
+        self.inventory = tmp_path / f"inventory-{suffix}.yaml"
+        self.inventory.write_text(yaml.safe_dump(inventory or {"gpus": [{"model": "M", "memory": "16Gi", "count": 4}]}))
+        self.agent = OperatorProcess(["nodeagent"], lab.kubeconfig, tmp_path, env={
+            "NODE_NAME": self.name, "DRA_NODEAGENT_BACKEND": "simulated", "DRA_NODEAGENT_INVENTORY": str(self.inventory),
+            "DRA_NODEAGENT_DRIVER": self.driver, "DRA_NODEAGENT_SYNC_DELAY": "1",
+            "DRA_NODEAGENT_REGISTRY_DIR": str(self.registry), "DRA_NODEAGENT_PLUGINS_DIR": str(self.plugins),
+            "DRA_NODEAGENT_CDI_ROOT": str(self.cdi)})
+        self.agent.log = tmp_path / f"agent-{suffix}.log"
+        self.kubelet = FakeKubelet(self.registry)
+
+    async def start(self, device_class: bool = True) -> "Node":
+        self.lab.create_node(self.name)
+        self.lab.wait_node_schedulable(self.name)
+        self.agent.start()
+        if device_class:
+            await self.kube.create(DEVICE_CLASSES, objects.device_class(self.driver, self.driver))
+        await wait_for(lambda: self.kube.list(RESOURCE_SLICES, field_selector=f"spec.nodeName={self.name}"),
+                       what="slices published")
+        await self.kubelet.register()
+        return self
+
+    async def stop(self) -> None:
+        await self.kubelet.close()
+        self.agent.stop()
+        for call in (lambda: self.lab.api("DELETE", f"/api/v1/nodes/{self.name}"),):
+            try:
+                call()
+            except OSError:
+                pass
+
+    async def allocated_claim(self, name: str, count: int = 1, admin: bool = False, pod: str | None = None,
+                              claim_class: str | None = None) -> dict:
+        """A claim the real scheduler allocated on this node, through a Pod using it."""
+        if await self.kube.get_or_none(RESOURCE_CLAIMS, name, self.namespace) is None:
+            body = objects.resource_claim(name, claim_class or self.driver)
+            request = body["spec"]["devices"]["requests"][0]["exactly"]
+            request["count"] = count
+            if admin:
+                request["adminAccess"] = True
+            await self.kube.create(RESOURCE_CLAIMS, body, self.namespace)
+        pod_body = objects.pod(pod or f"{name}-user", {"gpu": {"resourceClaimName": name}})
+        pod_body["spec"]["nodeSelector"] = {"kubernetes.io/hostname": self.name}
+        await self.kube.create(PODS, pod_body, self.namespace)
+
+        async def allocated():
+            claim = await self.kube.get(RESOURCE_CLAIMS, name, self.namespace)
+            reserved = {r["name"] for r in claim.get("status", {}).get("reservedFor") or []}
+            return claim if claim["status"].get("allocation") and pod_body["metadata"]["name"] in reserved else None
+        return await wait_for(allocated, what=f"claim {name} allocated and reserved")
+
+    def spec(self, uid: str) -> dict:
+        return json.loads((self.cdi / f"k8s.{self.driver}-claim_{uid}.json").read_text())
+
+    def checkpoint(self) -> dict:
+        return json.loads((self.plugins / self.driver / "checkpoint.json").read_text())
+
+
+@pytest.fixture
+async def node(lab, kube, namespace, unique, tmp_path):
+    started = await Node(lab, kube, namespace, unique, tmp_path).start()
+    yield started
+    await started.stop()
+    await kube.delete(DEVICE_CLASSES, started.driver)
+
+
+def env_of(spec: dict) -> dict[str, str]:
+    return dict(e.split("=", 1) for d in spec["devices"] for e in d["containerEdits"].get("env", []))
+
+
+async def test_registration_prepare_idempotent_unprepare(node, kube):
+    info = node.kubelet.info
+    assert (info.type, info.name) == ("DRAPlugin", node.driver)
+    assert info.endpoint == str(node.plugins / node.driver / "dra.sock") and Path(info.endpoint).is_socket()
+    assert list(info.supported_versions) == ["v1.DRAPlugin", "v1beta1.DRAPlugin"]
+
+    claim = await node.allocated_claim("one")
+    uid = claim["metadata"]["uid"]
+    device = claim["status"]["allocation"]["devices"]["results"][0]["device"]
+    response = await node.kubelet.prepare([claim])
+    entry = response.claims[uid]
+    assert entry.error == ""
+    [prepared] = entry.devices
+    assert (prepared.pool_name, prepared.device_name, list(prepared.request_names)) == (node.name, device, ["gpu"])
+    assert list(prepared.cdi_device_ids) == [f"k8s.{node.driver}/claim={uid}-{device}"]
+
+    spec = node.spec(uid)
+    jsonschema.validate(spec, SCHEMA)
+    assert spec["kind"] == f"k8s.{node.driver}/claim" and spec["cdiVersion"] == "0.6.0"
+    key = device.upper().replace("-", "_")
+    env = env_of(spec)
+    assert env[f"DRA_DEVICE_{key}"] == device and env[f"DRA_DEVICE_{key}_RESOURCE_CLAIM"] == uid
+    assert env[f"DRA_DEVICE_{key}_CLAIM"] == f"{node.namespace}/one"
+    assert f"KUBERNETES_NODE_NAME={node.name}" in spec["containerEdits"]["env"]
+    assert [c["uid"] for c in node.checkpoint()["preparedClaims"]] == [uid]
+
+    again = await node.kubelet.prepare([claim])  # idempotent: same answer, nothing added
+    assert again.claims[uid] == entry and len(node.checkpoint()["preparedClaims"]) == 1
+    beta = await node.kubelet.prepare([claim], version="v1beta1")
+    assert list(beta.claims[uid].devices[0].cdi_device_ids) == list(prepared.cdi_device_ids)
+    assert (await node.kubelet.prepare([])).claims == {}
+
+    done = await node.kubelet.unprepare([claim, {"namespace": "x", "name": "never", "uid": "unknown-uid"}])
+    assert set(done.claims) == {uid, "unknown-uid"} and all(e.error == "" for e in done.claims.values())
+    assert not (node.cdi / f"k8s.{node.driver}-claim_{uid}.json").exists()
+    assert "preparedClaims" not in node.checkpoint()
+    assert (await node.kubelet.unprepare([claim])).claims[uid].error == ""  # again: fine
+    metrics = node.agent.metrics()
+    assert f'dra_nodeagent_node_prepare_claims_total{{driver="{node.driver}",outcome="success"}}' in metrics
+
+
+async def test_multi_device_and_shared_claims(node, kube):
+    multi = await node.allocated_claim("multi", count=2)
+    shared = await node.allocated_claim("shared", pod="first")
+    await node.allocated_claim("shared", pod="second")  # one claim, two Pods on the node
+    response = await node.kubelet.prepare([multi, shared])
+    assert len(response.claims[multi["metadata"]["uid"]].devices) == 2
+    first = response.claims[shared["metadata"]["uid"]]
+    second = (await node.kubelet.prepare([shared])).claims[shared["metadata"]["uid"]]
+    assert first == second and first.error == ""
+    names = {d.device_name for d in response.claims[multi["metadata"]["uid"]].devices} | {first.devices[0].device_name}
+    assert len(names) == 3
+    assert len(node.spec(multi["metadata"]["uid"])["devices"]) == 2
+
+
+async def test_admin_access_shares_a_device_already_prepared(node, kube):
+    exclusive = await node.allocated_claim("exclusive")
+    await node.kubelet.prepare([exclusive])
+    await kube.patch(NAMESPACES, node.namespace,
+                     {"metadata": {"labels": {"resource.kubernetes.io/admin-access": "true"}}}, content_type=MERGE_PATCH)
+    admin = await node.allocated_claim("monitor", count=1, admin=True)
+    [result] = admin["status"]["allocation"]["devices"]["results"]
+    assert result.get("adminAccess") is True
+    entry = (await node.kubelet.prepare([admin])).claims[admin["metadata"]["uid"]]
+    assert entry.error == ""
+    key = result["device"].upper().replace("-", "_")
+    assert env_of(node.spec(admin["metadata"]["uid"]))[f"DRA_DEVICE_{key}_ADMIN_ACCESS"] == "true"
+
+
+async def test_errors_are_per_claim(lab, kube, node, namespace, unique, tmp_path, cluster_objects):
+    good = await node.allocated_claim("good")
+    # The same driver on another node: a claim allocated there is not ours to prepare.
+    other_node = await Node(lab, kube, namespace, unique, tmp_path, suffix="b", driver=node.driver).start(
+        device_class=False)
+    try:
+        elsewhere = await other_node.allocated_claim("elsewhere")
+        # Another driver's device on this node.
+        other_driver = f"other-{unique}.lab.dra-operators.dev"
+        await cluster_objects.create(DEVICE_CLASSES, objects.device_class(other_driver, other_driver))
+        await cluster_objects.create(RESOURCE_SLICES, objects.resource_slice(
+            f"other-{unique}", other_driver, node.name, [objects.device("gpu-0")]))
+        foreign = await node.allocated_claim("foreign", claim_class=other_driver)
+        replaced = dict(good["metadata"], uid="00000000-0000-0000-0000-000000000000")
+        missing = {"namespace": namespace, "name": "missing", "uid": "11111111-1111-1111-1111-111111111111"}
+        response = await node.kubelet.prepare([good, elsewhere, foreign, {"metadata": replaced}, missing])
+        errors = {uid: entry.error for uid, entry in response.claims.items()}
+        assert errors[good["metadata"]["uid"]] == ""
+        assert f"allocated on node {other_node.name}, not on this node {node.name}" in errors[elsewhere["metadata"]["uid"]]
+        assert f"has no device of driver {node.driver}" in errors[foreign["metadata"]["uid"]]
+        assert "got replaced" in errors["00000000-0000-0000-0000-000000000000"]
+        assert "does not exist" in errors[missing["uid"]]
+        assert [c["uid"] for c in node.checkpoint()["preparedClaims"]] == [good["metadata"]["uid"]]
+    finally:
+        await other_node.stop()
+
+
+async def test_agent_killed_between_prepare_and_unprepare_and_corrupt_checkpoint(node, kube):
+    claim = await node.allocated_claim("survivor")
+    uid = claim["metadata"]["uid"]
+    before = (await node.kubelet.prepare([claim])).claims[uid]
+    node.agent.kill()
+    node.agent.start()
+    kubelet = FakeKubelet(node.registry)
+    await kubelet.register()
+    assert (await kubelet.prepare([claim])).claims[uid] == before  # no second preparation
+    assert len(node.checkpoint()["preparedClaims"]) == 1
+
+    node.agent.kill()
+    (node.plugins / node.driver / "checkpoint.json").write_text("{ this is not json")
+    node.agent.start()
+    await kubelet.close()
+    kubelet = FakeKubelet(node.registry)
+    await kubelet.register()
+    # Rebuilt from the CDI spec: the claim is still known as prepared.
+    assert [c["uid"] for c in node.checkpoint()["preparedClaims"]] == [uid]
+    events = [e for e in await kube.list(EVENTS, "default")
+              if e["involvedObject"].get("name") == node.name and e["reason"] == "CheckpointCorrupt"]
+    assert events and "rebuilt 1 prepared claim(s)" in events[0]["message"]
+    assert (await kubelet.unprepare([claim])).claims[uid].error == ""
+    assert "preparedClaims" not in node.checkpoint()
+    await kubelet.close()
+
+
+async def test_consumable_capacity_shares_are_prepared_per_share(lab, kube, namespace, unique, tmp_path):
+    inventory = {"gpus": [{"model": "S", "memory": "16Gi", "count": 1, "allowMultipleAllocations": True,
+                           "memoryPolicy": {"default": "1Gi", "min": "1Gi", "step": "1Gi"}}]}
+    node = await Node(lab, kube, namespace, unique, tmp_path, suffix="s", inventory=inventory).start()
+    try:
+        claims = []
+        for name in ("share-a", "share-b"):
+            body = objects.resource_claim(name, node.driver)
+            body["spec"]["devices"]["requests"][0]["exactly"]["capacity"] = {"requests": {"memory": "4Gi"}}
+            await kube.create(RESOURCE_CLAIMS, body, namespace)
+            claims.append(await node.allocated_claim(name))
+        results = [c["status"]["allocation"]["devices"]["results"][0] for c in claims]
+        assert results[0]["device"] == results[1]["device"] == "gpu-0"
+        assert results[0]["shareID"] != results[1]["shareID"]
+        response = await node.kubelet.prepare(claims)
+        for claim, result in zip(claims, results):
+            entry = response.claims[claim["metadata"]["uid"]]
+            assert entry.error == "" and entry.devices[0].share_id == result["shareID"]
+            assert entry.devices[0].cdi_device_ids[0].endswith(f"-gpu-0-{result['shareID']}")
+    finally:
+        await node.stop()
+        await kube.delete(DEVICE_CLASSES, node.driver)
+
+
+async def test_fake_nvml_cdi_names_gpu_and_mig_device_nodes(lab, kube, namespace, unique, tmp_path, cluster_objects):
+    name, driver = f"kp-{unique}-nv", f"nv-{unique}.lab.dra-operators.dev"
+    lab.create_node(name)
+    lab.wait_node_schedulable(name)
+    dev, proc = tmp_path / "dev", tmp_path / "proc"
+    dev.mkdir()
+    for control in ("nvidiactl", "nvidia-uvm"):
+        (dev / control).write_text("")
+    for parts, minor in ((("gi9",), 84), (("gi9", "ci0"), 85)):
+        access = proc.joinpath("driver", "nvidia", "capabilities", "gpu7", "mig", *parts, "access")
+        access.parent.mkdir(parents=True, exist_ok=True)
+        access.write_text(f"DeviceFileMinor: {minor}\nDeviceFileMode: 292\n")
+    agent = NodeAgent(kube, NvmlBackend(driver, nvml=eight_gpu_machine(), dev_root=str(dev), proc_root=str(proc)),
+                      node_name=name, driver=driver, sync_delay=1, health=HealthTracker(driver))
+    root = Path(tempfile.mkdtemp(prefix="nv-"))
+    plugin = KubeletPlugin(agent, kube, registry_dir=str(root / "r"), plugins_dir=str(root / "p"), cdi_root=str(root / "c"))
+    await agent.start()
+    await plugin.start()
+    kubelet = FakeKubelet(root / "r")
+    try:
+        await kubelet.register()
+        await cluster_objects.create(DEVICE_CLASSES, objects.device_class(
+            f"gpu-{unique}", driver, extra_selector=f"device.attributes['{driver}'].type == 'gpu'"))
+        await cluster_objects.create(DEVICE_CLASSES, objects.device_class(
+            f"mig-{unique}", driver, extra_selector=f"device.attributes['{driver}'].type == 'mig' && "
+                             f"device.attributes['{driver}'].profile == '1g.10gb'"))
+        helper = Node.__new__(Node)
+        helper.kube, helper.namespace, helper.name, helper.driver = kube, namespace, name, driver
+        gpu = await Node.allocated_claim(helper, "gpu", claim_class=f"gpu-{unique}")
+        mig = await Node.allocated_claim(helper, "mig", claim_class=f"mig-{unique}")
+        response = await kubelet.prepare([gpu, mig])
+        assert all(e.error == "" for e in response.claims.values()), response
+        gpu_device = gpu["status"]["allocation"]["devices"]["results"][0]["device"]
+        gpu_spec = json.loads((root / "c" / f"k8s.{driver}-claim_{gpu['metadata']['uid']}.json").read_text())
+        mig_spec = json.loads((root / "c" / f"k8s.{driver}-claim_{mig['metadata']['uid']}.json").read_text())
+        for spec in (gpu_spec, mig_spec):
+            jsonschema.validate(spec, SCHEMA)
+            assert spec["containerEdits"]["deviceNodes"] == [{"path": "/dev/nvidiactl"}, {"path": "/dev/nvidia-uvm"}]
+        [gpu_edits] = [d["containerEdits"] for d in gpu_spec["devices"]]
+        assert gpu_edits["deviceNodes"] == [{"path": f"/dev/{gpu_device.replace('gpu-', 'nvidia')}"}]
+        assert gpu_edits["env"][0].startswith("NVIDIA_VISIBLE_DEVICES=GPU-")
+        [mig_edits] = [d["containerEdits"] for d in mig_spec["devices"]]
+        assert mig_edits["deviceNodes"] == [{"path": "/dev/nvidia7"}, {"path": "/dev/nvidia-caps/nvidia-cap84"},
+                                            {"path": "/dev/nvidia-caps/nvidia-cap85"}]
+        assert mig_edits["env"] == ["NVIDIA_VISIBLE_DEVICES=MIG-70000000-0000-4000-8000-000000000009"]
+    finally:
+        await kubelet.close()
+        await plugin.stop()
+        await agent.stop()
+        lab.api("DELETE", f"/api/v1/nodes/{name}")
