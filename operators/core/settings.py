@@ -23,6 +23,19 @@ class Settings:
     metrics_port: int = setting(8080, "DRA_METRICS_PORT", "port serving Prometheus /metrics (0: off)")
     claims_workers: int = setting(50, "DRA_CLAIMS_WORKERS",
                                   "claims: concurrent syncs (upstream --concurrent-resourceclaim-syncs)")
+    # -- taints ------------------------------------------------------------------------------
+    taints_workers: int = setting(10, "DRA_TAINTS_WORKERS",
+                                  "taints: concurrent syncs (upstream --concurrent-device-taint-eviction-syncs)")
+    taints_evictions_per_second: float = setting(
+        0.0, "DRA_TAINTS_EVICTIONS_PER_SECOND",
+        "taints: most evictions per second over all rules and taints (0: no limit, as upstream)")
+    taints_eviction_api_max_wait: float = setting(
+        300.0, "DRA_TAINTS_EVICTION_API_MAX_WAIT",
+        "taints: seconds past its eviction time a Pod of an Eviction-API rule waits for its "
+        "PodDisruptionBudget before it is deleted anyway")
+    taints_eviction_api_retry: float = setting(
+        2.0, "DRA_TAINTS_EVICTION_API_RETRY",
+        "taints: seconds between Eviction API attempts a PodDisruptionBudget refused")
     # -- nodeagent ---------------------------------------------------------------------------
     node_name: str = setting("", "NODE_NAME", "nodeagent: the Node this agent publishes devices for (required)")
     nodeagent_backend: str = setting("nvml", "DRA_NODEAGENT_BACKEND", "nodeagent: device backend, nvml or simulated")
@@ -38,6 +51,14 @@ class Settings:
                                                    "passes its check loses its taint")
     nodeagent_ignored_xids: str = setting("13,31,43,45,68,109", "DRA_NODEAGENT_IGNORED_XIDS",
                                           "nodeagent: XIDs that taint with effect None instead of NoSchedule")
+    nodeagent_kubelet_plugin: bool = setting(True, "DRA_NODEAGENT_KUBELET_PLUGIN",
+                                             "nodeagent: serve kubelet as the driver's DRA plugin")
+    nodeagent_registry_dir: str = setting("/var/lib/kubelet/plugins_registry", "DRA_NODEAGENT_REGISTRY_DIR",
+                                          "nodeagent: kubelet's plugin registry directory")
+    nodeagent_plugins_dir: str = setting("/var/lib/kubelet/plugins", "DRA_NODEAGENT_PLUGINS_DIR",
+                                         "nodeagent: kubelet's plugins directory (DRA socket, checkpoint)")
+    nodeagent_cdi_root: str = setting("/var/run/cdi", "DRA_NODEAGENT_CDI_ROOT",
+                                      "nodeagent: where CDI specs of prepared claims are written")
     # -- binding -----------------------------------------------------------------------------
     binding_drivers: str = setting("", "DRA_BINDING_DRIVERS",
                                    "binding: drivers served, comma-separated names or patterns (* = all; "
