@@ -53,6 +53,8 @@ class WorkQueue:
     def __init__(self, name: str, sync: Callable[[str], Awaitable[None]], workers: int = 10,
                  backoff: Backoff = Backoff()):
         self.name = name
+        # Checked before every sync: False (not or no longer surely the leader) puts the key back.
+        self.gate: Callable[[], bool] = lambda: True
         self._sync = sync
         self._workers = workers
         self._backoff = backoff
@@ -134,6 +136,10 @@ class WorkQueue:
         while True:
             key = await self._queue.get()
             self._queued.discard(key)
+            if not self.gate():
+                self.add_after(key, 1.0)
+                await asyncio.sleep(0.1)  # a closed gate must not become a busy loop
+                continue
             self._processing.add(key)
             try:
                 await self._sync(key)

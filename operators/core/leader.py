@@ -1,0 +1,173 @@
+"""Leader election on a coordination.k8s.io Lease, with client-go's semantics: two replicas of an
+operator never act at once.
+
+- A candidate takes the Lease when it is free or its holder has not renewed it for
+  ``lease_duration`` (measured on our own clock from when we last saw it change, so clock skew
+  between nodes does not matter); writes use the Lease's resourceVersion, so only one wins.
+- The leader renews every ``retry_period``. If it cannot renew within ``renew_deadline`` (shorter
+  than ``lease_duration``) it stops acting at once: before anyone else may take the Lease.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import os
+import socket
+import uuid
+from typing import Awaitable, Callable
+
+from .kube import ApiError, Kube
+from .logging import get_logger
+from .resources import LEASES
+
+log = get_logger(__name__)
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def default_identity() -> str:
+    return f"{os.environ.get('POD_NAME') or socket.gethostname()}_{uuid.uuid4().hex[:8]}"
+
+
+class LeaderElector:
+    def __init__(self, kube: Kube, name: str, namespace: str, identity: str | None = None, *,
+                 lease_duration: float = 15.0, renew_deadline: float = 10.0, retry_period: float = 2.0):
+        assert renew_deadline < lease_duration and retry_period < renew_deadline
+        self.kube = kube
+        self.name, self.namespace = name, namespace
+        self.identity = identity or default_identity()
+        self.lease_duration, self.renew_deadline, self.retry_period = lease_duration, renew_deadline, retry_period
+        self.is_leader = False
+        self._last_renewed = 0.0
+        self._observed: tuple[str, str] | None = None  # (holder, renewTime) last seen
+        self._observed_at = 0.0
+        self.log = log.bind(lease=f"{namespace}/{name}", identity=self.identity)
+
+    def _body(self, lease: dict | None, acquire: bool) -> dict:
+        now = _now()
+        spec = dict((lease or {}).get("spec") or {})
+        if acquire:
+            spec["acquireTime"] = now
+            spec["leaseTransitions"] = int(spec.get("leaseTransitions") or 0) + (1 if lease else 0)
+        spec.update(holderIdentity=self.identity, leaseDurationSeconds=int(self.lease_duration), renewTime=now)
+        body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": dict((lease or {}).get("metadata") or {"name": self.name, "namespace": self.namespace}),
+                "spec": spec}
+        return body
+
+    async def try_acquire_or_renew(self) -> bool:
+        loop = asyncio.get_running_loop()
+        lease = await self.kube.get_or_none(LEASES, self.name, self.namespace)
+        if lease is None:
+            try:
+                await self.kube.create(LEASES, self._body(None, acquire=True), self.namespace)
+                return True
+            except ApiError as e:
+                if e.already_exists:
+                    return False
+                raise
+        spec = lease.get("spec") or {}
+        holder = spec.get("holderIdentity") or ""
+        observed = (holder, spec.get("renewTime") or "")
+        if observed != self._observed:
+            self._observed, self._observed_at = observed, loop.time()
+        held_by_other = holder and holder != self.identity
+        duration = float(spec.get("leaseDurationSeconds") or self.lease_duration)
+        if held_by_other and loop.time() < self._observed_at + duration:
+            return False
+        try:
+            await self.kube.replace(LEASES, self._body(lease, acquire=holder != self.identity))
+        except ApiError as e:
+            if e.conflict:
+                return False  # someone else wrote first
+            raise
+        return True
+
+    async def run(self, on_started: Callable[[], Awaitable[None]], on_lost: Callable[[], Awaitable[None]]) -> None:
+        """Campaign until leader, call ``on_started``, renew; on losing the Lease call ``on_lost``
+        and return (the caller should exit: a fresh process campaigns again as a standby)."""
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                if await self.try_acquire_or_renew():
+                    break
+            except ApiError as e:
+                self.log.warning("leader election attempt failed", error=str(e))
+            await asyncio.sleep(self.retry_period)
+        self.is_leader = True
+        self._last_renewed = loop.time()
+        self.log.info("became leader")
+        await on_started()
+        while True:
+            await asyncio.sleep(self.retry_period)
+            try:
+                if await asyncio.wait_for(self.try_acquire_or_renew(), self.renew_deadline):
+                    self._last_renewed = loop.time()
+                    continue
+            except (ApiError, asyncio.TimeoutError, OSError) as e:
+                self.log.warning("lease renewal failed", error=str(e))
+            if loop.time() - self._last_renewed >= self.renew_deadline:
+                break
+        self.is_leader = False
+        self.log.error("lost the lease, stopping")
+        await on_lost()
+
+    def may_act(self) -> bool:
+        """Leader, and renewed recently enough that nobody else can hold the Lease yet. Checked
+        before every action: a process that was frozen (SIGSTOP, a long GC pause) learns here,
+        before doing anything, that its leadership may have passed to another replica."""
+        return self.is_leader and asyncio.get_running_loop().time() - self._last_renewed < self.renew_deadline
+
+    async def release(self) -> None:
+        """Give the Lease up at a clean shutdown, so the standby takes over at once."""
+        if not self.is_leader:
+            return
+        lease = await self.kube.get_or_none(LEASES, self.name, self.namespace)
+        if lease and (lease.get("spec") or {}).get("holderIdentity") == self.identity:
+            body = self._body(lease, acquire=False)
+            body["spec"].update(holderIdentity="", leaseDurationSeconds=1)
+            try:
+                await self.kube.replace(LEASES, body)
+            except ApiError:
+                pass
+        self.is_leader = False
+
+
+async def act_when_leader(kube: Kube, *, enabled: bool, lease: str, namespace: str,
+                          start: Callable[[], Awaitable[None]], stop: Callable[[], Awaitable[None]],
+                          lease_duration: float = 15.0) -> LeaderElector | None:
+    """Start acting now (leader election off) or once this replica holds ``lease``. A replica
+    that loses the Lease stops acting and exits, to come back as a standby. Give the returned
+    elector's ``may_act`` to the work queue as its gate."""
+    if not enabled:
+        await start()
+        return None
+    elector = LeaderElector(kube, lease, namespace, lease_duration=lease_duration,
+                            renew_deadline=lease_duration * 2 / 3, retry_period=max(0.5, lease_duration / 7.5))
+
+    async def lost() -> None:
+        try:
+            await asyncio.wait_for(stop(), 5)
+        finally:
+            elector.log.error("exiting after losing the lease")
+            os._exit(1)  # nothing more may happen in this process
+
+    task = asyncio.get_running_loop().create_task(elector.run(start, lost), name=f"leader-{lease}")
+    elector.task = task  # keep a reference: the loop holds tasks only weakly
+    return elector
+
+
+def election_namespace(configured: str) -> str:
+    """The configured namespace, else the Pod's own (POD_NAMESPACE or the ServiceAccount mount)."""
+    if configured:
+        return configured
+    if os.environ.get("POD_NAMESPACE"):
+        return os.environ["POD_NAMESPACE"]
+    try:
+        with open("/var/run/secrets/kubernetes.io/serviceaccount/namespace") as f:
+            return f.read().strip()
+    except OSError:
+        return "default"

@@ -1,0 +1,95 @@
+"""Two replicas of the claims operator: only the Lease holder acts; the standby takes over when
+the leader dies; a leader frozen past its Lease stops instead of acting again."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+
+import pytest
+
+from operators.core.resources import LEASES
+
+from .claims_env import ClaimsEnv
+from .operator_process import OperatorProcess
+from .test_claims_operator import _all_running_with_one_claim_each, _burst, tmpl
+from .waiting import wait_for
+
+LEASE = "dra-operators-claims"
+
+
+@pytest.fixture
+def replicas(lab, kube, controllers, tmp_path, unique):
+    controllers.use("none")  # ours run here, as two replicas
+    namespace = f"le-{unique}"
+    env = {"DRA_LEADER_ELECTION": "true", "DRA_LEADER_ELECTION_NAMESPACE": namespace,
+           "DRA_LEADER_ELECTION_LEASE_DURATION": "4"}
+    pair = []
+    for name in ("a", "b"):
+        replica = OperatorProcess(["claims"], lab.kubeconfig, tmp_path, env=env)
+        replica.log = tmp_path / f"claims-{name}.log"
+        pair.append(replica)
+    yield namespace, pair
+    for replica in pair:
+        if replica.proc and replica.proc.poll() is None:
+            os.kill(replica.proc.pid, signal.SIGCONT)
+        replica.stop()
+
+
+def _leader(pair: list[OperatorProcess]) -> OperatorProcess | None:
+    alive = [r for r in pair if r.proc and r.proc.poll() is None and "became leader" in r.log.read_text()]
+    return alive[-1] if alive else None
+
+
+async def test_standby_takes_over_when_the_leader_dies(kube, replicas, unique):
+    namespace, pair = replicas
+    from operators.core.resources import NAMESPACES
+    await kube.create(NAMESPACES, {"metadata": {"name": namespace}})
+    for replica in pair:
+        replica.start()
+    leader = await wait_for(lambda: _async(_leader(pair)), timeout=20, what="a leader")
+    standby = next(r for r in pair if r is not leader)
+    lease = await kube.get(LEASES, LEASE, namespace)
+    assert lease["spec"]["leaseDurationSeconds"] == 4
+
+    async with ClaimsEnv(kube, f"le{unique}", devices=100) as env:
+        await env.template("t")
+        burst = asyncio.create_task(_burst(kube, env, 100))
+        await asyncio.sleep(1.0)
+        leader.kill()
+        killed_at = time.monotonic()
+        await burst
+        await wait_for(lambda: _async("became leader" in standby.log.read_text()), timeout=20, what="takeover")
+        took = time.monotonic() - killed_at
+        await _all_running_with_one_claim_each(kube, env, 100, timeout=180)
+        assert took < 4 + 3, f"standby took {took:.1f}s, more than the lease duration allows"
+        print(f"leader election: standby took over {took:.1f}s after the leader was killed")
+    await kube.delete(NAMESPACES, namespace)
+
+
+async def test_frozen_leader_stops_instead_of_acting(kube, replicas, unique):
+    namespace, pair = replicas
+    from operators.core.resources import NAMESPACES
+    await kube.create(NAMESPACES, {"metadata": {"name": namespace}})
+    first, second = pair
+    first.start()
+    await wait_for(lambda: _async("became leader" in first.log.read_text()), timeout=20, what="first leads")
+    second.start()
+    os.kill(first.proc.pid, signal.SIGSTOP)  # a leader that cannot renew, and does not know it
+    await wait_for(lambda: _async("became leader" in second.log.read_text()), timeout=20, what="second takes over")
+    async with ClaimsEnv(kube, f"fz{unique}", devices=20) as env:
+        await env.template("t")
+        frozen_log = first.log.read_text()
+        os.kill(first.proc.pid, signal.SIGCONT)
+        await _burst(kube, env, 10)
+        # The old leader notices it lost the Lease and exits, without having acted after it woke up.
+        await wait_for(lambda: _async(first.proc.poll() is not None), timeout=15, what="frozen leader exits")
+        assert "created ResourceClaim" not in first.log.read_text()[len(frozen_log):]
+        await _all_running_with_one_claim_each(kube, env, 10, timeout=120)
+    await kube.delete(NAMESPACES, namespace)
+
+
+async def _async(value):
+    return value
