@@ -21,6 +21,12 @@ class Settings:
     log_level: str = setting("INFO", "DRA_LOG_LEVEL", "log level: DEBUG, INFO, WARNING, ERROR")
     log_format: str = setting("json", "DRA_LOG_FORMAT", "log format: json or console")
     metrics_port: int = setting(8080, "DRA_METRICS_PORT", "port serving Prometheus /metrics (0: off)")
+    leader_election: bool = setting(False, "DRA_LEADER_ELECTION",
+                                    "claims, taints, binding: act only while holding a Lease (for several replicas)")
+    leader_election_namespace: str = setting("", "DRA_LEADER_ELECTION_NAMESPACE",
+                                             "namespace of the Leases (default: the Pod's namespace)")
+    leader_election_lease_duration: float = setting(15.0, "DRA_LEADER_ELECTION_LEASE_DURATION",
+                                                    "seconds a leader's Lease lasts without renewal")
     claims_workers: int = setting(50, "DRA_CLAIMS_WORKERS",
                                   "claims: concurrent syncs (upstream --concurrent-resourceclaim-syncs)")
     # -- taints ------------------------------------------------------------------------------
