@@ -41,6 +41,7 @@ class Tracked:
     outcome: Outcome | None = None
     outcome_label: str = ""
     written: bool = False         # the outcome is in the claim (or the claim no longer takes it)
+    undone: bool = False          # undo() succeeded; only the record remains to be removed
 
     @property
     def running(self) -> bool:
@@ -259,7 +260,7 @@ class BindingController:
             if t.attempted:
                 self.metrics.prepared(t.ref.driver, label, (at - t.prep.started).total_seconds())
             t.written, t.outcome_label = True, label
-        if t.attempted:
+        if t.attempted and not t.undone:
             try:
                 await self.preparer.undo(t.prep)
             except asyncio.CancelledError:
@@ -269,6 +270,7 @@ class BindingController:
                 await self.events.event(t.involved, WARNING, "DeviceUnprepareFailed",
                                         f"undoing the preparation of device {t.ref.key} failed: {e}")
                 raise RetryableError(f"undo {t.ref.key}: {e}") from e
+            t.undone = True
             self.metrics.undos.labels(t.ref.driver, "success").inc()
             await self.events.event(t.involved, NORMAL, "DeviceUnprepared",
                                     f"preparation of device {t.ref.key} undone: its allocation was cleared")
@@ -285,8 +287,10 @@ class BindingController:
             updated = await self.kube.apply(RESOURCE_CLAIMS, d.record_apply(claim, ref, record),
                                             field_manager=ref.field_manager, force=True)
         except ApiError as e:
-            if e.not_found or e.invalid:
+            # A UID precondition that fails answers 409 (claim gone) or 422 (replaced).
+            if e.not_found or ((e.invalid or e.conflict) and not await self._still_there(key, claim["metadata"]["uid"])):
                 return False  # gone, or another claim under this name: nothing to record on
+            await self._write_failed(claim, ref, "annotation", e)
             raise RetryableError(f"record for {ref.key} on claim {key}: {e}") from e
         self.claims.upsert(updated)
         return True
@@ -299,14 +303,40 @@ class BindingController:
             updated = await self.kube.apply(RESOURCE_CLAIMS, d.status_apply(claim, dev, conditions, data),
                                             field_manager=dev.ref.field_manager, force=True, subresource="status")
         except ApiError as e:
-            if e.not_found or e.invalid:
+            if e.not_found or ((e.invalid or e.conflict) and not await self._still_there(
+                    key, claim["metadata"]["uid"], dev.ref, d.allocation_timestamp(claim))):
                 # Deleted, replaced (UID), or the device is no longer allocated.
                 log.info("claim no longer takes the outcome", claim=key, device=dev.ref.key, error=e.message)
                 return False
+            # Still allocated, yet refused: most likely RBAC (resourceclaims/driver, see rbac.py).
+            await self._write_failed(claim, dev.ref, "status", e)
             raise RetryableError(f"status of {dev.ref.key} on claim {key}: {e}") from e
         self.claims.upsert(updated)
         log.debug("device status written", claim=key, device=dev.ref.key, seconds=time.monotonic() - started)
         return True
+
+    async def _still_there(self, key: str, uid: str, ref: d.DeviceRef | None = None,
+                           allocated: str | None = None) -> bool:
+        """After a 422: is it the same claim (and, with ``ref``, the same allocation of the device)?
+        The API server decides, the cache may be behind."""
+        namespace, _, name = key.partition("/")
+        try:
+            live = await self.kube.get_or_none(RESOURCE_CLAIMS, name, namespace)
+        except ApiError as e:
+            raise RetryableError(f"claim {key}: {e}") from e
+        if live is None or live["metadata"]["uid"] != uid:
+            return False
+        self.claims.upsert(live)
+        if ref is None:
+            return True
+        return d.allocation_timestamp(live) == allocated and \
+            any(dev.ref == ref for dev in d.binding_devices(live, self.drivers))
+
+    async def _write_failed(self, claim: d.Obj, ref: d.DeviceRef, what: str, error: ApiError) -> None:
+        log.error("claim write refused", claim=key_of(claim), device=ref.key, what=what, status=error.status,
+                  error=error.message)
+        await self.events.event(_involved(claim), WARNING, "FailedDeviceStatusUpdate",
+                                f"writing the {what} of device {ref.key} failed ({error.status}): {error.message}")
 
     # -- shutdown ----------------------------------------------------------------------------
 

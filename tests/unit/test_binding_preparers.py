@@ -88,7 +88,8 @@ class AttachServer:
 
     async def stop(self) -> None:
         if self._runner is not None:
-            await self._runner.cleanup()
+            runner, self._runner = self._runner, None
+            await runner.cleanup()
 
     async def __aenter__(self) -> "AttachServer":
         await self.start()
