@@ -10,7 +10,7 @@ from .core.logging import configure_logging
 from .core.settings import Settings
 from .lab.cli import lab
 
-OPERATORS = ("claims", "nodeagent", "binding",)
+OPERATORS = ("claims", "nodeagent", "binding", "taints",)
 
 
 @click.group()
@@ -46,6 +46,17 @@ def show_settings() -> None:
     """List every setting: name, environment variable, default, meaning."""
     for name, env, default, help_ in Settings.describe():
         click.echo(f"{env:<24} {str(default):<8} {help_}")
+
+
+@main.command("taints", add_help_option=False,
+              context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def taints(args: tuple[str, ...]) -> None:
+    """The taints operator's tools: `taints preview FILE|NAME` (read-only)."""
+    # Imported on use: importing an operator's package registers its kopf handlers.
+    from .taints.cli import taints as commands
+
+    commands.main(list(args), prog_name="dra-operators taints")
 
 
 main.add_command(lab)

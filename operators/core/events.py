@@ -49,15 +49,18 @@ def build_event(involved: dict[str, Any], event_type: str, reason: str, message:
 
 
 class EventRecorder:
-    def __init__(self, kube: Kube, component: str):
+    def __init__(self, kube: Kube, component: str, distinct_messages: bool = False):
+        """``distinct_messages``: fold repeats only when the message is the same too, as
+        client-go does, for reasons whose messages are fixed texts that must all stay visible."""
         self.kube = kube
         self.component = component
+        self.distinct_messages = distinct_messages
         self._recent: dict[tuple, tuple[float, str, str, int]] = {}
 
     async def event(self, involved: dict[str, Any], event_type: str, reason: str, message: str) -> None:
         """Post an Event; failures are logged, never raised (an Event is never worth a retry)."""
         meta = involved["metadata"]
-        key = (meta.get("uid"), event_type, reason)
+        key = (meta.get("uid"), event_type, reason) + ((message,) if self.distinct_messages else ())
         now = time.monotonic()
         try:
             recent = self._recent.get(key)

@@ -1,0 +1,55 @@
+"""``dra-operators taints ...``: the taints operator's read-only tools."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+import click
+import yaml
+
+from ..core.kube import Kube
+from ..core.settings import Settings
+from . import decisions as d
+from .preview import compute, load, prepare_rule, render
+
+
+@click.group("taints")
+def taints() -> None:
+    """Tools of the taints operator (they only read the cluster)."""
+
+
+def _rule_from_file(path: str) -> d.Obj:
+    text = sys.stdin.read() if path == "-" else Path(path).read_text()
+    rules = [doc for doc in yaml.safe_load_all(text) if isinstance(doc, dict) and doc.get("kind") == "DeviceTaintRule"]
+    if len(rules) != 1:
+        raise click.ClickException(f"{path}: expected exactly one DeviceTaintRule, found {len(rules)}")
+    return rules[0]
+
+
+@taints.command("preview")
+@click.argument("rule")
+@click.option("-o", "--output", type=click.Choice(["table", "json"]), default="table", show_default=True)
+def preview(rule: str, output: str) -> None:
+    """Print the Pods that the DeviceTaintRule RULE would evict, and when, without changing
+    anything. RULE is a YAML file with a DeviceTaintRule (not created yet; '-' reads stdin) or
+    the name of an existing rule. Effects other than NoExecute are previewed as NoExecute."""
+    from_file = rule == "-" or Path(rule).is_file()
+    body = _rule_from_file(rule) if from_file else None
+
+    async def run() -> str:
+        kube = await Kube.connect(Settings.from_env().kubeconfig)
+        try:
+            now = d.utcnow()
+            controller, found = await load(kube, prepare_rule(body, now) if body else None, None if body else rule)
+            result = compute(controller, found, now)
+            return json.dumps(result.to_json(now), indent=2) if output == "json" else render(result, now)
+        finally:
+            await kube.close()
+
+    try:
+        click.echo(asyncio.run(run()))
+    except LookupError as e:
+        raise click.ClickException(str(e)) from None

@@ -1,0 +1,537 @@
+"""The taints controller: watch events become work-queue keys (``pod:ns/name`` for a Pod that may
+have to go, ``rule:name`` for a DeviceTaintRule status), and each key is synced against the cache
+and the API server. Decisions live in ``decisions``; this module only reads, schedules and writes.
+
+Nothing here is remembered that the API does not hold, except upstream's in-memory parts (which
+Pods this instance evicted, per rule): a restarted operator computes the same deadlines again
+from the taints' ``timeAdded`` and the tolerations in the claims.
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+import structlog
+
+from ..core import cel
+from ..core.events import NORMAL, WARNING, EventRecorder
+from ..core.kube import STRATEGIC_PATCH, ApiError, Kube
+from ..core.resources import PODS, Resource
+from ..core.store import Store, key_of
+from ..core.workqueue import RetryableError, WorkQueue
+from . import decisions as d
+from .metrics import Metrics
+from .ratelimit import EvictionLimiter
+
+log = structlog.stdlib.get_logger("operators.taints")
+
+POD_PREFIX, RULE_PREFIX = "pod:", "rule:"
+
+
+class UidCache:
+    """A bounded LRU of UIDs of Pods this instance evicted (upstream keeps 500)."""
+
+    def __init__(self, size: int = 500):
+        self._size = size
+        self._uids: OrderedDict[str, None] = OrderedDict()
+
+    def add(self, uid: str) -> None:
+        self._uids[uid] = None
+        self._uids.move_to_end(uid)
+        while len(self._uids) > self._size:
+            self._uids.popitem(last=False)
+
+    def __contains__(self, uid: object) -> bool:
+        return uid in self._uids
+
+
+@dataclass(frozen=True)
+class Pending:
+    uid: str
+    eviction: d.Eviction
+
+
+@dataclass(frozen=True)
+class Guards:
+    """The guard rails (all off by default): see the settings ``taints_*``."""
+
+    evictions_per_second: float = 0.0
+    eviction_api_max_wait: float = 300.0
+    eviction_api_retry: float = 2.0
+
+
+class TaintsController:
+    def __init__(self, kube: Kube, *, rules: Resource | None, rule_status: bool = True, workers: int = 10,
+                 guards: Guards = Guards(), metrics: Metrics | None = None):
+        self.kube = kube
+        self.rules_resource = rules          # None: the cluster serves no DeviceTaintRules
+        self.rule_status = rule_status and rules is not None
+        self.guards = guards
+        self.metrics = metrics or Metrics()
+        self.pods = Store({"claim": d.pod_claim_keys})
+        self.claims = Store({"device": lambda c: d.claim_device_keys(c) if d.is_allocated(c) else []})
+        self.slices = Store({"pool": lambda s: [d.slice_pool_key(s)]})
+        self.rules = Store()
+        self.classes = Store()
+        self.pending: dict[str, Pending] = {}           # pod key -> when and why it goes
+        self.admitted: dict[str, tuple[str, float]] = {}  # pod key -> (uid, monotonic time its rate-limit token is valid)
+        self.marked: set[str] = set()                    # UIDs with a "Marking for deletion" Event
+        self.evicted = UidCache()
+        self.rule_evictions: dict[str, int] = {}         # rule UID -> Pods evicted since start
+        self.rule_problems: dict[str, set[tuple[str, str]]] = {}  # rule name -> (reason, message) to report
+        self.events = EventRecorder(kube, d.CONTROLLER_NAME, distinct_messages=True)
+        self.limiter = EvictionLimiter(guards.evictions_per_second)
+        self.queue = WorkQueue(d.CONTROLLER_NAME, self.sync, workers=workers)
+        self._views: dict[str, d.PoolView] = {}
+        self._timers: dict[str, float] = {}
+
+    # -- lookups -----------------------------------------------------------------------------
+
+    def _view(self, pool_key: str) -> d.PoolView:
+        view = self._views.get(pool_key)
+        if view is None:
+            view = self._views[pool_key] = d.pool_view(self.slices.by_index("pool", pool_key))
+        return view
+
+    def _device(self, driver: str, pool: str, device: str) -> tuple[str, d.Obj] | None:
+        return self._view(d.pool_key(driver, pool)).device(device)
+
+    def evicting_rules(self) -> list[d.Obj]:
+        return [r for r in self.rules.values() if d.is_evicting(r)]
+
+    def claim_eviction(self, claim: d.Obj, rules: list[d.Obj] | None = None) -> d.Eviction | None:
+        return d.claim_eviction(claim, self._device, self.evicting_rules() if rules is None else rules, self._cel)
+
+    def pod_eviction(self, pod: d.Obj, rules: list[d.Obj] | None = None) -> d.Eviction | None:
+        if rules is None:
+            rules = self.evicting_rules()
+        return d.pod_eviction(pod, self.claims.get, lambda claim: self.claim_eviction(claim, rules))
+
+    def _cel(self, rule: d.Obj, driver: str, device: d.Obj) -> bool:
+        """A v1alpha3 rule's DeviceClass and CEL selectors, evaluated on the published device.
+        A selector that cannot be evaluated selects nothing: a broken expression must not evict."""
+        selector = rule["spec"]["deviceSelector"]
+        expressions: list[str] = []
+        if class_name := selector.get("deviceClassName"):
+            device_class = self.classes.get(class_name)
+            if device_class is None:
+                self._problem(rule, "DeviceClassNotFound",
+                              f"DeviceClass {class_name} does not exist: the rule selects no device until it does")
+                return False
+            expressions += [s["cel"]["expression"] for s in (device_class.get("spec") or {}).get("selectors") or []
+                            if (s.get("cel") or {}).get("expression")]
+        expressions += [s["cel"]["expression"] for s in selector.get("selectors") or []
+                        if (s.get("cel") or {}).get("expression")]
+        for expression in expressions:
+            try:
+                if not cel.matches(expression, driver, device):
+                    return False
+            except cel.SelectorError as e:
+                self._problem(rule, "DeviceSelectorFailed",
+                              f"CEL selector {expression!r} on device {driver}/{device.get('name')}: {e}; "
+                              "the rule does not select this device (fix the expression, e.g. with has() or 'in')")
+                return False
+        return True
+
+    def _problem(self, rule: d.Obj, reason: str, message: str) -> None:
+        problems = self.rule_problems.setdefault(rule["metadata"]["name"], set())
+        if (reason, message) not in problems:
+            problems.add((reason, message))
+            log.warning("rule problem", rule=rule["metadata"]["name"], reason=reason, problem=message)
+            self.queue.add(RULE_PREFIX + rule["metadata"]["name"])
+
+    def _result_matches(self, rule: d.Obj, result: d.Obj) -> bool:
+        driver, pool, name = result.get("driver", ""), result.get("pool", ""), result.get("device", "")
+        found = self._device(driver, pool, name)
+        return d.rule_matches_device(rule, driver, pool, name, found[1] if found else None, self._cel)
+
+    # -- event handlers (from watches; never block) -----------------------------------------
+
+    def on_pod(self, pod: d.Obj, deleted: bool) -> None:
+        key = d.pod_key(pod)
+        old = self.pods.get(key)
+        if deleted:
+            if old is not None and old["metadata"].get("uid") == pod["metadata"].get("uid"):
+                self.pods.delete(key)
+            pending = self.pending.get(key)
+            uid = pod["metadata"].get("uid")
+            if pending is not None and pending.uid == uid:
+                # Gone by itself: nothing to cancel publicly (upstream posts no Event either).
+                del self.pending[key]
+                self.admitted.pop(key, None)
+                if uid not in self.marked:  # else it is our own eviction coming back
+                    log.info("pod deleted while its eviction was pending", pod=key, uid=uid,
+                             due=d.format_time(pending.eviction.when))
+            return
+        if not self.pods.upsert(pod):
+            return
+        same = old if old is not None and old["metadata"].get("uid") == pod["metadata"].get("uid") else None
+        if (d.pod_claim_names(pod) or key in self.pending) and d.pod_needs_look(same, pod):
+            self.queue.add(POD_PREFIX + key)
+
+    def on_claim(self, claim: d.Obj, deleted: bool) -> None:
+        key = key_of(claim)
+        old = self.claims.get(key)
+        if deleted:
+            self.claims.delete(key)
+        elif not self.claims.upsert(claim):
+            return
+        if deleted or d.claim_needs_look(old, claim):
+            self._enqueue_claim_pods(old)
+            self._enqueue_claim_pods(claim)
+
+    def _enqueue_claim_pods(self, claim: d.Obj | None) -> None:
+        if claim is None:
+            return
+        namespace = claim["metadata"]["namespace"]
+        keys = {d.pod_key(p) for p in self.pods.by_index("claim", key_of(claim))}
+        keys.update(f"{namespace}/{name}" for name in d.reserved_pod_names(claim))
+        for key in keys:
+            if key in self.pods:
+                self.queue.add(POD_PREFIX + key)
+
+    def on_slice(self, slice_: d.Obj, deleted: bool) -> None:
+        name = slice_["metadata"]["name"]
+        old = self.slices.get(name)
+        pools = {d.slice_pool_key(slice_)} | ({d.slice_pool_key(old)} if old else set())
+        before = {p: d.no_execute_taints(self._view(p)) for p in pools}
+        if deleted:
+            self.slices.delete(name)
+        elif not self.slices.upsert(slice_):
+            return
+        for p in pools:
+            self._views.pop(p, None)
+        cel_rules = any(d.uses_cel(r) for r in self.rules.values())
+        for p in pools:
+            modified = d.modified_devices(before[p], d.no_execute_taints(self._view(p)))
+            if cel_rules:  # attributes decide what a CEL rule selects: look at every device
+                modified |= {dev.get("name", "") for s in (old, slice_) if s for dev in s["spec"].get("devices") or []}
+            for device in modified:
+                for claim in self.claims.by_index("device", f"{p}/{device}"):
+                    self._enqueue_claim_pods(claim)
+
+    def on_rule(self, rule: d.Obj, deleted: bool) -> None:
+        name = rule["metadata"]["name"]
+        old = self.rules.get(name)
+        if deleted:
+            self.rules.delete(name)
+            uid = rule["metadata"].get("uid", "")
+            self.rule_evictions.pop(uid, None)
+            self.rule_problems.pop(name, None)
+            self.limiter.forget_rule(uid)
+        elif not self.rules.upsert(rule):
+            return
+        new = None if deleted else rule
+        if not d.rule_spec_changed(old, new):
+            return  # status or metadata only (our own status writes come back this way)
+        if new is not None:
+            self.rule_problems.pop(name, None)
+            self.queue.add(RULE_PREFIX + name)  # status at once, before any eviction
+        self._enqueue_rule_pods([r for r in (old, new) if r is not None])
+
+    def on_class(self, device_class: d.Obj, deleted: bool) -> None:
+        name = device_class["metadata"]["name"]
+        old = self.classes.get(name)
+        if deleted:
+            self.classes.delete(name)
+        elif not self.classes.upsert(device_class):
+            return
+        if old is not None and not deleted and old.get("spec") == device_class.get("spec"):
+            return
+        users = [r for r in self.rules.values()
+                 if ((r.get("spec") or {}).get("deviceSelector") or {}).get("deviceClassName") == name]
+        for rule in users:
+            self.rule_problems.pop(rule["metadata"]["name"], None)
+        if users:
+            self._enqueue_rule_pods(users)
+
+    def _enqueue_rule_pods(self, rules: list[d.Obj]) -> None:
+        """Pods of allocated claims with a device the rule selects (before or after a change);
+        rule changes are rare, so every allocated claim is looked at."""
+        for claim in self.claims.values():
+            if d.is_allocated(claim) and any(self._result_matches(rule, result)
+                                             for rule in rules for result in d.allocation_results(claim)):
+                self._enqueue_claim_pods(claim)
+
+    # -- timers ------------------------------------------------------------------------------
+
+    def _after(self, key: str, delay: float) -> None:
+        """Sync ``key`` in ``delay`` seconds, unless an earlier sync of it is already due (that
+        sync recomputes everything and schedules again if needed)."""
+        now = time.monotonic()
+        due = now + max(delay, 0.0)
+        current = self._timers.get(key)
+        if current is not None and now < current <= due + 0.001:
+            return
+        self._timers[key] = due
+        self.queue.add_after(key, max(delay, 0.0))
+
+    # -- sync --------------------------------------------------------------------------------
+
+    async def sync(self, key: str) -> None:
+        due = self._timers.get(key)
+        if due is not None and due <= time.monotonic() + 0.01:
+            del self._timers[key]
+        if key.startswith(POD_PREFIX):
+            await self.sync_pod(key[len(POD_PREFIX):])
+        elif key.startswith(RULE_PREFIX):
+            await self.sync_rule(key[len(RULE_PREFIX):])
+        else:
+            log.error("unexpected work queue key", key=key)
+
+    async def sync_pod(self, key: str) -> None:
+        pod = self.pods.get(key)
+        pending = self.pending.get(key)
+        if pod is None:
+            return
+        uid = pod["metadata"]["uid"]
+        if pending is not None and pending.uid != uid:
+            del self.pending[key]  # that Pod instance is gone; this one is new
+            pending = None
+        eviction = self.pod_eviction(pod)
+        if eviction is None:
+            if pending is not None:
+                del self.pending[key]
+                self.admitted.pop(key, None)
+                self.marked.discard(uid)
+                log.info("pod eviction cancelled", pod=key, claims=d.pod_claim_keys(pod),
+                         was_due=d.format_time(pending.eviction.when),
+                         reasons=[str(r) for r in pending.eviction.reasons])
+                await self.events.event(pod, NORMAL, d.EVENT_REASON, d.CANCELLING)
+            return
+        if uid in self.evicted:
+            return
+        if pending is None or pending.eviction != eviction:
+            self.pending[key] = Pending(uid, eviction)
+            log.info("pod eviction scheduled", pod=key, due=d.format_time(eviction.when),
+                     reasons=[str(r) for r in eviction.reasons], rules=eviction.rule_names(),
+                     claims=d.pod_claim_keys(pod), devices=self._pod_devices(pod))
+            # Rule status follows once more Pods had their say (upstream: ruleStatusPeriod later).
+            for rule in eviction.rule_names():
+                self._after(RULE_PREFIX + rule, d.RULE_STATUS_PERIOD)
+        delay = (eviction.when - d.utcnow()).total_seconds()
+        if delay > 0:
+            self._after(POD_PREFIX + key, delay)
+            return
+        wait = self._admission(key, uid, eviction)
+        if wait > 0:
+            self._after(POD_PREFIX + key, wait)
+            return
+        await self._evict(key, pod, eviction)
+
+    def _pod_devices(self, pod: d.Obj) -> list[str]:
+        devices = []
+        for key in d.pod_claim_keys(pod):
+            claim = self.claims.get(key)
+            if claim is not None:
+                devices += d.claim_device_keys(claim)
+        return devices
+
+    def _reason_rules(self, eviction: d.Eviction) -> list[d.Obj]:
+        rules = (self.rules.get(name) for name in eviction.rule_names())
+        return [r for r in rules if r is not None]
+
+    def _admission(self, key: str, uid: str, eviction: d.Eviction) -> float:
+        """Seconds until the rate limits let this Pod go (a token is reserved once per Pod)."""
+        admitted = self.admitted.get(key)
+        now = time.monotonic()
+        if admitted is not None and admitted[0] == uid:
+            return max(0.0, admitted[1] - now)
+        rates: dict[str, float] = {}
+        for rule in self._reason_rules(eviction):
+            try:
+                rate = d.rule_rate(rule)
+            except d.BadAnnotation as e:
+                self._problem(rule, "InvalidAnnotation", f"{e}; the rule's evictions are not rate limited")
+                continue
+            if rate is not None:
+                rates[rule["metadata"]["uid"]] = rate
+        if not rates and self.guards.evictions_per_second <= 0:
+            return 0.0
+        wait = self.limiter.reserve(rates)
+        self.admitted[key] = (uid, now + wait)
+        if wait > 0:
+            log.info("pod eviction rate limited", pod=key, wait=round(wait, 3), rules=eviction.rule_names())
+        return wait
+
+    async def _evict(self, key: str, cached: d.Obj, eviction: d.Eviction) -> None:
+        """``maybeDeletePod``/``addConditionAndDeletePod``, or the Eviction API for rules that ask."""
+        namespace, name = key.split("/", 1)
+        uid = cached["metadata"]["uid"]
+        rules = self._reason_rules(eviction)
+        for rule in rules:
+            try:
+                d.uses_eviction_api(rule)
+                d.eviction_api_max_wait(rule, 0)
+            except d.BadAnnotation as e:
+                self._problem(rule, "InvalidAnnotation", f"{e}; the rule's Pods are deleted as upstream does")
+        api_wait = d.eviction_api_wait(rules, eviction, self.guards.eviction_api_max_wait)
+        logger = log.bind(pod=key, uid=uid, rules=eviction.rule_names(), reasons=[str(r) for r in eviction.reasons],
+                          claims=d.pod_claim_keys(cached), devices=self._pod_devices(cached))
+        try:
+            pod = await self.kube.get(PODS, name, namespace)
+        except ApiError as e:
+            if e.not_found:
+                self._done(key, uid)
+                return
+            raise RetryableError(f"get pod {key}: {e}") from e
+        if pod["metadata"]["uid"] != uid or d.is_deleting(pod):
+            self._done(key, uid)  # replaced under the same name, or already on its way out
+            return
+
+        if api_wait is not None:
+            deadline = eviction.when + datetime.timedelta(seconds=api_wait)
+            remaining = (deadline - d.utcnow()).total_seconds()
+            if remaining > 0:
+                await self._mark(pod)
+                try:
+                    await self.kube.request("POST", PODS.path(namespace, name, "eviction"), body=d.eviction_body(pod))
+                except ApiError as e:
+                    if e.status == 429:
+                        logger.info("eviction refused by a PodDisruptionBudget, will retry",
+                                    message=e.message, deletes_at=d.format_time(deadline))
+                        self._after(POD_PREFIX + key, min(self.guards.eviction_api_retry, remaining))
+                        return
+                    if e.not_found or e.conflict:
+                        self._done(key, uid)
+                        return
+                    raise RetryableError(f"evict pod {key}: {e}") from e
+                self._evicted(key, uid, eviction, logger, "Eviction API")
+                return
+            logger.warning("PodDisruptionBudget still refuses after the longest wait, deleting the pod",
+                           max_wait=api_wait)
+
+        await self._mark(pod)
+        try:
+            if not d.has_pod_condition(pod):
+                await self.kube.patch(PODS, name, d.pod_condition_patch(pod, d.utcnow()), namespace,
+                                      content_type=STRATEGIC_PATCH, subresource="status",
+                                      field_manager=d.CONTROLLER_NAME)
+            await self.kube.delete(PODS, name, namespace, uid=uid)
+        except ApiError as e:
+            if e.not_found:
+                self._done(key, uid)
+                return
+            raise RetryableError(f"delete pod {key}: {e}") from e
+        self._evicted(key, uid, eviction, logger, "delete")
+
+    async def _mark(self, pod: d.Obj) -> None:
+        uid = pod["metadata"]["uid"]
+        if uid not in self.marked:
+            self.marked.add(uid)
+            await self.events.event(pod, NORMAL, d.EVENT_REASON, d.MARKING)
+
+    def _done(self, key: str, uid: str) -> None:
+        """Nothing (more) to do for this Pod instance; not counted as an eviction."""
+        pending = self.pending.get(key)
+        if pending is not None and pending.uid == uid:
+            del self.pending[key]
+        self.admitted.pop(key, None)
+        self.marked.discard(uid)
+        self.evicted.add(uid)
+
+    def _evicted(self, key: str, uid: str, eviction: d.Eviction, logger: Any, how: str) -> None:
+        self._done(key, uid)
+        latency = (d.utcnow() - eviction.when).total_seconds()
+        self.metrics.pod_deleted(max(latency, 0.0))
+        for reason in eviction.reasons:
+            if reason.is_rule:
+                self.rule_evictions[reason.rule_uid] = self.rule_evictions.get(reason.rule_uid, 0) + 1
+                self._after(RULE_PREFIX + reason.rule, d.RULE_STATUS_PERIOD)
+        logger.info("evicted pod", how=how, latency=round(latency, 3), due=d.format_time(eviction.when))
+
+    # -- DeviceTaintRule status --------------------------------------------------------------
+
+    def rule_counts(self, rule: d.Obj) -> d.RuleCounts:
+        """``countPendingPods`` (and ``countTaintedDevices`` for effect None, simulated as
+        NoExecute with this rule alone, as upstream)."""
+        effect = d.rule_effect(rule)
+        if effect == d.NO_EXECUTE:
+            rules = self.evicting_rules()
+        elif effect == d.NONE_EFFECT:
+            rule = d.as_no_execute(rule)
+            rules = [rule]
+        else:
+            return d.RuleCounts()
+        pods, namespaces = self.pods_evicted_by(rule, rules)
+        published, allocated = self.selected_devices(rule) if effect == d.NONE_EFFECT else (0, 0)
+        return d.RuleCounts(len(pods), len(namespaces), published, allocated)
+
+    def selected_devices(self, rule: d.Obj) -> tuple[int, int]:
+        """``countTaintedDevices``: devices the rule selects in slices of the newest pool
+        generations, and in allocation results."""
+        published = 0
+        for pool in {d.slice_pool_key(s) for s in self.slices.values()}:
+            driver, _, pool_name = pool.partition("/")
+            published += sum(1 for name, (_, device) in self._view(pool).devices.items()
+                             if d.rule_matches_device(rule, driver, pool_name, name, device, self._cel))
+        allocated = sum(1 for c in self.claims.values() if d.is_allocated(c)
+                        for r in d.allocation_results(c) if self._result_matches(rule, r))
+        return published, allocated
+
+    def pods_evicted_by(self, rule: d.Obj, rules: list[d.Obj]) -> tuple[list[tuple[d.Obj, d.Eviction]], set[str]]:
+        """Pods not yet deleting whose eviction (under ``rules``) has ``rule`` among its reasons."""
+        uid = rule["metadata"].get("uid")
+        found, namespaces = [], set()
+        for pod in self.pods.values():
+            if d.is_deleting(pod):
+                continue
+            eviction = self.pod_eviction(pod, rules)
+            if eviction is not None and uid in eviction.rule_uids():
+                found.append((pod, eviction))
+                namespaces.add(pod["metadata"]["namespace"])
+        return found, namespaces
+
+    async def sync_rule(self, name: str) -> None:
+        rule = self.rules.get(name)
+        if rule is None:
+            return
+        for reason, message in sorted(self.rule_problems.get(name, ())):
+            await self.events.event(rule, WARNING, reason, message)
+        if not self.rule_status:
+            return
+        now = d.utcnow()
+        wait = d.status_wait(rule, now)
+        if wait > 0:
+            self._after(RULE_PREFIX + name, wait)
+            return
+        evicted = self.rule_evictions.get(rule["metadata"]["uid"], 0)
+        condition = d.rule_condition(rule, self.rule_counts(rule), evicted)
+        if not d.condition_changed(d.existing_condition(rule), condition):
+            return
+        body = d.rule_status_apply(rule, self.rules_resource.group_version, condition, now)
+        try:
+            updated = await self.kube.apply(self.rules_resource, body, field_manager=d.CONTROLLER_NAME,
+                                            force=True, subresource="status")
+        except ApiError as e:
+            if e.not_found or e.conflict:
+                return  # deleted, or replaced by a rule of the same name (UID precondition)
+            raise RetryableError(f"DeviceTaintRule {name} status: {e}") from e
+        self.rules.upsert(updated)
+        log.info("rule status updated", rule=name, reason=condition["reason"], message=condition["message"],
+                 status=condition["status"])
+
+    # -- start-up ----------------------------------------------------------------------------
+
+    def prime(self, rules: Iterable[d.Obj], classes: Iterable[d.Obj], slices: Iterable[d.Obj],
+              claims: Iterable[d.Obj], pods: Iterable[d.Obj]) -> None:
+        """Fill the caches from LISTs before any worker runs; every Pod using claims and every
+        rule gets a sync."""
+        for obj in classes:
+            self.classes.upsert(obj)
+        for obj in slices:
+            self.slices.upsert(obj)
+        for obj in rules:
+            self.rules.upsert(obj)
+            self.queue.add(RULE_PREFIX + obj["metadata"]["name"])
+        for obj in claims:
+            self.claims.upsert(obj)
+        for obj in pods:
+            self.pods.upsert(obj)
+            if d.pod_claim_names(obj):
+                self.queue.add(POD_PREFIX + d.pod_key(obj))
+        self._views.clear()

@@ -1,0 +1,125 @@
+"""kopf wiring of the taints operator: watches feed the controller's cache and work queue.
+
+DeviceTaintRules are served as v1 (1.37+), v1beta2 or v1alpha3 depending on the cluster: the
+version is discovered at start-up, and the rule watch selects exactly that version (a kopf
+callable selector, evaluated after the start-up handlers have run).
+"""
+
+from __future__ import annotations
+
+import kopf
+
+from ..core.kopfsettings import quiet
+from ..core.kube import Kube
+from ..core.leader import act_when_leader, election_namespace
+from ..core.logging import get_logger
+from ..core.metrics import serve
+from ..core.resources import (DEVICE_CLASSES, DEVICE_TAINT_RULES, PODS, RESOURCE_CLAIMS, RESOURCE_GROUP,
+                              RESOURCE_SLICES, Resource)
+from ..core.settings import Settings
+from .controller import Guards, TaintsController
+from .metrics import Metrics
+
+log = get_logger("operators.taints")
+
+_rules_version: dict[str, str | None] = {"version": None}
+
+
+async def discover_rules(kube: Kube) -> tuple[Resource | None, bool]:
+    """The DeviceTaintRule resource at the version the cluster prefers, and whether it has a
+    status subresource (not before 1.35)."""
+    rules = await kube.preferred_version(DEVICE_TAINT_RULES)
+    if rules is None:
+        return None, False
+    listing = await kube.request("GET", f"/apis/{rules.group_version}")
+    names = {r.get("name") for r in listing.get("resources") or []}
+    return rules, f"{rules.plural}/status" in names
+
+
+@kopf.on.startup()
+async def start_taints(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None:
+    quiet(settings)
+    config = Settings.from_env()
+    kube = await Kube.connect(config.kubeconfig)
+    rules, rule_status = await discover_rules(kube)
+    _rules_version["version"] = rules.version if rules else None
+    metrics = Metrics()
+    controller = TaintsController(
+        kube, rules=rules, rule_status=rule_status, workers=config.taints_workers, metrics=metrics,
+        guards=Guards(evictions_per_second=config.taints_evictions_per_second,
+                      eviction_api_max_wait=config.taints_eviction_api_max_wait,
+                      eviction_api_retry=config.taints_eviction_api_retry))
+    # Fill the caches before any worker runs: deadlines come from the API's state, so a
+    # restarted operator finds every pending eviction again, with the same due time.
+    controller.prime(
+        rules=await kube.list(rules) if rules else [],
+        classes=await kube.list(DEVICE_CLASSES),
+        slices=await kube.list(RESOURCE_SLICES),
+        claims=await kube.list(RESOURCE_CLAIMS),
+        pods=await kube.list(PODS))
+    serve(metrics.registry, config.metrics_port)
+    memo.taints_controller = controller
+
+    async def start() -> None:
+        controller.queue.start()
+
+    # Watches keep the cache warm on a standby; only the leader's workers evict and write status.
+    memo.taints_leader = await act_when_leader(
+        kube, enabled=config.leader_election, lease="dra-operators-taints",
+        namespace=election_namespace(config.leader_election_namespace), start=start, stop=controller.queue.stop,
+        lease_duration=config.leader_election_lease_duration)
+    if memo.taints_leader is not None:
+        controller.queue.gate = memo.taints_leader.may_act
+    if rules is None:
+        log.warning("the cluster serves no DeviceTaintRules: only ResourceSlice taints evict")
+    log.info("taints operator started", workers=config.taints_workers, rules_version=_rules_version["version"],
+             rule_status=rule_status, rules=len(controller.rules), pods=len(controller.pods),
+             claims=len(controller.claims), slices=len(controller.slices),
+             evictions_per_second=config.taints_evictions_per_second, metrics_port=config.metrics_port)
+
+
+@kopf.on.cleanup()
+async def stop_taints(memo: kopf.Memo, **_) -> None:
+    controller: TaintsController | None = getattr(memo, "taints_controller", None)
+    if controller is not None:
+        await controller.queue.stop()
+        if getattr(memo, "taints_leader", None) is not None:
+            await memo.taints_leader.release()
+        await controller.kube.close()
+
+
+def _deleted(event: kopf.RawEvent) -> bool:
+    return event.get("type") == "DELETED"
+
+
+def _served_rules(resource: kopf.Resource) -> bool:
+    return (resource.group == RESOURCE_GROUP and resource.plural == DEVICE_TAINT_RULES.plural
+            and resource.version == _rules_version["version"])
+
+
+# Handlers are async: sync ones would run in kopf's thread pool, off the event loop that owns the queue.
+@kopf.on.event("v1", "pods", id="taints-pods")
+async def pod_event(event: kopf.RawEvent, memo: kopf.Memo, **_) -> None:
+    memo.taints_controller.on_pod(event["object"], _deleted(event))
+
+
+@kopf.on.event("resource.k8s.io", "v1", "resourceclaims", id="taints-claims")
+async def claim_event(event: kopf.RawEvent, memo: kopf.Memo, **_) -> None:
+    memo.taints_controller.on_claim(event["object"], _deleted(event))
+
+
+@kopf.on.event("resource.k8s.io", "v1", "resourceslices", id="taints-slices")
+async def slice_event(event: kopf.RawEvent, memo: kopf.Memo, **_) -> None:
+    memo.taints_controller.on_slice(event["object"], _deleted(event))
+
+
+@kopf.on.event(_served_rules, id="taints-rules")
+async def rule_event(event: kopf.RawEvent, memo: kopf.Memo, **_) -> None:
+    memo.taints_controller.on_rule(event["object"], _deleted(event))
+
+
+# Only v1alpha3 rules (Kubernetes <= 1.34) select through a DeviceClass; the preferred version
+# of DeviceClasses is what every supported cluster serves.
+@kopf.on.event(RESOURCE_GROUP, "deviceclasses", id="taints-deviceclasses")
+async def class_event(event: kopf.RawEvent, memo: kopf.Memo, **_) -> None:
+    memo.taints_controller.on_class(event["object"], _deleted(event))
