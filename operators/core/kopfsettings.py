@@ -13,6 +13,9 @@ import kopf
 def quiet(settings: kopf.OperatorSettings) -> None:
     settings.posting.enabled = False
     settings.peering.standalone = True  # HA is a Lease (leader election), not kopf peering
+    # No watching of CustomResourceDefinitions for new resources: the operators watch built-in
+    # kinds only, and their RBAC grants nothing on CRDs.
+    settings.scanning.disabled = True
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     # Handler errors are retried by the operators' own work queues, never by kopf.

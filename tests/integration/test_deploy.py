@@ -1,0 +1,146 @@
+"""Deploying the way users do: every kustomize overlay renders and passes a server-side dry run;
+the base is applied for real; each operator runs under its own ServiceAccount token with exactly
+the kustomize RBAC, without a single 403; the node agent's admission policy holds."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from operators.core.kube import ApiError, Kube
+from operators.core.resources import PODS, RESOURCE_SLICES
+
+from . import objects
+from .claims_env import ClaimsEnv
+from .fake_kubelet import FakeKubelet
+from .operator_process import OperatorProcess
+from .test_kubelet_plugin import Node
+from .waiting import wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+NAMESPACE = "dra-operators"
+OVERLAYS = ("kind", "production", "simulated-devices")
+
+
+@pytest.fixture(scope="module")
+def base(lab):
+    result = lab.kubectl("apply", "--server-side", "-k", str(ROOT / "kustomize" / "base"), check=False)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def test_base_is_applied_for_real(base, lab):
+    for kind_name in ("deployment.apps/dra-claims", "daemonset.apps/dra-nodeagent",
+                      "validatingadmissionpolicy.admissionregistration.k8s.io/dra-operators-nodeagent-own-slices"):
+        assert kind_name in base
+    got = lab.kubectl("get", "-n", NAMESPACE, "deployment/dra-claims", "-o", "json")
+    assert json.loads(got.stdout)["spec"]["template"]["spec"]["serviceAccountName"] == "dra-claims"
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_overlay_renders_and_passes_server_side_dry_run(overlay, base, lab):
+    path = str(ROOT / "kustomize" / "overlays" / overlay)
+    rendered = list(yaml.safe_load_all(lab.kubectl("kustomize", path).stdout))
+    kinds = {d["kind"] for d in rendered}
+    assert {"Deployment", "DaemonSet", "ClusterRole", "ValidatingAdmissionPolicy"} <= kinds
+    for workload in (d for d in rendered if d["kind"] in ("Deployment", "DaemonSet")):
+        container = workload["spec"]["template"]["spec"]["containers"][0]
+        assert container["securityContext"]["readOnlyRootFilesystem"] is True
+        assert container["securityContext"]["allowPrivilegeEscalation"] is False
+        assert container["livenessProbe"] and container["resources"]["requests"]
+    dry = lab.kubectl("apply", "--server-side", "--dry-run=server", "-k", path, check=False)
+    assert dry.returncode == 0, dry.stderr
+
+
+async def service_account_kubeconfig(lab, kube: Kube, account: str, path: Path, bound_pod: dict | None = None) -> Path:
+    """A kubeconfig holding a TokenRequest token of ``account`` (bound to a Pod: then the token
+    names the Pod's node, as a DaemonSet Pod's projected token does)."""
+    spec: dict = {"expirationSeconds": 3600}
+    if bound_pod:
+        spec["boundObjectRef"] = {"apiVersion": "v1", "kind": "Pod", "name": bound_pod["metadata"]["name"],
+                                  "uid": bound_pod["metadata"]["uid"]}
+    response = await kube.request("POST", f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/{account}/token",
+                                  body={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec})
+    config = {"apiVersion": "v1", "kind": "Config",
+              "clusters": [{"name": "lab", "cluster": {"server": lab.server, "certificate-authority": str(lab.pki.ca_cert)}}],
+              "users": [{"name": account, "user": {"token": response["status"]["token"]}}],
+              "contexts": [{"name": account, "context": {"cluster": "lab", "user": account}}],
+              "current-context": account}
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def assert_no_forbidden(process: OperatorProcess) -> None:
+    text = process.log.read_text()
+    lines = [line for line in text.splitlines() if "403" in line or "forbidden" in line.lower()]
+    assert not lines, "RBAC denied something:\n" + "\n".join(lines[:10])
+
+
+async def test_claims_operator_with_its_own_service_account(base, lab, kube, controllers, tmp_path, unique):
+    controllers.use("none")
+    kubeconfig = await service_account_kubeconfig(lab, kube, "dra-claims", tmp_path / "claims.kubeconfig")
+    operator = OperatorProcess(["claims"], kubeconfig, tmp_path, env={
+        "DRA_LEADER_ELECTION": "true", "DRA_LEADER_ELECTION_NAMESPACE": NAMESPACE})
+    operator.start()
+    try:
+        async with ClaimsEnv(kube, f"rb{unique}") as env:
+            await env.template("t")
+            await env.pod("p", {"gpu": {"resourceClaimTemplateName": "t"}})
+            await env.claim_of("p", "gpu")
+            await env.wait_running("p")
+            await env.finish("p")
+            await env.wait_no_claims()
+            await env.pod("waiting", {"gpu": {"resourceClaimTemplateName": "missing"}})
+            await env.wait_event("FailedResourceClaimCreation")  # Events are allowed too
+        assert "became leader" in operator.log.read_text()
+        assert_no_forbidden(operator)
+    finally:
+        operator.stop()
+
+
+async def test_node_agent_with_its_own_service_account(base, lab, kube, tmp_path, unique, namespace):
+    async def daemon_pod():
+        pods = await kube.list(PODS, NAMESPACE, field_selector="spec.nodeName=lab-node-0")
+        return next((p for p in pods if p["metadata"]["name"].startswith("dra-nodeagent-")), None)
+    pod = await wait_for(daemon_pod, what="the DaemonSet's Pod on lab-node-0")
+    kubeconfig = await service_account_kubeconfig(lab, kube, "dra-nodeagent", tmp_path / "na.kubeconfig", pod)
+
+    node = Node(lab, kube, namespace, unique, tmp_path, suffix="rb")
+    node.name = "lab-node-0"
+    node.agent.kubeconfig = kubeconfig
+    node.agent.extra_env["NODE_NAME"] = "lab-node-0"
+    node.agent.start()
+    try:
+        await kube.create(__import__("operators.core.resources", fromlist=["DEVICE_CLASSES"]).DEVICE_CLASSES,
+                          objects.device_class(node.driver, node.driver))
+        await wait_for(lambda: kube.list(RESOURCE_SLICES, field_selector=f"spec.driver={node.driver}"),
+                       what="slices published with the node agent's own token")
+        await node.kubelet.register()
+        claim = await node.allocated_claim("rbac")
+        response = await node.kubelet.prepare([claim])
+        assert response.claims[claim["metadata"]["uid"]].error == ""
+        assert_no_forbidden(node.agent)
+
+        async with Kube(await _client(kubeconfig)) as agent_kube:
+            # Another node's slice: the admission policy says no.
+            other = objects.resource_slice(f"intruder-{unique}", node.driver, "lab-node-1", [objects.device("gpu-0")])
+            with pytest.raises(ApiError) as denied:
+                await agent_kube.create(RESOURCE_SLICES, other)
+            assert denied.value.status in (403, 422)
+            assert "may not write ResourceSlices of node lab-node-1" in denied.value.message
+            # Pods are none of its business.
+            with pytest.raises(ApiError) as forbidden:
+                await agent_kube.list(PODS, "default")
+            assert forbidden.value.status == 403
+    finally:
+        await node.kubelet.close()
+        node.agent.stop()
+        await kube.delete(__import__("operators.core.resources", fromlist=["DEVICE_CLASSES"]).DEVICE_CLASSES,
+                          node.driver)
+
+
+async def _client(kubeconfig: Path):
+    return (await Kube.connect(str(kubeconfig)))._api
