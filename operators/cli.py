@@ -41,6 +41,33 @@ def run(names: tuple[str, ...], liveness: str) -> None:
     kopf.run(clusterwide=True, standalone=True, liveness_endpoint=liveness or None, memo=memo)
 
 
+@main.command("devices")
+@click.option("--watch", "-w", is_flag=True, help="Refresh every --interval seconds until Ctrl-C.")
+@click.option("--interval", default=2.0, show_default=True)
+def devices(watch: bool, interval: float) -> None:
+    """Which Pod holds which device on which node, with claim state (any cluster, KUBECONFIG)."""
+    import asyncio
+
+    from .core.kube import Kube
+    from .devices import snapshot
+
+    async def show() -> None:
+        async with await Kube.connect() as kube:
+            while True:
+                text = await snapshot(kube)
+                if watch:
+                    click.clear()
+                click.echo(text)
+                if not watch:
+                    return
+                await asyncio.sleep(interval)
+
+    try:
+        asyncio.run(show())
+    except KeyboardInterrupt:
+        pass
+
+
 @main.command("settings")
 def show_settings() -> None:
     """List every setting: name, environment variable, default, meaning."""
