@@ -123,7 +123,8 @@ def controllers(lab: Lab, tmp_path_factory: pytest.TempPathFactory) -> Controlle
     from .operator_process import OperatorProcess
 
     logs = tmp_path_factory.mktemp("operator-logs")
-    switch = Controllers(lab, {"claims": OperatorProcess(["claims"], lab.kubeconfig, logs)})
+    switch = Controllers(lab, {"claims": OperatorProcess(["claims"], lab.kubeconfig, logs),
+                               "taints": OperatorProcess(["taints"], lab.kubeconfig, logs)})
     try:
         yield switch
     finally:

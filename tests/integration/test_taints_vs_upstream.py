@@ -1,0 +1,297 @@
+"""The taints operator side by side with upstream's device-taint-eviction-controller.
+
+Every scenario runs twice on the same lab: once with upstream's controllers inside
+kube-controller-manager, once with our claims and taints operators instead. To keep this quick
+the scenarios of one run go concurrently, each in its own namespace with its own driver and
+rules. Both runs must leave the same Pods evicted (with the same DisruptionTarget condition),
+the same Events and the same DeviceTaintRule conditions; each scenario also checks what it is
+about, on both runs.
+
+The first four scenarios are dra-example-driver's demo/examples/device-taints-tolerations. On
+Kubernetes 1.37 the scheduler honours DeviceTaintRules, so the demos' Pods created after a
+NoExecute taint stay Pending instead of being scheduled and then evicted (the demos were written
+for 1.35/1.36, whose scheduler ignored rules).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+from operators.core.resources import RESOURCE_CLAIMS
+from operators.taints import decisions as d
+
+from .compare import differences
+from .taints_env import NODES, TaintsEnv
+
+MARK = ["Normal", d.EVENT_REASON, d.MARKING]
+CANCEL = ["Normal", d.EVENT_REASON, d.CANCELLING]
+CONDITION = [{k: d.POD_CONDITION[k] for k in ("type", "status", "reason", "message")}]
+
+
+def tmpl(name: str) -> dict[str, str]:
+    return {"resourceClaimTemplateName": name}
+
+
+def plain(name: str) -> dict[str, str]:
+    return {"resourceClaimName": name}
+
+
+def evicted(snap: dict) -> set[str]:
+    return {name for name, pod in snap["pods"].items() if pod["evicted"]}
+
+
+async def noexecute(env: TaintsEnv) -> dict:
+    """device-taint-pod-noexecute: a NoExecute rule evicts the running Pod at once."""
+    await env.template("single-gpu")
+    await env.pod("pod-to-be-evicted", {"gpu": tmpl("single-gpu")})
+    await env.wait_running("pod-to-be-evicted")
+    await env.rule("example", {"driver": env.driver})
+    await env.wait_evicted("pod-to-be-evicted")
+    await env.pod("pod-no-execute", {"gpu": tmpl("single-gpu")})
+    await env.wait_rule("example", "Completed", "1 pod evicted since starting the controller.")
+    snap = await env.snapshot()
+    assert evicted(snap) == {"pod-to-be-evicted"}
+    assert snap["pods"]["pod-to-be-evicted"]["disruption"] == CONDITION
+    assert snap["pods"]["pod-no-execute"]["phase"] == "Pending"  # 1.37's scheduler avoids the taint
+    assert [*MARK, "pod-to-be-evicted"] in snap["events"]
+    return snap
+
+
+async def noschedule(env: TaintsEnv) -> dict:
+    """device-taint-pod-noschedule: NoSchedule keeps the running Pod, blocks new ones."""
+    await env.template("single-gpu")
+    await env.pod("pod-keeps-running", {"gpu": tmpl("single-gpu")})
+    await env.wait_running("pod-keeps-running")
+    await env.rule("example", {"driver": env.driver}, effect="NoSchedule")
+    await env.wait_rule("example", "OtherEffect", "Eviction only happens for the NoExecute effect.")
+    await env.pod("pod-not-scheduled", {"gpu": tmpl("single-gpu")})
+    await asyncio.sleep(4)
+    snap = await env.snapshot()
+    assert not evicted(snap) and not snap["events"]
+    assert snap["pods"]["pod-keeps-running"]["phase"] == "Running"
+    assert snap["pods"]["pod-not-scheduled"]["phase"] == "Pending"
+    return snap
+
+
+async def toleration(env: TaintsEnv) -> dict:
+    """device-taint-pod-toleration: the rule comes first; the tolerating Pod runs."""
+    await env.rule("example", {"driver": env.driver})
+    await env.wait_rule("example", "NotStarted")
+    await env.template("with-toleration", [env.toleration()])
+    await env.template("without-toleration")
+    await env.pod("pod-with-toleration", {"gpu": tmpl("with-toleration")})
+    await env.pod("pod-without-toleration", {"gpu": tmpl("without-toleration")})
+    await env.wait_running("pod-with-toleration")
+    await asyncio.sleep(12)  # past a status period: tolerated for good, nothing pending
+    snap = await env.snapshot()
+    assert not evicted(snap)
+    assert snap["pods"]["pod-without-toleration"]["phase"] == "Pending"
+    assert snap["rules"]["<run>-example"]["reason"] == "NotStarted"
+    return snap
+
+
+async def eviction_time(env: TaintsEnv) -> dict:
+    """device-taint-configurable-pod-eviction-time, with 6 s instead of 300 s."""
+    await env.template("single-gpu-without-toleration")
+    await env.template("single-gpu-with-toleration", [env.toleration()])
+    await env.template("single-gpu-with-6s-toleration", [env.toleration(6)])
+    for pod, template in (("pod-no-toleration", "single-gpu-without-toleration"),
+                          ("pod-with-toleration", "single-gpu-with-toleration"),
+                          ("pod-with-6s-toleration", "single-gpu-with-6s-toleration")):
+        await env.pod(pod, {"gpu": tmpl(template)})
+    await env.wait_running("pod-no-toleration", "pod-with-toleration", "pod-with-6s-toleration")
+    rule = await env.rule("example", {"driver": env.driver})
+    added = d.parse_time(rule["spec"]["taint"]["timeAdded"]).timestamp()
+    await env.wait_evicted("pod-no-toleration")
+    await env.wait_evicted("pod-with-6s-toleration", timeout=30)
+    delay = env.watch.deleting_at["pod-with-6s-toleration"] - added
+    assert 6 <= delay < 9, f"evicted {delay:.1f}s after the taint was added, expected 6s"
+    await env.wait_rule("example", "Completed", "2 pods evicted since starting the controller.")
+    snap = await env.snapshot()
+    assert evicted(snap) == {"pod-no-toleration", "pod-with-6s-toleration"}
+    assert snap["pods"]["pod-with-toleration"]["phase"] == "Running"
+    return snap
+
+
+async def selectors(env: TaintsEnv) -> dict:
+    """Rules by pool and by device (by driver: the demos); a rule of another driver."""
+    for i in range(3):
+        await env.claim(f"gpu-{i}", index=i)
+    await env.claim("node1", index=0)
+    await env.pod("on-gpu-0", {"gpu": plain("gpu-0")}, node=NODES[0])
+    await env.pod("on-gpu-1", {"gpu": plain("gpu-1")}, node=NODES[0])
+    await env.pod("on-gpu-2", {"gpu": plain("gpu-2")}, node=NODES[0])
+    await env.pod("on-node-1", {"gpu": plain("node1")}, node=NODES[1])
+    await env.wait_running("on-gpu-0", "on-gpu-1", "on-gpu-2", "on-node-1")
+    await env.rule("by-pool", {"driver": env.driver, "pool": NODES[1]})
+    await env.rule("by-device", {"driver": env.driver, "pool": NODES[0], "device": "gpu-1"})
+    await env.rule("other-driver", {"driver": "other." + env.driver, "device": "gpu-2"})
+    await env.wait_evicted("on-node-1", "on-gpu-1")
+    await env.wait_rule("by-pool", "Completed", "1 pod evicted since starting the controller.")
+    await env.wait_rule("by-device", "Completed", "1 pod evicted since starting the controller.")
+    snap = await env.snapshot()
+    assert evicted(snap) == {"on-node-1", "on-gpu-1"}
+    assert snap["rules"]["<run>-other-driver"]["reason"] == "NotStarted"
+    return snap
+
+
+async def nil_selector(env: TaintsEnv) -> dict:
+    """A rule without a selector matches nothing (kubernetes#141422 is about the empty one)."""
+    await env.template("t")
+    await env.pod("survivor", {"gpu": tmpl("t")})
+    await env.wait_running("survivor")
+    await env.rule("no-selector", None)
+    await env.wait_rule("no-selector", "NotStarted")
+    await asyncio.sleep(4)
+    snap = await env.snapshot()
+    assert not evicted(snap) and snap["pods"]["survivor"]["phase"] == "Running"
+    return snap
+
+
+async def old_generation(env: TaintsEnv) -> dict:
+    """A taint only in a slice of an older pool generation does not count; once the newest
+    generation has it, it evicts."""
+    await env.claim("c", index=0)
+    await env.pod("user", {"gpu": plain("c")}, node=NODES[0])
+    await env.wait_running("user")
+    newer = f"gen2-{env.token}"
+    await env.add_slice(newer, NODES[0], [{"name": f"gpu-{i}"} for i in range(env.devices)],
+                        pool=NODES[0], generation=2)
+    await env.set_device_taint(f"{NODES[0]}-{env.token}", "gpu-0", "NoExecute")  # generation 1
+    await asyncio.sleep(4)
+    assert "user" not in env.watch.deleting_at, "a taint of an old pool generation evicted"
+    await env.set_device_taint(newer, "gpu-0", "NoExecute")
+    await env.wait_evicted("user")
+    await env.wait_event("user", d.MARKING)
+    snap = await env.snapshot()
+    assert evicted(snap) == {"user"} and snap["pods"]["user"]["disruption"] == CONDITION
+    return snap
+
+
+async def taint_removed(env: TaintsEnv) -> dict:
+    """A driver's NoExecute taint removed before the tolerated 8 s are over: no eviction."""
+    await env.claim("c", tolerations=[env.toleration(8)], index=0)
+    await env.pod("tolerating", {"gpu": plain("c")}, node=NODES[0])
+    await env.wait_running("tolerating")
+    started = time.time()
+    await env.set_device_taint(f"{NODES[0]}-{env.token}", "gpu-0", "NoExecute")
+    await asyncio.sleep(2)
+    await env.set_device_taint(f"{NODES[0]}-{env.token}", "gpu-0", None)
+    await env.wait_event("tolerating", d.CANCELLING)
+    await asyncio.sleep(max(0.0, started + 11 - time.time()))
+    snap = await env.snapshot()
+    assert not evicted(snap) and snap["pods"]["tolerating"]["phase"] == "Running"
+    assert snap["events"] == [[*CANCEL, "tolerating"]]
+    return snap
+
+
+async def pod_deleted_while_pending(env: TaintsEnv) -> dict:
+    """A Pod deleted while its eviction waits: nothing to evict, no Event."""
+    await env.claim("c", tolerations=[env.toleration(30)], index=0)
+    await env.pod("leaving", {"gpu": plain("c")}, node=NODES[0])
+    await env.wait_running("leaving")
+    await env.rule("example", {"driver": env.driver})
+    await env.wait_rule("example", "PodsPendingEviction", "1 pod needs to be evicted in 1 namespace.")
+    await env.delete_pod("leaving")
+    await env.wait_rule("example", "NotStarted")
+    snap = await env.snapshot()
+    assert not snap["events"] and snap["pods"]["leaving"]["disruption"] == []
+    return snap
+
+
+async def shared_claim(env: TaintsEnv) -> dict:
+    """One claim used by three Pods: all three go."""
+    await env.claim("shared")
+    for pod in ("a", "b", "c"):
+        await env.pod(pod, {"gpu": plain("shared")})
+    await env.wait_running("a", "b", "c")
+    claim = await env.kube.get(RESOURCE_CLAIMS, "shared", env.namespace)
+    device = claim["status"]["allocation"]["devices"]["results"][0]["device"]
+    assert len(claim["status"]["reservedFor"]) == 3
+    await env.rule("device", {"driver": env.driver, "device": device})
+    await env.wait_evicted("a", "b", "c")
+    await env.wait_rule("device", "Completed", "3 pods evicted since starting the controller.")
+    snap = await env.snapshot()
+    assert evicted(snap) == {"a", "b", "c"}
+    return snap
+
+
+async def none_effect(env: TaintsEnv) -> dict:
+    """Effect None: a one-time report of what NoExecute would do."""
+    await env.template("t")
+    await env.pod("one", {"gpu": tmpl("t")})
+    await env.pod("two", {"gpu": tmpl("t")})
+    await env.wait_running("one", "two")
+    await env.rule("dry-run", {"driver": env.driver}, effect="None")
+    rule = await env.wait_rule("dry-run", "NoEffect")
+    message = d.existing_condition(rule)["message"]
+    assert message.startswith(f"{env.devices} published devices selected. 2 allocated devices selected. "
+                              "2 pods would be evicted in 1 namespace if the effect was NoExecute."), message
+    await asyncio.sleep(3)
+    snap = await env.snapshot()
+    assert not evicted(snap)
+    return snap
+
+
+async def extended_resource(env: TaintsEnv) -> dict:
+    """A Pod with DRA behind an extended resource: evicted by ours, not by upstream
+    (kubernetes#141290)."""
+    await env.pod("ext", extended=1)
+    await env.wait_running("ext")
+    await env.rule("example", {"driver": env.driver})
+    if env.mode == "ours":
+        await env.wait_evicted("ext")
+        await env.wait_rule("example", "Completed", "1 pod evicted since starting the controller.")
+    else:
+        await env.wait_rule("example", "NotStarted")
+        await asyncio.sleep(4)
+    return await env.snapshot()
+
+
+SCENARIOS = [noexecute, noschedule, toleration, eviction_time, selectors, nil_selector, old_generation,
+             taint_removed, pod_deleted_while_pending, shared_claim, none_effect, extended_resource]
+
+
+def fixed_upstream(name: str, snap: dict) -> dict:
+    """Upstream's result as it would be without the bug we deliberately do not copy:
+    kubernetes#141290, Pods using DRA through extended resources are never evicted."""
+    if name != "extended_resource":
+        return snap
+    assert not snap["pods"]["ext"]["evicted"], "upstream evicted an extended-resource Pod: #141290 is fixed"
+    fixed = json.loads(json.dumps(snap))
+    fixed["pods"]["ext"] = {"evicted": True, "phase": None, "disruption": CONDITION}
+    fixed["events"] = [[*MARK, "ext"]]
+    fixed["rules"]["<run>-example"].update(reason="Completed", message="1 pod evicted since starting the controller.")
+    return fixed
+
+
+async def _run_all(kube, mode: str, token: str) -> dict[str, dict | BaseException]:
+    async def one(i: int, scenario) -> dict:
+        nodes = NODES if scenario in (selectors,) else NODES[:1]
+        async with TaintsEnv(kube, f"{token}{i:02d}", mode, nodes=nodes,
+                             extended_resource=scenario is extended_resource) as env:
+            try:
+                return await scenario(env)
+            except AssertionError as e:
+                raise AssertionError(f"{scenario.__name__} [{mode}]: {e}\n{await env.describe()}") from None
+    results = await asyncio.gather(*(one(i, s) for i, s in enumerate(SCENARIOS)), return_exceptions=True)
+    return {s.__name__: r for s, r in zip(SCENARIOS, results)}
+
+
+async def test_same_evictions_as_upstream(kube, controllers, unique):
+    runs = {}
+    for mode in ("upstream", "ours"):
+        controllers.use(mode)
+        runs[mode] = await _run_all(kube, mode, f"{mode[:2]}{unique}")
+    problems = [f"{name} [{mode}]: {result!r}"[:4000] for mode, results in runs.items()
+                for name, result in results.items() if isinstance(result, BaseException)]
+    assert not problems, "\n\n".join(problems)
+    diffs = []
+    for name in runs["ours"]:
+        diff = differences(fixed_upstream(name, runs["upstream"][name]), runs["ours"][name])
+        if diff:
+            diffs.append(f"{name}:\n  " + "\n  ".join(diff))
+    assert not diffs, "ours differs from upstream:\n" + "\n".join(diffs)
+    assert not controllers.operators["taints"].errors(), controllers.operators["taints"].errors()[:5]
