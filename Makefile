@@ -6,9 +6,10 @@ PY := $(VENV)/bin/python
 LAB_BIN := .cache/lab/bin
 PYTEST_ARGS ?=
 
-.PHONY: help venv lab-modules lab-build test unit integration lab-up lab-down protos clean
+.PHONY: help venv lab-modules lab-build test unit integration run lab-up lab-down protos clean
 
 help:
+	@echo "make run           the whole suite on a lab (or \$$KUBECONFIG): operators, node agents, examples, live table"
 	@echo "make test          install, build the lab if needed, run unit and integration tests"
 	@echo "make unit          unit tests only (no lab)"
 	@echo "make lab-build     build etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kubectl, kwok"
@@ -46,6 +47,9 @@ integration: venv lab-build
 test: venv lab-build
 	$(PY) -m pytest tests/unit tests/integration $(PYTEST_ARGS); \
 	  code=$$?; if [ $$code -eq 5 ]; then echo "make test: no tests were collected" >&2; exit 1; fi; exit $$code
+
+run: venv lab-build
+	$(VENV)/bin/dra-operators demo
 
 lab-up: venv lab-build
 	$(VENV)/bin/dra-operators lab up

@@ -68,6 +68,16 @@ def devices(watch: bool, interval: float) -> None:
         pass
 
 
+@main.command("demo")
+@click.option("--nodes", default=2, show_default=True, help="kwok Nodes of the lab (ignored with KUBECONFIG).")
+@click.option("--interval", default=2.0, show_default=True, help="Seconds between table refreshes.")
+def demo(nodes: int, interval: float) -> None:
+    """The whole suite at work (make run): lab, operators, node agents, examples, live table."""
+    from .demo import run_demo
+
+    run_demo(nodes, interval)
+
+
 @main.command("settings")
 def show_settings() -> None:
     """List every setting: name, environment variable, default, meaning."""

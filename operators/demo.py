@@ -1,0 +1,121 @@
+"""``dra-operators demo`` (``make run``): the whole suite on a fresh machine.
+
+Starts a lab (or uses ``$KUBECONFIG``), installs the DeviceClasses, runs the claims, taints and
+binding operators and a simulated node agent per Node, applies the examples, and shows the live
+device table until Ctrl-C, which stops everything it started.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import click
+
+from .core.kube import Kube
+from .core.resources import NAMESPACES, NODES
+from .devices import snapshot
+from .lab import Lab, LabOptions, process
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ("basic-template", "shared-claim", "cel-selector", "prioritized-list", "consumable-capacity",
+            "admin-access", "taints-tolerations")
+DEMO_NAMESPACE = "dra-demo"
+INVENTORY = ROOT / "kustomize" / "overlays" / "simulated-devices" / "inventory.yaml"
+
+
+def _say(message: str) -> None:
+    click.echo(f"demo: {message}", err=True)
+
+
+class Demo:
+    def __init__(self, nodes: int, logs: Path):
+        self.nodes = nodes
+        self.logs = logs
+        self.lab: Lab | None = None
+        self.procs: list[subprocess.Popen] = []
+        self.kubeconfig = os.environ.get("KUBECONFIG")
+        self.kubectl = ["kubectl"]
+
+    def start_cluster(self) -> None:
+        if self.kubeconfig:
+            _say(f"using the cluster of KUBECONFIG={self.kubeconfig}")
+            return
+        self.lab = Lab(LabOptions(name="demo", nodes=self.nodes), log=_say)
+        self.lab.start()
+        self.kubeconfig = str(self.lab.kubeconfig)
+        self.kubectl = [str(self.lab.bin_dir / "kubectl")]
+
+    def kubectl_apply(self, *args: str) -> None:
+        result = subprocess.run([*self.kubectl, f"--kubeconfig={self.kubeconfig}", "apply", *args],
+                                capture_output=True, text=True)
+        if result.returncode != 0:
+            raise click.ClickException(f"kubectl apply {' '.join(args)}: {result.stderr.strip()}")
+
+    def run_operator(self, name: str, log_name: str, **env: str) -> None:
+        environment = {**os.environ, "KUBECONFIG": self.kubeconfig, "DRA_LOG_FORMAT": "console",
+                       "DRA_METRICS_PORT": "0", **env}
+        log = self.logs / f"{log_name}.log"
+        self.procs.append(process.spawn([sys.executable, "-m", "operators.cli", "run", name, "--liveness", ""],
+                                        log, env=environment))
+        _say(f"started {log_name} (log {log})")
+
+    async def nodes_to_serve(self) -> list[str]:
+        async with await Kube.connect(self.kubeconfig) as kube:
+            return sorted(n["metadata"]["name"] for n in await kube.list(NODES))
+
+    async def ensure_namespace(self) -> None:
+        async with await Kube.connect(self.kubeconfig) as kube:
+            if await kube.get_or_none(NAMESPACES, DEMO_NAMESPACE) is None:
+                await kube.create(NAMESPACES, {"metadata": {"name": DEMO_NAMESPACE}})
+
+    async def table(self, interval: float, until_ready: bool) -> None:
+        async with await Kube.connect(self.kubeconfig) as kube:
+            started = time.monotonic()
+            while True:
+                text = await snapshot(kube)
+                click.clear()
+                click.echo(text)
+                click.echo(f"\n(refreshing every {interval:.0f}s; Ctrl-C stops the demo)")
+                if until_ready and "reserved" in text and " waiting " not in text and " pending " not in text:
+                    _say(f"every example Pod holds its device, {time.monotonic() - started:.0f}s after applying")
+                    until_ready = False
+                await asyncio.sleep(interval)
+
+    def stop(self) -> None:
+        for proc in reversed(self.procs):
+            process.terminate(proc.pid, timeout=10)
+        if self.lab is not None:
+            self.lab.stop()
+
+
+def run_demo(nodes: int, interval: float) -> None:
+    logs = Path(tempfile.mkdtemp(prefix="dra-demo-"))
+    demo = Demo(nodes, logs)
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    try:
+        demo.start_cluster()
+        demo.kubectl_apply("--server-side", "-f", str(ROOT / "config" / "deviceclasses"))
+        for operator in ("claims", "taints", "binding"):
+            demo.run_operator(operator, operator, DRA_BINDING_DRIVERS="gpu.sim.dra-operators.dev")
+        for node in asyncio.run(demo.nodes_to_serve()):
+            demo.run_operator("nodeagent", f"nodeagent-{node}", NODE_NAME=node, DRA_NODEAGENT_BACKEND="simulated",
+                              DRA_NODEAGENT_INVENTORY=str(INVENTORY), DRA_NODEAGENT_KUBELET_PLUGIN="false")
+        asyncio.run(demo.ensure_namespace())
+        for example in EXAMPLES:
+            path = str(ROOT / "config" / "examples" / example)
+            demo.kubectl_apply("-f", path) if example == "admin-access" else demo.kubectl_apply("-n", DEMO_NAMESPACE, "-f", path)
+        _say(f"examples applied in namespace {DEMO_NAMESPACE} (and dra-example-admin); logs in {logs}")
+        asyncio.run(demo.table(interval, until_ready=True))
+    except KeyboardInterrupt:
+        pass
+    finally:
+        _say("stopping")
+        demo.stop()
+        _say("stopped")
