@@ -30,7 +30,7 @@ class PodWatch:
         self.last: dict[str, dict] = {}
         self.deleting_at: dict[str, float] = {}   # pod name -> time.time() when first seen deleting
         self.gone: set[str] = set()
-        self.history: list[tuple[float, str, str]] = []  # (time, type, pod)
+        self.history: list[tuple[float, str, dict]] = []  # (time, event type, pod) in order
         self._task: asyncio.Task | None = None
 
     async def start(self) -> None:
@@ -66,7 +66,7 @@ class PodWatch:
         name = pod["metadata"]["name"]
         now = time.time()
         self.last[name] = pod
-        self.history.append((now, kind, name))
+        self.history.append((now, kind, pod))
         if (pod["metadata"].get("deletionTimestamp") or kind == "DELETED") and name not in self.deleting_at:
             self.deleting_at[name] = now
         if kind == "DELETED":

@@ -19,7 +19,7 @@ import asyncio
 import json
 import time
 
-from operators.core.resources import RESOURCE_CLAIMS
+from operators.core.resources import DEVICE_TAINT_RULES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
 from operators.taints import decisions as d
 
 from .compare import differences
@@ -273,11 +273,24 @@ async def _run_all(kube, mode: str, token: str) -> dict[str, dict | BaseExceptio
         async with TaintsEnv(kube, f"{token}{i:02d}", mode, nodes=nodes,
                              extended_resource=scenario is extended_resource) as env:
             try:
-                return await scenario(env)
+                snap = await scenario(env)
+                if mode == "ours":
+                    await _assert_quiet(env)
+                return snap
             except AssertionError as e:
                 raise AssertionError(f"{scenario.__name__} [{mode}]: {e}\n{await env.describe()}") from None
     results = await asyncio.gather(*(one(i, s) for i, s in enumerate(SCENARIOS)), return_exceptions=True)
     return {s.__name__: r for s, r in zip(SCENARIOS, results)}
+
+
+async def _assert_quiet(env: TaintsEnv) -> None:
+    """kopf wrote no annotation, finalizer or status key on what the operators only watch."""
+    objects = (await env.kube.list(PODS, env.namespace) + await env.kube.list(RESOURCE_CLAIMS, env.namespace)
+               + [await env.kube.get(DEVICE_TAINT_RULES, r) for r in env.rules]
+               + [await env.kube.get(RESOURCE_SLICES, s) for s in env.slices])
+    for obj in objects:
+        text = json.dumps({k: obj.get(k) for k in ("metadata", "status")})
+        assert "kopf" not in text, f"{obj.get('kind', '')} {obj['metadata']['name']} carries a kopf key: {text[:500]}"
 
 
 async def test_same_evictions_as_upstream(kube, controllers, unique):
