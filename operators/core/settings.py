@@ -42,6 +42,9 @@ class Settings:
     taints_eviction_api_retry: float = setting(
         2.0, "DRA_TAINTS_EVICTION_API_RETRY",
         "taints: seconds between Eviction API attempts a PodDisruptionBudget refused")
+    taints_rule_version: str = setting(
+        "", "DRA_TAINTS_RULE_VERSION",
+        "taints: DeviceTaintRule version to use (v1, v1beta2, v1alpha3) instead of the one discovered")
     # -- nodeagent ---------------------------------------------------------------------------
     node_name: str = setting("", "NODE_NAME", "nodeagent: the Node this agent publishes devices for (required)")
     nodeagent_backend: str = setting("nvml", "DRA_NODEAGENT_BACKEND", "nodeagent: device backend, nvml or simulated")

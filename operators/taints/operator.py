@@ -25,10 +25,17 @@ log = get_logger("operators.taints")
 _rules_version: dict[str, str | None] = {"version": None}
 
 
-async def discover_rules(kube: Kube) -> tuple[Resource | None, bool]:
-    """The DeviceTaintRule resource at the version the cluster prefers, and whether it has a
-    status subresource (not before 1.35)."""
-    rules = await kube.preferred_version(DEVICE_TAINT_RULES)
+async def discover_rules(kube: Kube, pinned: str = "") -> tuple[Resource | None, bool]:
+    """The DeviceTaintRule resource at the version the cluster prefers (or the pinned one, which
+    must be served), and whether it has a status subresource (not before 1.35)."""
+    if pinned:
+        served = await kube.served_versions(DEVICE_TAINT_RULES.group, DEVICE_TAINT_RULES.plural)
+        if pinned not in served:
+            raise kopf.PermanentError(f"DRA_TAINTS_RULE_VERSION={pinned}: the cluster serves DeviceTaintRules "
+                                      f"as {', '.join(served) or 'nothing'}")
+        rules = DEVICE_TAINT_RULES.with_version(pinned)
+    else:
+        rules = await kube.preferred_version(DEVICE_TAINT_RULES)
     if rules is None:
         return None, False
     listing = await kube.request("GET", f"/apis/{rules.group_version}")
@@ -41,7 +48,7 @@ async def start_taints(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) ->
     quiet(settings)
     config = Settings.from_env()
     kube = await Kube.connect(config.kubeconfig)
-    rules, rule_status = await discover_rules(kube)
+    rules, rule_status = await discover_rules(kube, config.taints_rule_version)
     _rules_version["version"] = rules.version if rules else None
     metrics = Metrics()
     controller = TaintsController(

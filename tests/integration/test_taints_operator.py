@@ -150,6 +150,32 @@ async def test_global_rate_limit_setting(kube, controllers, unique):
         await asyncio.to_thread(operator.start)
 
 
+async def test_older_rule_versions_are_read_and_written(kube, controllers, unique):
+    """The operator works through whichever DeviceTaintRule version it is given (discovered on
+    clusters older than 1.37): watch, eviction and status through v1beta2, then v1alpha3."""
+    controllers.use("ours")
+    operator = controllers.operators["taints"]
+    try:
+        for version in ("v1beta2", "v1alpha3"):
+            operator.stop()
+            operator.extra_env["DRA_TAINTS_RULE_VERSION"] = version
+            await asyncio.to_thread(operator.start)
+            async with TaintsEnv(kube, f"{version[-2:]}{unique}", "ours") as env:
+                await env.template("t")
+                await env.pod("p", {"gpu": tmpl("t")})
+                await env.wait_running("p")
+                await env.rule("example", {"driver": env.driver})
+                await env.wait_evicted("p")
+                rule = await env.wait_rule("example", "Completed", "1 pod evicted since starting the controller.")
+                [status_writer] = [m for m in rule["metadata"]["managedFields"] if m.get("subresource") == "status"]
+                assert status_writer["manager"] == d.CONTROLLER_NAME
+                assert status_writer["apiVersion"] == f"resource.k8s.io/{version}", status_writer
+    finally:
+        operator.stop()
+        operator.extra_env.pop("DRA_TAINTS_RULE_VERSION", None)
+        await asyncio.to_thread(operator.start)
+
+
 def _replica_set(env: TaintsEnv, name: str, replicas: int) -> dict:
     pod = objects.pod("x", {"gpu": tmpl("t")})
     return {"apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": {"name": name},

@@ -201,6 +201,42 @@ async def pod_deleted_while_pending(env: TaintsEnv) -> dict:
     return snap
 
 
+async def tolerated_after_rule_change(env: TaintsEnv) -> dict:
+    """The rule's taint changes to one the claim tolerates for good: the pending eviction is
+    cancelled."""
+    await env.claim("c", tolerations=[env.toleration(20, operator="Exists"), env.toleration()], index=0)
+    await env.pod("tolerating", {"gpu": plain("c")}, node=NODES[0])
+    await env.wait_running("tolerating")
+    body = env.rule_body("example", {"driver": env.driver})
+    body["spec"]["taint"]["value"] = "bad"  # only the 20 s toleration matches
+    env.rules.append(body["metadata"]["name"])
+    await env.kube.create(DEVICE_TAINT_RULES, body)
+    await env.wait_rule("example", "PodsPendingEviction", "1 pod needs to be evicted in 1 namespace.")
+    # Now the toleration without tolerationSeconds matches.
+    await env.kube.patch(DEVICE_TAINT_RULES, body["metadata"]["name"], {"spec": {"taint": {"value": "true"}}})
+    await env.wait_event("tolerating", d.CANCELLING)
+    await env.wait_rule("example", "NotStarted", timeout=30)
+    snap = await env.snapshot()
+    assert not evicted(snap) and snap["events"] == [[*CANCEL, "tolerating"]]
+    return snap
+
+
+async def finished_before_due(env: TaintsEnv) -> dict:
+    """The Pod finishes while its eviction waits: the claim is released and deallocated, and
+    the eviction cancelled."""
+    await env.claim("c", tolerations=[env.toleration(30)], index=0)
+    await env.pod("job", {"gpu": plain("c")}, node=NODES[0])
+    await env.wait_running("job")
+    await env.rule("example", {"driver": env.driver})
+    await env.wait_rule("example", "PodsPendingEviction", "1 pod needs to be evicted in 1 namespace.")
+    await env.finish("job")
+    await env.wait_event("job", d.CANCELLING)
+    await env.wait_rule("example", "NotStarted", timeout=30)
+    snap = await env.snapshot()
+    assert snap["pods"]["job"]["phase"] == "Succeeded" and snap["events"] == [[*CANCEL, "job"]]
+    return snap
+
+
 async def shared_claim(env: TaintsEnv) -> dict:
     """One claim used by three Pods: all three go."""
     await env.claim("shared")
@@ -251,7 +287,8 @@ async def extended_resource(env: TaintsEnv) -> dict:
 
 
 SCENARIOS = [noexecute, noschedule, toleration, eviction_time, selectors, nil_selector, old_generation,
-             taint_removed, pod_deleted_while_pending, shared_claim, none_effect, extended_resource]
+             taint_removed, tolerated_after_rule_change, finished_before_due, pod_deleted_while_pending,
+             shared_claim, none_effect, extended_resource]
 
 
 def fixed_upstream(name: str, snap: dict) -> dict:
