@@ -520,7 +520,10 @@ class TaintsController:
     def prime(self, rules: Iterable[d.Obj], classes: Iterable[d.Obj], slices: Iterable[d.Obj],
               claims: Iterable[d.Obj], pods: Iterable[d.Obj]) -> None:
         """Fill the caches from LISTs before any worker runs; every Pod using claims and every
-        rule gets a sync."""
+        rule gets a sync. Listed items carry no kind: Events about them need one."""
+        rule_version = self.rules_resource.group_version if self.rules_resource else ""
+        rules = [_typed(r, rule_version, "DeviceTaintRule") for r in rules]
+        pods = [_typed(p, "v1", "Pod") for p in pods]
         for obj in classes:
             self.classes.upsert(obj)
         for obj in slices:
@@ -535,3 +538,7 @@ class TaintsController:
             if d.pod_claim_names(obj):
                 self.queue.add(POD_PREFIX + d.pod_key(obj))
         self._views.clear()
+
+
+def _typed(obj: d.Obj, api_version: str, kind: str) -> d.Obj:
+    return obj if obj.get("kind") else {"apiVersion": api_version, "kind": kind, **obj}

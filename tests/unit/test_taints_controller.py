@@ -1,0 +1,102 @@
+"""Which watch events make the taints controller look at which Pods (no API calls involved)."""
+
+import copy
+
+from operators.taints.controller import POD_PREFIX, RULE_PREFIX, TaintsController
+
+DRIVER = "drv"
+
+
+def slice_(taints_on=()):
+    devices = [{"name": f"gpu-{i}"} for i in range(3)]
+    for dev in devices:
+        if dev["name"] in taints_on:
+            dev["taints"] = [{"key": "k", "effect": "NoExecute", "timeAdded": "2026-01-01T00:00:00Z"}]
+    return {"metadata": {"name": "s", "resourceVersion": "1"},
+            "spec": {"driver": DRIVER, "pool": {"name": "n0", "generation": 1}, "devices": devices}}
+
+
+def claim(name, device):
+    return {"metadata": {"name": name, "namespace": "ns", "uid": f"c-{name}", "resourceVersion": "1"},
+            "status": {"allocation": {"devices": {"results": [{"request": "r", "driver": DRIVER, "pool": "n0",
+                                                               "device": device}]}},
+                       "reservedFor": [{"resource": "pods", "name": f"p-{name}", "uid": f"u-{name}"}]}}
+
+
+def pod(name, claim_name):
+    return {"metadata": {"name": name, "namespace": "ns", "uid": f"u-{claim_name}", "resourceVersion": "1"},
+            "spec": {"nodeName": "n0", "resourceClaims": [{"name": "gpu", "resourceClaimName": claim_name}]},
+            "status": {"phase": "Running"}}
+
+
+def rule(selector, rv="1", status=None):
+    r = {"metadata": {"name": "r", "uid": "ur", "generation": 1, "resourceVersion": rv},
+         "spec": {"deviceSelector": selector, "taint": {"key": "k", "effect": "NoExecute"}}}
+    if status:
+        r["status"] = status
+    return r
+
+
+def controller():
+    c = TaintsController(kube=None, rules=None, rule_status=False)
+    c.prime(rules=[], classes=[], slices=[slice_()], claims=[claim("a", "gpu-0"), claim("b", "gpu-1")],
+            pods=[pod("p-a", "a"), pod("p-b", "b")])
+    c.queued = []
+    c.queue.add = c.queued.append
+    return c
+
+
+def test_prime_gives_listed_pods_their_kind_and_queues_pods_with_claims():
+    c = TaintsController(kube=None, rules=None, rule_status=False)
+    c.prime(rules=[], classes=[], slices=[], claims=[], pods=[pod("p-a", "a")])
+    assert c.pods.get("ns/p-a")["kind"] == "Pod" and c.pods.get("ns/p-a")["apiVersion"] == "v1"
+
+
+def test_slice_taint_change_looks_only_at_pods_of_that_device():
+    c = controller()
+    changed = slice_(taints_on=["gpu-1"])
+    changed["metadata"]["resourceVersion"] = "2"
+    c.on_slice(changed, deleted=False)
+    assert c.queued == [POD_PREFIX + "ns/p-b"]
+    c.queued.clear()
+    again = copy.deepcopy(changed)
+    again["metadata"]["resourceVersion"] = "3"
+    again["spec"]["devices"][0]["attributes"] = {"x": {"int": 1}}  # not a taint change
+    c.on_slice(again, deleted=False)
+    assert c.queued == []
+
+
+def test_rule_changes_look_at_pods_matched_before_and_after():
+    c = controller()
+    c.on_rule(rule({"driver": DRIVER, "device": "gpu-0"}), deleted=False)
+    assert c.queued == [RULE_PREFIX + "r", POD_PREFIX + "ns/p-a"]
+    c.queued.clear()
+    c.on_rule(rule({"driver": DRIVER, "device": "gpu-1"}, rv="2"), deleted=False)
+    assert sorted(c.queued) == [POD_PREFIX + "ns/p-a", POD_PREFIX + "ns/p-b", RULE_PREFIX + "r"]
+    c.queued.clear()
+    status = {"conditions": [{"type": "EvictionInProgress", "reason": "NotStarted"}]}
+    c.on_rule(rule({"driver": DRIVER, "device": "gpu-1"}, rv="3", status=status), deleted=False)
+    assert c.queued == []  # our own status write comes back: nothing to do
+
+
+def test_pod_updates_matter_only_for_node_or_claims():
+    c = controller()
+    p = copy.deepcopy(c.pods.get("ns/p-a"))
+    p["metadata"]["resourceVersion"] = "2"
+    p["status"]["conditions"] = [{"type": "DisruptionTarget", "status": "True"}]
+    c.on_pod(p, deleted=False)
+    assert c.queued == []
+    moved = copy.deepcopy(p)
+    moved["metadata"]["resourceVersion"] = "3"
+    moved["spec"]["nodeName"] = "n1"
+    c.on_pod(moved, deleted=False)
+    assert c.queued == [POD_PREFIX + "ns/p-a"]
+
+
+def test_claim_release_looks_at_its_pods():
+    c = controller()
+    released = copy.deepcopy(c.claims.get("ns/a"))
+    released["metadata"]["resourceVersion"] = "2"
+    released["status"].pop("reservedFor")
+    c.on_claim(released, deleted=False)
+    assert set(c.queued) == {POD_PREFIX + "ns/p-a"}  # the queue deduplicates
