@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import structlog
@@ -42,6 +43,11 @@ class Tracked:
     outcome_label: str = ""
     written: bool = False         # the outcome is in the claim (or the claim no longer takes it)
     undone: bool = False          # undo() succeeded; only the record remains to be removed
+    pods: tuple[str, ...] = ()    # the claim's consumers, for logs
+
+    @property
+    def log(self):
+        return log.bind(claim=self.prep.claim, device=self.ref.key, node=self.prep.node, pods=list(self.pods))
 
     @property
     def running(self) -> bool:
@@ -71,10 +77,16 @@ class BindingController:
         self.claims = Store()
         self.tracked: dict[str, dict[str, Tracked]] = {}   # claim ns/name -> device key -> Tracked
         self.events = EventRecorder(kube, EVENT_COMPONENT)
+        # The recorder folds repeats per object, type and reason; a claim's devices each get their
+        # own so that every device's Events stay visible (folded per claim, device and reason).
+        self._device_events: dict[tuple[str, str], EventRecorder] = {}
         self.queue = WorkQueue("binding", self.sync, workers=workers)
         self.cool_off = CoolOff(kube, rules, drivers, cool_off, taint_key, taint_effect, self.metrics,
                                 lambda name, delay: self.queue.add_after(RULE_PREFIX + name, delay))
         self._slots = asyncio.Semaphore(max_parallel)
+        # Preparations undone lately, by (claim UID, device, start): a record that a stale cached
+        # copy of the claim still shows must not be adopted and undone a second time.
+        self._undone: OrderedDict[tuple[str, str, str], None] = OrderedDict()
 
     # -- event handlers (from watches) -------------------------------------------------------
 
@@ -103,6 +115,9 @@ class BindingController:
         tracked = self.tracked.setdefault(key, {})
         if claim is not None:
             self._adopt(claim, tracked)
+            for t in tracked.values():
+                if t.prep.claim_uid == claim["metadata"]["uid"]:
+                    t.pods = tuple(d.consumer_pods(claim))
         at = d.now()
         plan = d.plan(claim, {k: t.known() for k, t in tracked.items()}, self.drivers, self.timeout, at)
         errors: list[str] = []
@@ -113,6 +128,7 @@ class BindingController:
             except RetryableError as e:
                 errors.append(str(e))
             else:
+                self._device_events.pop((tracked[device_key].prep.claim_uid, device_key), None)
                 del tracked[device_key]
         claim = self.claims.get(key)  # undo may have written the claim
         blocked = set(plan.undo) & set(tracked)  # not undone yet: no new preparation of that key
@@ -156,13 +172,14 @@ class BindingController:
             claim_name=meta["name"], claim_uid=meta["uid"], request=dev.request,
             binding_conditions=dev.conditions, binding_failure_conditions=dev.failure_conditions,
             started=started, deadline=d.deadline(allocated, started, self.timeout))
-        return Tracked(prep, dev.ref, allocated, _involved(claim), attempted=attempted)
+        return Tracked(prep, dev.ref, allocated, _involved(claim), attempted=attempted,
+                       pods=tuple(d.consumer_pods(claim)))
 
     def _adopt(self, claim: d.Obj, tracked: dict[str, Tracked]) -> None:
         """Records written before a restart: resume the preparation or undo it."""
         current = {dev.ref.key: dev for dev in d.binding_devices(claim, self.drivers)}
         for record in d.records(claim, self.drivers):
-            if record.ref.key in tracked:
+            if record.ref.key in tracked or (claim["metadata"]["uid"], record.ref.key, record.started) in self._undone:
                 continue
             dev = current.get(record.ref.key) or d.BindingDevice(record.ref, "", (), ())
             started = d.parse_time(record.started) or d.now()
@@ -180,10 +197,9 @@ class BindingController:
         t.attempted = True
         t.task = asyncio.create_task(self._run(key, t), name=f"prepare {key} {t.ref.key}")
         where = f" for node {t.prep.node}" if t.prep.node else ""
-        await self.events.event(t.involved, NORMAL, "PreparingDevice",
+        await self._event(t, NORMAL, "PreparingDevice",
                                 f"{'resuming' if resumed else 'preparing'} device {t.ref.key}{where}")
-        log.info("preparation started", claim=key, device=t.ref.key, node=t.prep.node, resumed=resumed,
-                 deadline=d.format_time(t.prep.deadline))
+        t.log.info("preparation started", resumed=resumed, deadline=d.format_time(t.prep.deadline))
 
     async def _run(self, key: str, t: Tracked) -> None:
         """The preparation, bounded by the scheduler's deadline; its outcome is written by sync."""
@@ -203,7 +219,7 @@ class BindingController:
         except asyncio.CancelledError:
             raise
         except Exception as e:  # noqa: BLE001 - a broken preparer fails this device, not the operator
-            log.error("preparer raised", claim=key, device=t.ref.key, node=t.prep.node, exc_info=True)
+            t.log.error("preparer raised", exc_info=True)
             outcome = Outcome.failed(d.REASON_PREPARER_ERROR, f"{type(e).__name__}: {e}")
             label = d.OUTCOME_FAILED
         t.outcome, t.outcome_label = outcome, label
@@ -227,18 +243,18 @@ class BindingController:
             accepted = await self._apply_status(key, claim, dev, conditions, outcome.data)
         t.written = True
         self.metrics.prepared(t.ref.driver, t.outcome_label, (d.now() - t.prep.started).total_seconds())
-        log.info("preparation finished", claim=key, device=t.ref.key, node=t.prep.node, outcome=t.outcome_label,
-                 reason=reason, message=outcome.message, written=accepted, cool_off_rule=rule)
+        t.log.info("preparation finished", outcome=t.outcome_label, reason=reason, message=outcome.message,
+                   written=accepted, cool_off_rule=rule)
         if not accepted:
             return  # the allocation went away meanwhile: undo follows from its event
         if outcome.ready:
-            await self.events.event(t.involved, NORMAL, "DevicePrepared",
+            await self._event(t, NORMAL, "DevicePrepared",
                                     f"device {t.ref.key} prepared: {outcome.message or reason}")
         else:
             reason_event = "DevicePreparationTimedOut" if t.outcome_label == d.OUTCOME_TIMEOUT \
                 else "DevicePreparationFailed"
             cool = f"; tainted by DeviceTaintRule {rule} for {self.cool_off.seconds:g}s" if rule else ""
-            await self.events.event(t.involved, WARNING, reason_event,
+            await self._event(t, WARNING, reason_event,
                                     f"device {t.ref.key}: {reason}: {outcome.message}{cool}")
 
     async def _undo(self, key: str, t: Tracked) -> None:
@@ -267,18 +283,27 @@ class BindingController:
                 raise
             except Exception as e:  # noqa: BLE001 - retried with backoff, reported each time
                 self.metrics.undos.labels(t.ref.driver, "error").inc()
-                await self.events.event(t.involved, WARNING, "DeviceUnprepareFailed",
+                await self._event(t, WARNING, "DeviceUnprepareFailed",
                                         f"undoing the preparation of device {t.ref.key} failed: {e}")
                 raise RetryableError(f"undo {t.ref.key}: {e}") from e
             t.undone = True
+            self._undone[(t.prep.claim_uid, t.ref.key, d.format_time(t.prep.started))] = None
+            while len(self._undone) > 4096:
+                self._undone.popitem(last=False)
             self.metrics.undos.labels(t.ref.driver, "success").inc()
-            await self.events.event(t.involved, NORMAL, "DeviceUnprepared",
+            await self._event(t, NORMAL, "DeviceUnprepared",
                                     f"preparation of device {t.ref.key} undone: its allocation was cleared")
         claim = self.claims.get(key)
         if claim is not None and claim["metadata"]["uid"] == t.prep.claim_uid and not d.has_record(claim, t.ref, None):
             await self._apply_record(key, claim, t.ref, None)
-        log.info("preparation undone", claim=key, device=t.ref.key, node=t.prep.node, attempted=t.attempted,
-                 outcome=t.outcome_label)
+        t.log.info("preparation undone", attempted=t.attempted, outcome=t.outcome_label)
+
+    async def _event(self, t: Tracked, event_type: str, reason: str, message: str) -> None:
+        key = (t.prep.claim_uid, t.ref.key)
+        recorder = self._device_events.get(key)
+        if recorder is None:
+            recorder = self._device_events[key] = EventRecorder(self.kube, EVENT_COMPONENT)
+        await recorder.event(t.involved, event_type, reason, message)
 
     # -- writes ------------------------------------------------------------------------------
 
@@ -288,7 +313,10 @@ class BindingController:
                                             field_manager=ref.field_manager, force=True)
         except ApiError as e:
             # A UID precondition that fails answers 409 (claim gone) or 422 (replaced).
-            if e.not_found or ((e.invalid or e.conflict) and not await self._still_there(key, claim["metadata"]["uid"])):
+            if e.not_found:
+                self._forget_claim(key, claim["metadata"]["uid"])
+                return False
+            if (e.invalid or e.conflict) and not await self._still_there(key, claim["metadata"]["uid"]):
                 return False  # gone, or another claim under this name: nothing to record on
             await self._write_failed(claim, ref, "annotation", e)
             raise RetryableError(f"record for {ref.key} on claim {key}: {e}") from e
@@ -303,6 +331,8 @@ class BindingController:
             updated = await self.kube.apply(RESOURCE_CLAIMS, d.status_apply(claim, dev, conditions, data),
                                             field_manager=dev.ref.field_manager, force=True, subresource="status")
         except ApiError as e:
+            if e.not_found:
+                self._forget_claim(key, claim["metadata"]["uid"])
             if e.not_found or ((e.invalid or e.conflict) and not await self._still_there(
                     key, claim["metadata"]["uid"], dev.ref, d.allocation_timestamp(claim))):
                 # Deleted, replaced (UID), or the device is no longer allocated.
@@ -324,13 +354,23 @@ class BindingController:
             live = await self.kube.get_or_none(RESOURCE_CLAIMS, name, namespace)
         except ApiError as e:
             raise RetryableError(f"claim {key}: {e}") from e
-        if live is None or live["metadata"]["uid"] != uid:
+        if live is None:
+            self._forget_claim(key, uid)
             return False
         self.claims.upsert(live)
+        if live["metadata"]["uid"] != uid:
+            return False
         if ref is None:
             return True
         return d.allocation_timestamp(live) == allocated and \
             any(dev.ref == ref for dev in d.binding_devices(live, self.drivers))
+
+    def _forget_claim(self, key: str, uid: str) -> None:
+        """The API server says the claim is gone: drop the cached copy before its DELETED event
+        arrives, so that no later sync acts on it."""
+        cached = self.claims.get(key)
+        if cached is not None and cached["metadata"]["uid"] == uid:
+            self.claims.delete(key)
 
     async def _write_failed(self, claim: d.Obj, ref: d.DeviceRef, what: str, error: ApiError) -> None:
         log.error("claim write refused", claim=key_of(claim), device=ref.key, what=what, status=error.status,

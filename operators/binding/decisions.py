@@ -163,6 +163,12 @@ def binding_devices(claim: Obj | None, drivers: DriverFilter) -> list[BindingDev
     return devices
 
 
+def consumer_pods(claim: Obj | None) -> list[str]:
+    """Names of the Pods the claim is reserved for (the scheduler reserves before PreBind)."""
+    reserved = ((claim or {}).get("status") or {}).get("reservedFor") or []
+    return sorted(r.get("name", "") for r in reserved if r.get("resource") == "pods" and not r.get("apiGroup"))
+
+
 def node_of(claim: Obj | None) -> str | None:
     """The node chosen at allocation: the scheduler writes ``matchFields metadata.name In [node]``
     for node-local devices and for ``bindsToNode``. Anything else names no single node."""

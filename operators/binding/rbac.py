@@ -1,24 +1,32 @@
-"""The permissions the binding operator needs, as a ClusterRole built for the served drivers.
+"""The permissions the binding operator needs, built for the drivers it serves.
 
 - read and watch ResourceClaims; patch them for the preparation records (annotations);
 - patch ``resourceclaims/status`` to write ``status.devices[]`` conditions, and, since 1.36
   (DRAResourceClaimGranularStatusAuthorization), the synthetic ``resourceclaims/driver``
-  subresource with the ``arbitrary-node:`` verbs for each served driver (a controller is not
-  associated with the node of the allocation; resourceNames are the driver names);
+  subresource with the ``arbitrary-node:`` verbs, resourceNames = the served drivers (a
+  controller is not associated with the node of the allocation, so ``associated-node:`` does
+  not apply);
 - DeviceTaintRules for the cool-off taints (list at start-up, apply, get, delete);
-- Events.
+- Events; and Leases in its own namespace for leader election.
 
-``config/examples/binding-conditions/rbac.yaml`` is this output for the example driver; a unit
-test keeps the two equal.
+``python -m operators.binding.rbac --drivers fabric-gpu.example.com --namespace dra-operators``
+prints the ServiceAccount, ClusterRole, ClusterRoleBinding, Role and RoleBinding as YAML. The
+names follow the kustomize base (``dra-operators:<operator>``, ServiceAccount ``dra-<operator>``).
 """
 
 from __future__ import annotations
 
+import argparse
+import sys
 from typing import Any
+
+import yaml
 
 from .decisions import DriverFilter
 
-NAME = "dra-operators-binding"
+NAME = "dra-operators:binding"
+SERVICE_ACCOUNT = "dra-binding"
+LEADER_ELECTION = "dra-operators:binding-leader-election"
 
 
 def rules(drivers: DriverFilter) -> list[dict[str, Any]]:
@@ -42,8 +50,48 @@ def cluster_role(drivers: DriverFilter, name: str = NAME) -> dict[str, Any]:
             "metadata": {"name": name}, "rules": rules(drivers)}
 
 
+def _subjects(service_account: str, namespace: str) -> list[dict[str, str]]:
+    return [{"kind": "ServiceAccount", "name": service_account, "namespace": namespace}]
+
+
 def cluster_role_binding(service_account: str, namespace: str, name: str = NAME) -> dict[str, Any]:
     return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
             "metadata": {"name": name},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
-            "subjects": [{"kind": "ServiceAccount", "name": service_account, "namespace": namespace}]}
+            "subjects": _subjects(service_account, namespace)}
+
+
+def leader_election_role(namespace: str, name: str = LEADER_ELECTION) -> dict[str, Any]:
+    return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": {"name": name, "namespace": namespace},
+            "rules": [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                       "verbs": ["get", "create", "update"]}]}
+
+
+def leader_election_role_binding(service_account: str, namespace: str, name: str = LEADER_ELECTION) -> dict[str, Any]:
+    return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": name, "namespace": namespace},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+            "subjects": _subjects(service_account, namespace)}
+
+
+def manifests(drivers: DriverFilter, namespace: str, service_account: str = SERVICE_ACCOUNT) -> list[dict[str, Any]]:
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": service_account, "namespace": namespace}},
+        cluster_role(drivers),
+        cluster_role_binding(service_account, namespace),
+        leader_election_role(namespace),
+        leader_election_role_binding(service_account, namespace),
+    ]
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m operators.binding.rbac", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--drivers", required=True, help="DRA_BINDING_DRIVERS of the deployment")
+    parser.add_argument("--namespace", default="dra-operators", help="namespace the operator runs in")
+    args = parser.parse_args(argv)
+    yaml.safe_dump_all(manifests(DriverFilter.parse(args.drivers), args.namespace), sys.stdout, sort_keys=False)
+
+
+if __name__ == "__main__":
+    main()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ import yaml
 from operators.binding import decisions as bd
 from operators.binding import rbac
 from operators.core.kube import APPLY_PATCH, ApiError, Kube
-from operators.core.resources import (DEVICE_CLASSES, EVENTS, NAMESPACES, PODS, RESOURCE_CLAIM_TEMPLATES,
+from operators.core.resources import (DEVICE_CLASSES, EVENTS, LEASES, NAMESPACES, PODS, RESOURCE_CLAIM_TEMPLATES,
                                       RESOURCE_CLAIMS, RESOURCE_SLICES, SERVICE_ACCOUNTS, Resource)
 
 from tests.unit.test_binding_preparers import AttachServer, closed_port
@@ -31,6 +32,9 @@ from .waiting import describe_namespace, wait_for
 DEVICE_TAINT_RULES = Resource("resource.k8s.io/v1", "devicetaintrules", False)  # the lab serves v1
 CLUSTER_ROLES = Resource("rbac.authorization.k8s.io/v1", "clusterroles", False)
 CLUSTER_ROLE_BINDINGS = Resource("rbac.authorization.k8s.io/v1", "clusterrolebindings", False)
+ROLES = Resource("rbac.authorization.k8s.io/v1", "roles", True)
+ROLE_BINDINGS = Resource("rbac.authorization.k8s.io/v1", "rolebindings", True)
+EXAMPLE = Path(__file__).resolve().parents[2] / "config" / "examples" / "binding-conditions"
 SHORT_BINDING_TIMEOUT = 10
 
 
@@ -54,7 +58,7 @@ class BindingEnv:
 
     def __init__(self, kube: Kube, lab, log_dir: Path, token: str, devices: dict[str, int],
                  preparer: str = "simulated", config: dict[str, Any] | None = None, cool_off: float = 300,
-                 timeout: float = 600, kubeconfig: Path | None = None):
+                 timeout: float = 600, kubeconfig: Path | None = None, env: dict[str, str] | None = None):
         self.kube = kube
         self.lab = lab
         self.token = token
@@ -66,7 +70,7 @@ class BindingEnv:
         self.devices = devices  # node -> number of devices (pool = node name)
         env = {"DRA_BINDING_DRIVERS": self.driver, "DRA_BINDING_PREPARER": preparer,
                "DRA_BINDING_PREPARER_CONFIG": json.dumps(config or {}), "DRA_BINDING_COOL_OFF": str(cool_off),
-               "DRA_BINDING_TIMEOUT": str(timeout)}
+               "DRA_BINDING_TIMEOUT": str(timeout), **(env or {})}
         self.operator = OperatorProcess(["binding"], kubeconfig or lab.kubeconfig, log_dir, env=env)
         self.operator.log = log_dir / f"binding-{token}.log"
 
@@ -381,12 +385,14 @@ async def test_fifty_pods_at_once(kube, lab, controllers, unique, log_dir):
     count = 50
     async with BindingEnv(kube, lab, log_dir, f"sc{unique}", {"lab-node-0": 25, "lab-node-1": 25},
                           config={"delay": 1}) as env:
+        started = time.monotonic()
         await asyncio.gather(*(env.pod(f"p{i:02d}") for i in range(count)))
 
         async def all_running():
             pods = await kube.list(PODS, env.namespace)
             return len(pods) == count and all(p["status"].get("phase") == "Running" for p in pods)
         await env.wait(all_running, f"{count} Pods Running", timeout=240)
+        running = time.monotonic() - started
         claims = await kube.list(RESOURCE_CLAIMS, env.namespace)
         assert len(claims) == count
         used = {(env.pool_of(c), env.device_of(c)) for c in claims}
@@ -400,6 +406,10 @@ async def test_fifty_pods_at_once(kube, lab, controllers, unique, log_dir):
         await kube.request("DELETE", PODS.path(env.namespace))
         await env.wait_metric("dra_operators_binding_undos_total", count, result="success", timeout=240)
         await env.wait(lambda: _none(kube.list(RESOURCE_CLAIMS, env.namespace)), "all claims gone", timeout=120)
+        seconds = metric(metrics, "dra_operators_binding_preparation_duration_seconds_sum") / count
+        print(f"binding scale: {count} Pods Running in {running:.1f}s (1 s simulated preparation each, "
+              f"{seconds:.2f}s mean preparation from start to outcome); all undone and gone after "
+              f"{time.monotonic() - started:.1f}s")
         assert not env.operator.errors(), env.operator.errors()[:5]
 
 
@@ -483,18 +493,25 @@ async def test_operator_works_with_exactly_its_rbac_and_not_without_the_driver_s
     drivers = bd.DriverFilter.parse(f"{token}.binding.lab.dra-operators.dev")
     role = rbac.cluster_role(drivers, name=f"binding-{token}")
     binding = rbac.cluster_role_binding("binding", sa_namespace, name=f"binding-{token}")
+    lease_role = rbac.leader_election_role(sa_namespace)
+    lease_binding = rbac.leader_election_role_binding("binding", sa_namespace)
     await kube.create(NAMESPACES, {"metadata": {"name": sa_namespace}})
     await wait_for(lambda: kube.get_or_none(SERVICE_ACCOUNTS, "default", sa_namespace), timeout=30,
                    what="default ServiceAccount")
     kubeconfig = await _service_account_kubeconfig(kube, lab, sa_namespace, "binding", tmp_path / "sa.kubeconfig")
     await kube.create(CLUSTER_ROLES, role)
     await kube.create(CLUSTER_ROLE_BINDINGS, binding)
+    await kube.create(ROLES, lease_role, sa_namespace)
+    await kube.create(ROLE_BINDINGS, lease_binding, sa_namespace)
     try:
         async with BindingEnv(kube, lab, log_dir, token, {"lab-node-1": 2}, config={"delay": 1},
-                              kubeconfig=kubeconfig) as env:
+                              kubeconfig=kubeconfig, env={"DRA_LEADER_ELECTION": "true",
+                                                          "DRA_LEADER_ELECTION_NAMESPACE": sa_namespace}) as env:
             assert env.driver == drivers.patterns[0]
             await env.pod("app")
             await env.running("app")
+            lease = await kube.get(LEASES, "dra-operators-binding", sa_namespace)
+            assert lease["spec"]["holderIdentity"], lease
             claim = await env.claim_of("app")
             assert env.conditions(claim, env.device_of(claim))[env.ready_type]["status"] == "True"
             env.operator.stop()
@@ -525,6 +542,99 @@ async def test_operator_works_with_exactly_its_rbac_and_not_without_the_driver_s
     finally:
         for res, name in ((CLUSTER_ROLE_BINDINGS, binding["metadata"]["name"]),
                           (CLUSTER_ROLES, role["metadata"]["name"]), (NAMESPACES, sa_namespace)):
+            try:
+                await kube.delete(res, name)
+            except ApiError as e:
+                if not e.not_found:
+                    raise
+
+
+async def test_preparations_deallocated_while_the_operator_was_down_are_undone_after_it_starts(
+        kube, lab, controllers, unique, log_dir):
+    """A claim of two devices: each entry is written on its own; the Pod goes away while the
+    operator is stopped, and the records on the claim make the restarted operator undo both."""
+    controllers.use("ours")
+    async with BindingEnv(kube, lab, log_dir, f"ud{unique}", {"lab-node-1": 3}, config={"delay": 1}) as env:
+        body = objects.resource_claim("pair", env.device_class)
+        body["spec"] = objects.claim_spec(env.device_class, count=2)
+        await kube.create(RESOURCE_CLAIMS, body, env.namespace)
+        await kube.create(PODS, objects.pod("app", {"gpu": {"resourceClaimName": "pair"}}), env.namespace)
+        await env.running("app")
+        claim = await kube.get(RESOURCE_CLAIMS, "pair", env.namespace)
+        devices = sorted(r["device"] for r in claim["status"]["allocation"]["devices"]["results"])
+        assert len(devices) == 2
+        for device in devices:
+            assert env.conditions(claim, device)[env.ready_type]["status"] == "True"
+        served = bd.DriverFilter.parse(env.driver)
+        assert sorted(r.ref.device for r in bd.records(claim, served)) == devices
+        managers = {m["manager"] for m in claim["metadata"]["managedFields"]}
+        assert {bd.DeviceRef(env.driver, "lab-node-1", x).field_manager for x in devices} <= managers
+
+        env.operator.stop()
+        await env.delete_pod("app")
+
+        async def deallocated():
+            c = await kube.get(RESOURCE_CLAIMS, "pair", env.namespace)
+            return c if not bd.allocation(c) else None
+        claim = await env.wait(deallocated, "claim deallocated by the claims operator")
+        assert not claim["status"].get("devices")
+        assert len(bd.records(claim, served)) == 2, "the records outlive the allocation"
+
+        await asyncio.to_thread(env.operator.start)
+        await env.wait_metric("dra_operators_binding_undos_total", 2, result="success")
+        for device in devices:
+            await env.wait_event("DeviceUnprepared", "pair", device)
+
+        async def forgotten():
+            return not bd.records(await kube.get(RESOURCE_CLAIMS, "pair", env.namespace), served)
+        await env.wait(forgotten, "records removed after the undo")
+        assert metric(env.metrics(), "dra_operators_binding_preparations_total", outcome="ready") == 0
+        assert not await env.rules()
+        assert not env.operator.errors(), env.operator.errors()[:5]
+
+
+# -- the example -------------------------------------------------------------------------------
+
+async def test_example_runs_as_its_readme_says(kube, lab, controllers, unique, log_dir):
+    """config/examples/binding-conditions applied with kubectl, the operator configured as in its
+    README: gpu-0 fails, gets tainted and undone, the Pod runs on gpu-1 (the fabric pool is
+    reachable from every node; bindsToNode pins the allocation to the chosen one)."""
+    controllers.use("ours")
+    namespace = f"bd-ex-{unique}"
+    operator = OperatorProcess(["binding"], lab.kubeconfig, log_dir, env={
+        "DRA_BINDING_DRIVERS": "fabric-gpu.example.com", "DRA_BINDING_COOL_OFF": "60",
+        "DRA_BINDING_PREPARER_CONFIG": json.dumps({"delay": 3, "fail": ["gpu-0"]})})
+    operator.log = log_dir / f"binding-example-{unique}.log"
+    await kube.create(NAMESPACES, {"metadata": {"name": namespace}})
+    await wait_for(lambda: kube.get_or_none(SERVICE_ACCOUNTS, "default", namespace), timeout=30,
+                   what="default ServiceAccount")
+    await asyncio.to_thread(operator.start)
+    try:
+        result = lab.kubectl("apply", "-n", namespace, "-f", str(EXAMPLE), check=False)
+        assert result.returncode == 0, result.stderr
+
+        async def running():
+            pod = await kube.get_or_none(PODS, "fabric-gpu-user", namespace)
+            return pod if pod and pod["status"].get("phase") == "Running" else None
+        pod = await wait_for(running, timeout=90, what="example Pod Running",
+                             describe=lambda: describe_namespace(kube, namespace))
+        [status] = pod["status"]["resourceClaimStatuses"]
+        claim = await kube.get(RESOURCE_CLAIMS, status["resourceClaimName"], namespace)
+        [result] = claim["status"]["allocation"]["devices"]["results"]
+        assert (result["pool"], result["device"]) == ("fabric", "gpu-1")
+        assert bd.node_of(claim) == pod["spec"]["nodeName"]
+        reasons = {e["reason"] for e in await kube.list(EVENTS, namespace)}
+        assert {"BindingConditionsPending", "PreparingDevice", "DevicePreparationFailed", "DeviceUnprepared",
+                "DevicePrepared"} <= reasons, reasons
+        rules = await kube.list(DEVICE_TAINT_RULES, label_selector=f"{bd.DRIVER_LABEL}=fabric-gpu.example.com")
+        assert [r["spec"]["deviceSelector"]["device"] for r in rules] == ["gpu-0"]
+        assert not operator.errors(), operator.errors()[:5]
+    finally:
+        operator.stop()
+        await kube.delete(NAMESPACES, namespace)
+        for rule in await kube.list(DEVICE_TAINT_RULES, label_selector=f"{bd.DRIVER_LABEL}=fabric-gpu.example.com"):
+            await kube.delete(DEVICE_TAINT_RULES, rule["metadata"]["name"])
+        for res, name in ((RESOURCE_SLICES, "fabric-gpu-example"), (DEVICE_CLASSES, "fabric-gpu.example.com")):
             try:
                 await kube.delete(res, name)
             except ApiError as e:

@@ -1,17 +1,23 @@
-from pathlib import Path
-
 import yaml
 
 from operators.binding import rbac
 from operators.binding.decisions import DriverFilter
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "config/examples/binding-conditions/rbac.yaml"
 
-
-def test_example_rbac_is_what_the_module_builds():
-    docs = {doc["kind"]: doc for doc in yaml.safe_load_all(EXAMPLE.read_text())}
-    assert docs["ClusterRole"] == rbac.cluster_role(DriverFilter.parse("fabric-gpu.example.com"))
-    assert docs["ClusterRoleBinding"] == rbac.cluster_role_binding(rbac.NAME, "dra-operators")
+def test_printed_manifests(capsys):
+    rbac.main(["--drivers", "fabric-gpu.example.com", "--namespace", "ops"])
+    docs = list(yaml.safe_load_all(capsys.readouterr().out))
+    assert [d["kind"] for d in docs] == ["ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"]
+    assert docs == rbac.manifests(DriverFilter.parse("fabric-gpu.example.com"), "ops")
+    sa, role, binding, lease_role, lease_binding = docs
+    assert sa["metadata"] == {"name": "dra-binding", "namespace": "ops"}
+    assert binding["subjects"] == lease_binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "dra-binding", "namespace": "ops"}]
+    assert binding["roleRef"]["name"] == role["metadata"]["name"] == "dra-operators:binding"
+    assert lease_role["metadata"]["namespace"] == "ops"
+    assert lease_role["rules"][0]["resources"] == ["leases"]
+    status = next(r for r in role["rules"] if r["resources"] == ["resourceclaims/status"])
+    assert "patch" in status["verbs"]
 
 
 def test_driver_subresource_is_limited_to_served_drivers_when_it_can_be():
