@@ -262,6 +262,30 @@ async def test_pod_waits_in_prebind_until_the_device_is_prepared(kube, lab, cont
         assert not env.operator.errors(), env.operator.errors()[:5]
 
 
+
+async def test_pod_deleted_during_the_preparation_cancels_and_undoes_it_without_a_taint(
+        kube, lab, controllers, unique, log_dir):
+    controllers.use("ours")
+    async with BindingEnv(kube, lab, log_dir, f"pg{unique}", {"lab-node-0": 1}, config={"delay": 60}) as env:
+        await env.pod("app")
+        claim_name = (await env.claim_of("app"))["metadata"]["name"]
+        served = bd.DriverFilter.parse(env.driver)
+
+        async def started():
+            claim = await kube.get_or_none(RESOURCE_CLAIMS, claim_name, env.namespace)
+            return claim and bd.records(claim, served)
+        await env.wait(started, "preparation started")
+        await env.wait_metric("dra_operators_binding_preparations_in_flight", 1)
+        await env.delete_pod("app")
+        # The claims operator drops the reservation of the deleted Pod and deallocates.
+        await env.wait_event("DeviceUnprepared", claim_name, "gpu-0")
+        metrics = env.metrics()
+        assert metric(metrics, "dra_operators_binding_preparations_total", outcome="cancelled") == 1
+        assert metric(metrics, "dra_operators_binding_preparations_in_flight") == 0
+        assert metric(metrics, "dra_operators_binding_undos_total", result="success") == 1
+        assert not await env.rules(), "a Pod that went away says nothing against the device"
+        assert not env.operator.errors(), env.operator.errors()[:5]
+
 # -- failure -----------------------------------------------------------------------------------
 
 async def test_failed_device_is_tainted_and_the_pod_gets_another_one(kube, lab, controllers, unique, log_dir):
