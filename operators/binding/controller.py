@@ -130,8 +130,10 @@ class BindingController:
             else:
                 self._device_events.pop((tracked[device_key].prep.claim_uid, device_key), None)
                 del tracked[device_key]
-        claim = self.claims.get(key)  # undo may have written the claim
+        claim = self.claims.get(key)  # undo may have written the claim, or found it gone
         blocked = set(plan.undo) & set(tracked)  # not undone yet: no new preparation of that key
+        if claim is None:
+            plan.start, plan.expire = [], []
 
         for dev in (dev for dev in plan.expire if dev.ref.key not in blocked):
             t = tracked.get(dev.ref.key) or self._new(claim, dev, at)
