@@ -58,3 +58,15 @@ def test_lock_pins_every_runtime_dependency_with_hashes():
         name = re.split(r"[<>=!~ \[]", requirement, maxsplit=1)[0].lower()
         assert re.search(rf"^{re.escape(name)}==\S+ \\$", lock, re.M), f"{name} is not pinned in requirements.lock"
     assert "--hash=sha256:" in lock and "--find-links" not in lock
+
+
+def test_binding_rbac_in_the_base_is_what_the_operator_needs():
+    import subprocess
+    import sys
+
+    base = yaml.safe_load((ROOT / "kustomize" / "base" / "binding.yaml").read_text())
+    env = {e["name"]: e.get("value") for e in base["spec"]["template"]["spec"]["containers"][0]["env"]}
+    printed = subprocess.run([sys.executable, "-m", "operators.binding.rbac", "--drivers", env["DRA_BINDING_DRIVERS"],
+                              "--namespace", "dra-operators"], capture_output=True, text=True, check=True).stdout
+    assert list(yaml.safe_load_all(printed)) == list(
+        yaml.safe_load_all((ROOT / "kustomize" / "base" / "binding-rbac.yaml").read_text()))
