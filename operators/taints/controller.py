@@ -227,7 +227,11 @@ class TaintsController:
             return
         new = None if deleted else rule
         if not d.rule_spec_changed(old, new):
-            return  # status or metadata only (our own status writes come back this way)
+            # Status or metadata only (our own status writes come back this way); guard-rail
+            # annotations are read when a Pod is due, but a bad one is reported now.
+            if new is not None and (old["metadata"].get("annotations") != new["metadata"].get("annotations")):
+                self.queue.add(RULE_PREFIX + name)
+            return
         if new is not None:
             self.rule_problems.pop(name, None)
             self.queue.add(RULE_PREFIX + name)  # status at once, before any eviction
@@ -345,9 +349,8 @@ class TaintsController:
         for rule in self._reason_rules(eviction):
             try:
                 rate = d.rule_rate(rule)
-            except d.BadAnnotation as e:
-                self._problem(rule, "InvalidAnnotation", f"{e}; the rule's evictions are not rate limited")
-                continue
+            except d.BadAnnotation:
+                continue  # reported by sync_rule
             if rate is not None:
                 rates[rule["metadata"]["uid"]] = rate
         if not rates and self.guards.evictions_per_second <= 0:
@@ -363,12 +366,6 @@ class TaintsController:
         namespace, name = key.split("/", 1)
         uid = cached["metadata"]["uid"]
         rules = self._reason_rules(eviction)
-        for rule in rules:
-            try:
-                d.uses_eviction_api(rule)
-                d.eviction_api_max_wait(rule, 0)
-            except d.BadAnnotation as e:
-                self._problem(rule, "InvalidAnnotation", f"{e}; the rule's Pods are deleted as upstream does")
         api_wait = d.eviction_api_wait(rules, eviction, self.guards.eviction_api_max_wait)
         logger = log.bind(pod=key, uid=uid, rules=eviction.rule_names(), reasons=[str(r) for r in eviction.reasons],
                           claims=d.pod_claim_keys(cached), devices=self._pod_devices(cached))
@@ -486,10 +483,20 @@ class TaintsController:
                 namespaces.add(pod["metadata"]["namespace"])
         return found, namespaces
 
+    def _check_annotations(self, rule: d.Obj) -> None:
+        for check, consequence in ((d.rule_rate, "the rule's evictions are not rate limited"),
+                                   (d.uses_eviction_api, "the rule's Pods are deleted as upstream does"),
+                                   (lambda r: d.eviction_api_max_wait(r, 0), "the default wait applies")):
+            try:
+                check(rule)
+            except d.BadAnnotation as e:
+                self._problem(rule, "InvalidAnnotation", f"{e}; {consequence}")
+
     async def sync_rule(self, name: str) -> None:
         rule = self.rules.get(name)
         if rule is None:
             return
+        self._check_annotations(rule)
         for reason, message in sorted(self.rule_problems.get(name, ())):
             await self.events.event(rule, WARNING, reason, message)
         if not self.rule_status:

@@ -574,7 +574,10 @@ def eviction_api_wait(rules: Sequence[Obj], eviction: Eviction, default_max_wait
         try:
             if rule is None or not uses_eviction_api(rule):
                 return None
-            waits.append(eviction_api_max_wait(rule, default_max_wait))
         except BadAnnotation:
             return None
+        try:
+            waits.append(eviction_api_max_wait(rule, default_max_wait))
+        except BadAnnotation:
+            waits.append(default_max_wait)
     return max(waits) if waits else None

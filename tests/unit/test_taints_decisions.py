@@ -272,3 +272,7 @@ def test_eviction_api_only_when_every_reason_opted_in():
     assert d.eviction_api_wait([pdb], slice_taint, 300) is None
     default_wait = rule("pdb", annotations={d.EVICTION_API_ANNOTATION: "true"})
     assert d.eviction_api_wait([default_wait], by_rule("pdb"), 300) == 300
+    bad_wait = rule("pdb", annotations={d.EVICTION_API_ANNOTATION: "true", d.MAX_WAIT_ANNOTATION: "soon"})
+    assert d.eviction_api_wait([bad_wait], by_rule("pdb"), 300) == 300
+    bad_mode = rule("pdb", annotations={d.EVICTION_API_ANNOTATION: "maybe"})
+    assert d.eviction_api_wait([bad_mode], by_rule("pdb"), 300) is None
