@@ -54,7 +54,7 @@ def devices(watch: bool, interval: float) -> None:
     async def show() -> None:
         async with await Kube.connect() as kube:
             while True:
-                text = await snapshot(kube)
+                text, _ = await snapshot(kube)
                 if watch:
                     click.clear()
                 click.echo(text)

@@ -25,7 +25,7 @@ from .lab import Lab, LabOptions, process
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ("basic-template", "shared-claim", "cel-selector", "prioritized-list", "consumable-capacity",
-            "admin-access", "taints-tolerations")
+            "admin-access", "taints-tolerations", "binding-conditions")
 DEMO_NAMESPACE = "dra-demo"
 INVENTORY = ROOT / "kustomize" / "overlays" / "simulated-devices" / "inventory.yaml"
 
@@ -75,17 +75,17 @@ class Demo:
             if await kube.get_or_none(NAMESPACES, DEMO_NAMESPACE) is None:
                 await kube.create(NAMESPACES, {"metadata": {"name": DEMO_NAMESPACE}})
 
-    async def table(self, interval: float, until_ready: bool) -> None:
+    async def table(self, interval: float, started: float) -> None:
         async with await Kube.connect(self.kubeconfig) as kube:
-            started = time.monotonic()
+            announced = False
             while True:
-                text = await snapshot(kube)
+                text, rows = await snapshot(kube)
                 click.clear()
                 click.echo(text)
                 click.echo(f"\n(refreshing every {interval:.0f}s; Ctrl-C stops the demo)")
-                if until_ready and "reserved" in text and " waiting " not in text and " pending " not in text:
-                    _say(f"every example Pod holds its device, {time.monotonic() - started:.0f}s after applying")
-                    until_ready = False
+                if not announced and rows and all(r.phase == "Running" and r.state == "reserved" for r in rows):
+                    _say(f"every example Pod runs and holds its device, {time.monotonic() - started:.0f}s after start")
+                    announced = True
                 await asyncio.sleep(interval)
 
     def stop(self) -> None:
@@ -96,6 +96,7 @@ class Demo:
 
 
 def run_demo(nodes: int, interval: float) -> None:
+    started = time.monotonic()
     logs = Path(tempfile.mkdtemp(prefix="dra-demo-"))
     demo = Demo(nodes, logs)
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
@@ -103,7 +104,8 @@ def run_demo(nodes: int, interval: float) -> None:
         demo.start_cluster()
         demo.kubectl_apply("--server-side", "-f", str(ROOT / "config" / "deviceclasses"))
         for operator in ("claims", "taints", "binding"):
-            demo.run_operator(operator, operator, DRA_BINDING_DRIVERS="gpu.sim.dra-operators.dev")
+            demo.run_operator(operator, operator,
+                              DRA_BINDING_DRIVERS="gpu.sim.dra-operators.dev,fabric-gpu.example.com")
         for node in asyncio.run(demo.nodes_to_serve()):
             demo.run_operator("nodeagent", f"nodeagent-{node}", NODE_NAME=node, DRA_NODEAGENT_BACKEND="simulated",
                               DRA_NODEAGENT_INVENTORY=str(INVENTORY), DRA_NODEAGENT_KUBELET_PLUGIN="false")
@@ -112,7 +114,7 @@ def run_demo(nodes: int, interval: float) -> None:
             path = str(ROOT / "config" / "examples" / example)
             demo.kubectl_apply("-f", path) if example == "admin-access" else demo.kubectl_apply("-n", DEMO_NAMESPACE, "-f", path)
         _say(f"examples applied in namespace {DEMO_NAMESPACE} (and dra-example-admin); logs in {logs}")
-        asyncio.run(demo.table(interval, until_ready=True))
+        asyncio.run(demo.table(interval, started))
     except KeyboardInterrupt:
         pass
     finally:

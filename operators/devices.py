@@ -105,6 +105,8 @@ def render(rows: list[Row], free: dict[str, int] | None = None) -> str:
     return "\n".join(lines)
 
 
-async def snapshot(kube: Kube) -> str:
+async def snapshot(kube: Kube) -> tuple[str, list[Row]]:
+    """The rendered table and its rows."""
     pods, claims, slices = await kube.list(PODS), await kube.list(RESOURCE_CLAIMS), await kube.list(RESOURCE_SLICES)
-    return render(build_rows(pods, claims), free_devices(slices, claims))
+    rows = build_rows(pods, claims)
+    return render(rows, free_devices(slices, claims)), rows
