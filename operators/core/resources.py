@@ -53,6 +53,7 @@ PODS = Resource("v1", "pods", True)
 EVENTS = Resource("v1", "events", True)
 SERVICE_ACCOUNTS = Resource("v1", "serviceaccounts", True)
 LEASES = Resource("coordination.k8s.io/v1", "leases", True)
+POD_DISRUPTION_BUDGETS = Resource("policy/v1", "poddisruptionbudgets", True)
 
 DEVICE_CLASSES = Resource("resource.k8s.io/v1", "deviceclasses", False)
 RESOURCE_CLAIMS = Resource("resource.k8s.io/v1", "resourceclaims", True)

@@ -41,7 +41,7 @@ class Settings:
         "PodDisruptionBudget before it is deleted anyway")
     taints_eviction_api_retry: float = setting(
         2.0, "DRA_TAINTS_EVICTION_API_RETRY",
-        "taints: seconds between Eviction API attempts a PodDisruptionBudget refused")
+        "taints: seconds between re-checks of a Pod waiting for its PodDisruptionBudget")
     taints_rule_version: str = setting(
         "", "DRA_TAINTS_RULE_VERSION",
         "taints: DeviceTaintRule version to use (v1, v1beta2, v1alpha3) instead of the one discovered")

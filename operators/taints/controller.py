@@ -77,6 +77,11 @@ class TaintsController:
         self.slices = Store({"pool": lambda s: [d.slice_pool_key(s)]})
         self.rules = Store()
         self.classes = Store()
+        self.budgets = Store({"namespace": lambda b: [b["metadata"]["namespace"]]})
+        # Eviction API mode: Pods parked until their PodDisruptionBudget allows a disruption
+        # (PDB key -> pod keys, first parked first), and attempts under way per PDB.
+        self.parked: dict[str, OrderedDict[str, None]] = {}
+        self.attempts: dict[str, int] = {}
         self.pending: dict[str, Pending] = {}           # pod key -> when and why it goes
         self.admitted: dict[str, tuple[str, float]] = {}  # pod key -> (uid, monotonic time its rate-limit token is valid)
         self.marked: set[str] = set()                    # UIDs with a "Marking for deletion" Event
@@ -253,6 +258,34 @@ class TaintsController:
         if users:
             self._enqueue_rule_pods(users)
 
+    def on_budget(self, pdb: d.Obj, deleted: bool) -> None:
+        key = key_of(pdb)
+        if deleted:
+            self.budgets.delete(key)
+        elif not self.budgets.upsert(pdb):
+            return
+        self._wake(key)
+
+    def _wake(self, budget: str) -> None:
+        """Let as many parked Pods try as the PodDisruptionBudget allows now (all of them when
+        it is gone): one request per possible eviction, not one per Pod and retry."""
+        parked = self.parked.get(budget)
+        if not parked:
+            return
+        pdb = self.budgets.get(budget)
+        free = len(parked) if pdb is None else d.budget_allows(pdb) - self.attempts.get(budget, 0)
+        while parked and free > 0:
+            key, _ = parked.popitem(last=False)
+            if key in self.pending:
+                self.queue.add(POD_PREFIX + key)
+                free -= 1
+        if not parked:
+            del self.parked[budget]
+
+    def _budgets_of(self, pod: d.Obj) -> list[str]:
+        return [key_of(b) for b in self.budgets.by_index("namespace", pod["metadata"]["namespace"])
+                if d.budget_selects(b, pod)]
+
     def _enqueue_rule_pods(self, rules: list[d.Obj]) -> None:
         """Pods of allocated claims with a device the rule selects (before or after a change);
         rule changes are rare, so every allocated claim is looked at."""
@@ -369,6 +402,14 @@ class TaintsController:
         api_wait = d.eviction_api_wait(rules, eviction, self.guards.eviction_api_max_wait)
         logger = log.bind(pod=key, uid=uid, rules=eviction.rule_names(), reasons=[str(r) for r in eviction.reasons],
                           claims=d.pod_claim_keys(cached), devices=self._pod_devices(cached))
+        deadline = eviction.when + datetime.timedelta(seconds=api_wait or 0)
+        remaining = (deadline - d.utcnow()).total_seconds()
+        budgets = self._budgets_of(cached) if api_wait is not None and remaining > 0 else []
+        for budget in budgets:
+            if d.budget_allows(self.budgets.get(budget)) - self.attempts.get(budget, 0) <= 0:
+                # Wait for the budget's next change (or the re-check timer), without a request.
+                self._park(key, budget, remaining)
+                return
         try:
             pod = await self.kube.get(PODS, name, namespace)
         except ApiError as e:
@@ -381,24 +422,27 @@ class TaintsController:
             return
 
         if api_wait is not None:
-            deadline = eviction.when + datetime.timedelta(seconds=api_wait)
-            remaining = (deadline - d.utcnow()).total_seconds()
             if remaining > 0:
                 await self._mark(pod)
+                for budget in budgets:
+                    self.attempts[budget] = self.attempts.get(budget, 0) + 1
                 try:
                     await self.kube.request("POST", PODS.path(namespace, name, "eviction"), body=d.eviction_body(pod))
                 except ApiError as e:
                     if e.status == 429:
                         logger.info("eviction refused by a PodDisruptionBudget, will retry",
                                     message=e.message, deletes_at=d.format_time(deadline))
-                        self._after(POD_PREFIX + key, min(self.guards.eviction_api_retry, remaining))
+                        self._park(key, budgets[0] if budgets else "", remaining)
                         return
                     if e.not_found or e.conflict:
                         self._done(key, uid)
                         return
                     raise RetryableError(f"evict pod {key}: {e}") from e
+                finally:
+                    for budget in budgets:
+                        self.attempts[budget] -= 1
                 self._evicted(key, uid, eviction, logger, "Eviction API")
-                return
+                return  # the budget's next status says how many more may go
             logger.warning("PodDisruptionBudget still refuses after the longest wait, deleting the pod",
                            max_wait=api_wait)
 
@@ -415,6 +459,12 @@ class TaintsController:
                 return
             raise RetryableError(f"delete pod {key}: {e}") from e
         self._evicted(key, uid, eviction, logger, "delete")
+
+    def _park(self, key: str, budget: str, remaining: float) -> None:
+        if budget:
+            self.parked.setdefault(budget, OrderedDict())[key] = None
+        # A cheap re-check against the cache in a while, and the deadline after which it is deleted.
+        self._after(POD_PREFIX + key, min(self.guards.eviction_api_retry, remaining))
 
     async def _mark(self, pod: d.Obj) -> None:
         uid = pod["metadata"]["uid"]
@@ -525,12 +575,14 @@ class TaintsController:
     # -- start-up ----------------------------------------------------------------------------
 
     def prime(self, rules: Iterable[d.Obj], classes: Iterable[d.Obj], slices: Iterable[d.Obj],
-              claims: Iterable[d.Obj], pods: Iterable[d.Obj]) -> None:
+              claims: Iterable[d.Obj], pods: Iterable[d.Obj], budgets: Iterable[d.Obj] = ()) -> None:
         """Fill the caches from LISTs before any worker runs; every Pod using claims and every
         rule gets a sync. Listed items carry no kind: Events about them need one."""
         rule_version = self.rules_resource.group_version if self.rules_resource else ""
         rules = [_typed(r, rule_version, "DeviceTaintRule") for r in rules]
         pods = [_typed(p, "v1", "Pod") for p in pods]
+        for obj in budgets:
+            self.budgets.upsert(obj)
         for obj in classes:
             self.classes.upsert(obj)
         for obj in slices:

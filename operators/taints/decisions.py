@@ -426,6 +426,42 @@ def pod_condition_patch(pod: Obj, now: datetime.datetime) -> Obj:
     return {"metadata": {"uid": pod["metadata"]["uid"]}, "status": {"conditions": [condition]}}
 
 
+def selector_matches(selector: Obj | None, labels: dict[str, str]) -> bool:
+    """``metav1.LabelSelector``: no selector selects nothing, the empty one everything."""
+    if selector is None:
+        return False
+    for key, value in (selector.get("matchLabels") or {}).items():
+        if labels.get(key) != value:
+            return False
+    for expression in selector.get("matchExpressions") or []:
+        key, operator, values = expression.get("key"), expression.get("operator"), expression.get("values") or []
+        if operator == "In" and labels.get(key) not in values:
+            return False
+        if operator == "NotIn" and key in labels and labels[key] in values:
+            return False
+        if operator == "Exists" and key not in labels:
+            return False
+        if operator == "DoesNotExist" and key in labels:
+            return False
+        if operator not in ("In", "NotIn", "Exists", "DoesNotExist"):
+            return False
+    return True
+
+
+def budget_selects(pdb: Obj, pod: Obj) -> bool:
+    return (pdb["metadata"].get("namespace") == pod["metadata"].get("namespace")
+            and selector_matches((pdb.get("spec") or {}).get("selector"), pod["metadata"].get("labels") or {}))
+
+
+def budget_allows(pdb: Obj) -> int:
+    """Disruptions a PodDisruptionBudget allows now; none while its status lags its spec (the
+    Eviction API refuses then too)."""
+    status = pdb.get("status") or {}
+    if int(status.get("observedGeneration") or 0) < int(pdb["metadata"].get("generation") or 0):
+        return 0
+    return int(status.get("disruptionsAllowed") or 0)
+
+
 def eviction_body(pod: Obj) -> Obj:
     """A policy/v1 Eviction for ``pods/<name>/eviction`` that only hits this Pod instance."""
     meta = pod["metadata"]

@@ -14,8 +14,8 @@ from ..core.kube import Kube
 from ..core.leader import act_when_leader, election_namespace
 from ..core.logging import get_logger
 from ..core.metrics import serve
-from ..core.resources import (DEVICE_CLASSES, DEVICE_TAINT_RULES, PODS, RESOURCE_CLAIMS, RESOURCE_GROUP,
-                              RESOURCE_SLICES, Resource)
+from ..core.resources import (DEVICE_CLASSES, DEVICE_TAINT_RULES, POD_DISRUPTION_BUDGETS, PODS, RESOURCE_CLAIMS,
+                              RESOURCE_GROUP, RESOURCE_SLICES, Resource)
 from ..core.settings import Settings
 from .controller import Guards, TaintsController
 from .metrics import Metrics
@@ -63,7 +63,8 @@ async def start_taints(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) ->
         classes=await kube.list(DEVICE_CLASSES),
         slices=await kube.list(RESOURCE_SLICES),
         claims=await kube.list(RESOURCE_CLAIMS),
-        pods=await kube.list(PODS))
+        pods=await kube.list(PODS),
+        budgets=await kube.list(POD_DISRUPTION_BUDGETS))
     serve(metrics.registry, config.metrics_port)
     memo.taints_controller = controller
 
@@ -130,3 +131,9 @@ async def rule_event(event: kopf.RawEvent, memo: kopf.Memo, **_) -> None:
 @kopf.on.event(RESOURCE_GROUP, "deviceclasses", id="taints-deviceclasses")
 async def class_event(event: kopf.RawEvent, memo: kopf.Memo, **_) -> None:
     memo.taints_controller.on_class(event["object"], _deleted(event))
+
+
+# The Eviction API mode waits for PodDisruptionBudgets to allow a disruption instead of polling.
+@kopf.on.event("policy", "v1", "poddisruptionbudgets", id="taints-budgets")
+async def budget_event(event: kopf.RawEvent, memo: kopf.Memo, **_) -> None:
+    memo.taints_controller.on_budget(event["object"], _deleted(event))

@@ -168,9 +168,19 @@ class TaintsEnv:
         return {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceTaintRule", "metadata": meta, "spec": spec}
 
     async def add_slice(self, name: str, node: str, devices: list[dict], pool: str | None = None,
-                        generation: int = 1) -> None:
-        await self.kube.create(RESOURCE_SLICES, objects.resource_slice(name, self.driver, node, devices, pool, generation))
+                        generation: int = 1, slices_in_pool: int = 1) -> None:
+        body = objects.resource_slice(name, self.driver, node, devices, pool, generation)
+        body["spec"]["pool"]["resourceSliceCount"] = slices_in_pool
+        await self.kube.create(RESOURCE_SLICES, body)
         self.slices.append(name)
+
+    async def add_pool(self, node: str, devices: int, per_slice: int = 100) -> None:
+        """The node's pool with ``devices`` devices in slices of at most ``per_slice``."""
+        starts = list(range(0, devices, per_slice))
+        for n, start in enumerate(starts):
+            await self.add_slice(f"{node}-{n}-{self.token}", node,
+                                 [objects.device(f"gpu-{i}") for i in range(start, min(devices, start + per_slice))],
+                                 pool=node, slices_in_pool=len(starts))
 
     async def set_device_taint(self, slice_name: str, device: str, effect: str | None) -> None:
         """Put a driver-published taint on a device of a slice, or remove it (effect None)."""

@@ -100,3 +100,26 @@ def test_claim_release_looks_at_its_pods():
     released["status"].pop("reservedFor")
     c.on_claim(released, deleted=False)
     assert set(c.queued) == {POD_PREFIX + "ns/p-a"}  # the queue deduplicates
+
+
+def budget(allowed, rv="1"):
+    return {"metadata": {"name": "b", "namespace": "ns", "generation": 1, "resourceVersion": rv},
+            "spec": {"selector": {"matchLabels": {"app": "web"}}},
+            "status": {"observedGeneration": 1, "disruptionsAllowed": allowed}}
+
+
+def test_parked_pods_are_woken_as_many_as_the_budget_allows():
+    c = controller()
+    from operators.taints import decisions as d
+    from operators.taints.controller import Pending
+    for key in ("ns/p-a", "ns/p-b"):
+        c.pending[key] = Pending("u", d.Eviction(d.utcnow(), ()))
+        c._park(key, "ns/b", 60)
+    c.queued.clear()
+    c.on_budget(budget(0), deleted=False)
+    assert c.queued == []
+    c.on_budget(budget(1, rv="2"), deleted=False)
+    assert c.queued == [POD_PREFIX + "ns/p-a"]  # first parked, first to try
+    c.on_budget(budget(1, rv="3"), deleted=False)
+    assert c.queued == [POD_PREFIX + "ns/p-a", POD_PREFIX + "ns/p-b"]
+    assert c.parked == {}

@@ -276,3 +276,30 @@ def test_eviction_api_only_when_every_reason_opted_in():
     assert d.eviction_api_wait([bad_wait], by_rule("pdb"), 300) == 300
     bad_mode = rule("pdb", annotations={d.EVICTION_API_ANNOTATION: "maybe"})
     assert d.eviction_api_wait([bad_mode], by_rule("pdb"), 300) is None
+
+
+@pytest.mark.parametrize("selector,expected", [
+    (None, False),
+    ({}, True),
+    ({"matchLabels": {"app": "web"}}, True),
+    ({"matchLabels": {"app": "db"}}, False),
+    ({"matchExpressions": [{"key": "app", "operator": "In", "values": ["web", "db"]}]}, True),
+    ({"matchExpressions": [{"key": "app", "operator": "NotIn", "values": ["web"]}]}, False),
+    ({"matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["x"]}]}, True),
+    ({"matchExpressions": [{"key": "tier", "operator": "Exists"}]}, False),
+    ({"matchExpressions": [{"key": "tier", "operator": "DoesNotExist"}]}, True),
+    ({"matchExpressions": [{"key": "app", "operator": "Bogus"}]}, False),
+])
+def test_label_selectors_of_disruption_budgets(selector, expected):
+    pdb = {"metadata": {"name": "b", "namespace": "ns"}, "spec": {"selector": selector}}
+    pod = {"metadata": {"name": "p", "namespace": "ns", "labels": {"app": "web"}}}
+    assert d.budget_selects(pdb, pod) is expected
+    other = {"metadata": {"name": "p", "namespace": "other", "labels": {"app": "web"}}}
+    assert not d.budget_selects(pdb, other)
+
+
+def test_budget_allows_nothing_while_its_status_lags():
+    pdb = {"metadata": {"generation": 2}, "status": {"observedGeneration": 1, "disruptionsAllowed": 3}}
+    assert d.budget_allows(pdb) == 0
+    pdb["status"]["observedGeneration"] = 2
+    assert d.budget_allows(pdb) == 3
