@@ -343,3 +343,16 @@ async def test_preview_matches_what_eviction_then_does(lab, kube, controllers, u
 def _write(path, body: dict):
     path.write_text(json.dumps(body))
     return path
+
+
+async def test_lab_drops_v1alpha3_class_and_cel_selectors(kube, cluster_objects, unique):
+    """Why v1alpha3 rules with deviceClassName/selectors are tested without the lab
+    (tests/unit/test_taints_cel.py): API servers since 1.35 no longer have those fields, so
+    the lab (1.37.1) drops them and such a rule selects by driver, pool and device only."""
+    v1alpha3 = DEVICE_TAINT_RULES.with_version("v1alpha3")
+    rule = await cluster_objects.create(v1alpha3, {
+        "apiVersion": "resource.k8s.io/v1alpha3", "kind": "DeviceTaintRule", "metadata": {"name": f"cel-{unique}"},
+        "spec": {"deviceSelector": {"driver": "x.example.com", "deviceClassName": "gpu",
+                                    "selectors": [{"cel": {"expression": "true"}}]},
+                 "taint": {"key": "k", "effect": "NoExecute"}}})
+    assert rule["spec"]["deviceSelector"] == {"driver": "x.example.com"}
