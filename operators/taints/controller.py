@@ -168,6 +168,7 @@ class TaintsController:
                 # Gone by itself: nothing to cancel publicly (upstream posts no Event either).
                 del self.pending[key]
                 self.admitted.pop(key, None)
+                self._unpark(key)
                 if uid not in self.marked:  # else it is our own eviction coming back
                     log.info("pod deleted while its eviction was pending", pod=key, uid=uid,
                              due=d.format_time(pending.eviction.when))
@@ -334,6 +335,7 @@ class TaintsController:
             if pending is not None:
                 del self.pending[key]
                 self.admitted.pop(key, None)
+                self._unpark(key)
                 self.marked.discard(uid)
                 log.info("pod eviction cancelled", pod=key, claims=d.pod_claim_keys(pod),
                          was_due=d.format_time(pending.eviction.when),
@@ -460,6 +462,12 @@ class TaintsController:
             raise RetryableError(f"delete pod {key}: {e}") from e
         self._evicted(key, uid, eviction, logger, "delete")
 
+    def _unpark(self, key: str) -> None:
+        for budget in [b for b, keys in self.parked.items() if key in keys]:
+            del self.parked[budget][key]
+            if not self.parked[budget]:
+                del self.parked[budget]
+
     def _park(self, key: str, budget: str, remaining: float) -> None:
         if budget:
             self.parked.setdefault(budget, OrderedDict())[key] = None
@@ -478,6 +486,7 @@ class TaintsController:
         if pending is not None and pending.uid == uid:
             del self.pending[key]
         self.admitted.pop(key, None)
+        self._unpark(key)
         self.marked.discard(uid)
         self.evicted.add(uid)
 
