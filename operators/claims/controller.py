@@ -4,7 +4,6 @@ the cache and the API server. Decisions live in ``decisions``; this module only 
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass
 
 import structlog
@@ -14,6 +13,7 @@ from ..core.kube import APPLY_PATCH, ApiError, Kube
 from ..core.resources import PODS, RESOURCE_CLAIMS
 from ..core.store import Store, key_of
 from ..core.workqueue import RetryableError, WorkQueue
+from ..core.uidcache import UidCache
 from . import decisions as d
 from .metrics import Metrics
 
@@ -45,23 +45,6 @@ def _claim_owner_index(claim: d.Obj) -> list[str]:
     """``claimPodOwner``: ns/uid of the controlling Pod."""
     _, uid = d.owning_pod(claim)
     return [f"{claim['metadata']['namespace']}/{uid}"] if uid else []
-
-
-class UidCache:
-    """A bounded LRU of UIDs of deleted Pods (upstream keeps 500)."""
-
-    def __init__(self, size: int = 500):
-        self._size = size
-        self._uids: OrderedDict[str, None] = OrderedDict()
-
-    def add(self, uid: str) -> None:
-        self._uids[uid] = None
-        self._uids.move_to_end(uid)
-        while len(self._uids) > self._size:
-            self._uids.popitem(last=False)
-
-    def __contains__(self, uid: object) -> bool:
-        return uid in self._uids
 
 
 @dataclass(frozen=True)

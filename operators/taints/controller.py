@@ -23,6 +23,7 @@ from ..core.kube import STRATEGIC_PATCH, ApiError, Kube
 from ..core.resources import PODS, Resource
 from ..core.store import Store, key_of
 from ..core.workqueue import RetryableError, WorkQueue
+from ..core.uidcache import UidCache
 from . import decisions as d
 from .metrics import Metrics
 from .ratelimit import EvictionLimiter
@@ -30,23 +31,6 @@ from .ratelimit import EvictionLimiter
 log = structlog.stdlib.get_logger("operators.taints")
 
 POD_PREFIX, RULE_PREFIX = "pod:", "rule:"
-
-
-class UidCache:
-    """A bounded LRU of UIDs of Pods this instance evicted (upstream keeps 500)."""
-
-    def __init__(self, size: int = 500):
-        self._size = size
-        self._uids: OrderedDict[str, None] = OrderedDict()
-
-    def add(self, uid: str) -> None:
-        self._uids[uid] = None
-        self._uids.move_to_end(uid)
-        while len(self._uids) > self._size:
-            self._uids.popitem(last=False)
-
-    def __contains__(self, uid: object) -> bool:
-        return uid in self._uids
 
 
 @dataclass(frozen=True)
