@@ -59,7 +59,7 @@ class FakeNVML:
                                         eventData=xid, gpuInstanceId=gi, computeInstanceId=ci))
 
     def _gpu(self, handle) -> FakeGpu:
-        kind, minor = handle[0], handle[1]
+        minor = handle[1]
         gpu = next(g for g in self.gpus if g.minor == minor)
         if gpu.lost:
             raise pynvml.NVMLError_GpuIsLost()

@@ -14,7 +14,7 @@ import click
 import yaml
 
 from . import paths, process
-from .cluster import Lab, LabError, LabOptions, LabState
+from .cluster import Lab, LabOptions, LabState
 from .supervisor import options_to_json, run
 
 

@@ -15,6 +15,8 @@ from operators.core.kube import ApiError, Kube
 from operators.core.resources import NAMESPACES, SERVICE_ACCOUNTS, Resource
 from operators.lab import Lab, LabOptions
 
+from .operator_process import OperatorProcess
+
 from .waiting import wait_for
 
 LAB_NODES = 2
@@ -120,8 +122,6 @@ class Controllers:
 
 @pytest.fixture(scope="session")
 def controllers(lab: Lab, tmp_path_factory: pytest.TempPathFactory) -> Controllers:
-    from .operator_process import OperatorProcess
-
     logs = tmp_path_factory.mktemp("operator-logs")
     switch = Controllers(lab, {"claims": OperatorProcess(["claims"], lab.kubeconfig, logs),
                                "taints": OperatorProcess(["taints"], lab.kubeconfig, logs)})

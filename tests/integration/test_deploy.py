@@ -12,11 +12,10 @@ import pytest
 import yaml
 
 from operators.core.kube import ApiError, Kube
-from operators.core.resources import PODS, RESOURCE_SLICES
+from operators.core.resources import DEVICE_CLASSES, PODS, RESOURCE_SLICES
 
 from . import objects
 from .claims_env import ClaimsEnv
-from .fake_kubelet import FakeKubelet
 from .operator_process import OperatorProcess
 from .test_kubelet_plugin import Node
 from .waiting import wait_for
@@ -116,8 +115,7 @@ async def test_node_agent_with_its_own_service_account(base, lab, kube, tmp_path
     node.agent.extra_env["NODE_NAME"] = "lab-node-0"
     node.agent.start()
     try:
-        await kube.create(__import__("operators.core.resources", fromlist=["DEVICE_CLASSES"]).DEVICE_CLASSES,
-                          objects.device_class(node.driver, node.driver))
+        await kube.create(DEVICE_CLASSES, objects.device_class(node.driver, node.driver))
         await wait_for(lambda: kube.list(RESOURCE_SLICES, field_selector=f"spec.driver={node.driver}"),
                        what="slices published with the node agent's own token")
         await node.kubelet.register()
@@ -140,8 +138,7 @@ async def test_node_agent_with_its_own_service_account(base, lab, kube, tmp_path
     finally:
         await node.kubelet.close()
         node.agent.stop()
-        await kube.delete(__import__("operators.core.resources", fromlist=["DEVICE_CLASSES"]).DEVICE_CLASSES,
-                          node.driver)
+        await kube.delete(DEVICE_CLASSES, node.driver)
 
 
 async def _client(kubeconfig: Path):
@@ -150,7 +147,7 @@ async def _client(kubeconfig: Path):
 
 async def test_taints_operator_with_its_own_service_account(base, lab, kube, controllers, tmp_path, unique, namespace,
                                                            cluster_objects):
-    from operators.core.resources import DEVICE_CLASSES, DEVICE_TAINT_RULES, RESOURCE_CLAIMS
+    from operators.core.resources import DEVICE_TAINT_RULES, RESOURCE_CLAIMS
 
     controllers.use("none")
     driver = f"rbt-{unique}.lab.dra-operators.dev"

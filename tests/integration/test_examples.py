@@ -4,12 +4,11 @@ simulated node agents running: each Pod ends up holding the device the example p
 from __future__ import annotations
 
 import asyncio
-import tempfile
 from pathlib import Path
 
 import pytest
 
-from operators.core.resources import DEVICE_TAINT_RULES, NAMESPACES, PODS, RESOURCE_CLAIMS
+from operators.core.resources import DEVICE_TAINT_RULES, NAMESPACES, PODS, RESOURCE_CLAIMS, SERVICE_ACCOUNTS
 
 from .operator_process import OperatorProcess
 from .waiting import wait_for
@@ -43,8 +42,7 @@ def simulated_nodes(lab, controllers, tmp_path_factory):
 async def apply_example(lab, kube, name: str, unique: str) -> str:
     namespace = f"ex-{name[:20]}-{unique}"
     await kube.create(NAMESPACES, {"metadata": {"name": namespace}})
-    await wait_for(lambda: kube.get_or_none(__import__("operators.core.resources", fromlist=["x"]).SERVICE_ACCOUNTS,
-                                            "default", namespace), what="default ServiceAccount")
+    await wait_for(lambda: kube.get_or_none(SERVICE_ACCOUNTS, "default", namespace), what="default ServiceAccount")
     result = lab.kubectl("apply", "-n", namespace, "-f", str(EXAMPLES / name), check=False)
     assert result.returncode == 0, result.stderr
     return namespace

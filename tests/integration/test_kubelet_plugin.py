@@ -4,7 +4,6 @@ prepares and unprepares claims the real scheduler allocated from the agent's own
 from __future__ import annotations
 
 import json
-import os
 import tempfile
 from pathlib import Path
 

@@ -10,7 +10,7 @@ from operators.core.resources import (DEVICE_CLASSES, DEVICE_TAINT_RULES, PODS, 
                                       RESOURCE_CLAIMS, RESOURCE_SLICES)
 
 from . import objects
-from .waiting import describe_namespace, wait_for, wait_for_object
+from .waiting import wait_for_object
 
 DELETE_PROTECTION = "resource.kubernetes.io/delete-protection"
 

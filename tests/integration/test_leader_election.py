@@ -14,7 +14,7 @@ from operators.core.resources import LEASES
 
 from .claims_env import ClaimsEnv
 from .operator_process import OperatorProcess
-from .test_claims_operator import _all_running_with_one_claim_each, _burst, tmpl
+from .test_claims_operator import _all_running_with_one_claim_each, _burst
 from .waiting import wait_for
 
 LEASE = "dra-operators-claims"

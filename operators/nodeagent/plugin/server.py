@@ -9,7 +9,6 @@ restarted agent carries on where the last one stopped.
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from pathlib import Path
 from typing import Any
