@@ -67,6 +67,10 @@ class OperatorProcess:
             return ""
 
     def errors(self) -> list[str]:
-        """Log lines at error level or with a traceback."""
+        """Log lines at error level or with a traceback, except kopf's own request attempts that
+        it retries (a keep-alive connection the API server closed under load is not an error of
+        the operator)."""
         text = self.log.read_text(errors="replace") if self.log.exists() else ""
-        return [line for line in text.splitlines() if '"level": "error"' in line or "Traceback" in line]
+        return [line for line in text.splitlines()
+                if ('"level": "error"' in line or "Traceback" in line)
+                and not ('"logger": "kopf.' in line and "failed; will retry" in line)]
