@@ -54,10 +54,17 @@ class LabOptions:
         return Path(self.bin_dir or paths.bin_dir()).resolve()
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct free ports: all sockets stay open until every port is chosen, so the
+    kernel cannot hand out the same port twice."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
 
 
 @dataclass
@@ -245,7 +252,7 @@ class Lab:
             if target.exists():
                 subprocess.run(["rm", "-rf", str(target)], check=True)
         self.files.logs.mkdir(exist_ok=True)
-        self.ports = Ports(*(free_port() for _ in range(6)))
+        self.ports = Ports(*free_ports(6))
         self.pki.create(IDENTITIES)
 
     def _write_configs(self) -> None:

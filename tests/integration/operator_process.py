@@ -10,7 +10,7 @@ import urllib.request
 from pathlib import Path
 
 from operators.lab import process
-from operators.lab.cluster import free_port
+from operators.lab.cluster import free_ports
 
 
 class OperatorProcess:
@@ -25,7 +25,7 @@ class OperatorProcess:
         self.starts = 0
 
     def start(self, timeout: float = 30.0) -> None:
-        self.metrics_port, self.liveness_port = free_port(), free_port()
+        self.metrics_port, self.liveness_port = free_ports(2)
         env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), "DRA_METRICS_PORT": str(self.metrics_port),
                "DRA_LOG_FORMAT": "json", **self.extra_env}
         with open(self.log, "a") as log:
@@ -68,9 +68,8 @@ class OperatorProcess:
 
     def errors(self) -> list[str]:
         """Log lines at error level or with a traceback, except kopf's own request attempts that
-        it retries (a keep-alive connection the API server closed under load is not an error of
-        the operator)."""
+        it retries (a keep-alive connection the API server closed is not an error of the operator)."""
         text = self.log.read_text(errors="replace") if self.log.exists() else ""
         return [line for line in text.splitlines()
                 if ('"level": "error"' in line or "Traceback" in line)
-                and not ('"logger": "kopf.' in line and "failed; will retry" in line)]
+                and not ('"logger": "kopf.' in line and "Request attempt #" in line)]
