@@ -6,7 +6,7 @@ import kopf
 
 from ..core.kopfsettings import quiet
 from ..core.kube import Kube
-from ..core.leader import act_when_leader, election_namespace
+from ..core.leader import act_when_leader
 from ..core.logging import get_logger
 from ..core.metrics import serve
 from ..core.resources import DEVICE_TAINT_RULES, RESOURCE_CLAIMS
@@ -55,18 +55,11 @@ async def start_binding(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -
     serve(metrics.registry, config.metrics_port)
     memo.binding_controller = controller
 
-    async def start() -> None:
-        controller.queue.start()
-
     # Watches keep the cache warm on a standby; only the leader's workers start preparations,
     # write conditions and taints. A leader that loses its Lease cancels its preparations and
     # exits; the new leader resumes them from the records on the claims.
-    memo.binding_leader = await act_when_leader(
-        kube, enabled=config.leader_election, lease="dra-operators-binding",
-        namespace=election_namespace(config.leader_election_namespace), start=start, stop=controller.stop,
-        lease_duration=config.leader_election_lease_duration)
-    if memo.binding_leader is not None:
-        controller.queue.gate = memo.binding_leader.may_act
+    memo.binding_leader = await act_when_leader(kube, config, "dra-operators-binding", controller.queue,
+                                                stop=controller.stop)
     log.info("binding operator started", drivers=list(drivers.patterns), preparer=config.binding_preparer,
              timeout=config.binding_timeout, claims=len(controller.claims),
              cool_off=config.binding_cool_off if rules else 0, taint_rules=rules.group_version if rules else None,

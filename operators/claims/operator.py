@@ -6,7 +6,7 @@ import kopf
 
 from ..core.kopfsettings import quiet
 from ..core.kube import Kube
-from ..core.leader import act_when_leader, election_namespace
+from ..core.leader import act_when_leader
 from ..core.logging import get_logger
 from ..core.metrics import serve
 from ..core.resources import PODS, RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS
@@ -36,16 +36,8 @@ async def start_claims(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) ->
     serve(metrics.registry, config.metrics_port)
     memo.claims_controller = controller
 
-    async def start() -> None:
-        controller.queue.start()
-
     # Watches keep the cache warm on a standby; only the leader's workers act.
-    memo.claims_leader = await act_when_leader(
-        kube, enabled=config.leader_election, lease="dra-operators-claims",
-        namespace=election_namespace(config.leader_election_namespace), start=start, stop=controller.queue.stop,
-        lease_duration=config.leader_election_lease_duration)
-    if memo.claims_leader is not None:
-        controller.queue.gate = memo.claims_leader.may_act
+    memo.claims_leader = await act_when_leader(kube, config, "dra-operators-claims", controller.queue)
     log.info("claims operator started", workers=config.claims_workers, claims=len(controller.claims),
              pods=len(controller.pods), metrics_port=config.metrics_port)
 

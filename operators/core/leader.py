@@ -15,11 +15,15 @@ import datetime
 import os
 import socket
 import uuid
-from typing import Awaitable, Callable
+from typing import TYPE_CHECKING, Awaitable, Callable
 
 from .kube import ApiError, Kube
 from .logging import get_logger
 from .resources import LEASES
+
+if TYPE_CHECKING:
+    from .settings import Settings
+    from .workqueue import WorkQueue
 
 log = get_logger(__name__)
 
@@ -136,17 +140,24 @@ class LeaderElector:
         self.is_leader = False
 
 
-async def act_when_leader(kube: Kube, *, enabled: bool, lease: str, namespace: str,
-                          start: Callable[[], Awaitable[None]], stop: Callable[[], Awaitable[None]],
-                          lease_duration: float = 15.0) -> LeaderElector | None:
-    """Start acting now (leader election off) or once this replica holds ``lease``. A replica
-    that loses the Lease stops acting and exits, to come back as a standby. Give the returned
-    elector's ``may_act`` to the work queue as its gate."""
-    if not enabled:
+async def act_when_leader(kube: Kube, settings: "Settings", lease: str, queue: "WorkQueue",
+                          stop: Callable[[], Awaitable[None]] | None = None) -> LeaderElector | None:
+    """Start ``queue``'s workers now (leader election off) or once this replica holds ``lease``;
+    while leading, every sync first checks that the Lease is surely still ours. A replica that
+    loses the Lease runs ``stop`` (default: stop the queue) and exits, to come back as a standby."""
+    stop = stop or queue.stop
+
+    async def start() -> None:
+        queue.start()
+
+    if not settings.leader_election:
         await start()
         return None
-    elector = LeaderElector(kube, lease, namespace, lease_duration=lease_duration,
-                            renew_deadline=lease_duration * 2 / 3, retry_period=max(0.5, lease_duration / 7.5))
+    duration = settings.leader_election_lease_duration
+    elector = LeaderElector(kube, lease, election_namespace(settings.leader_election_namespace),
+                            lease_duration=duration, renew_deadline=duration * 2 / 3,
+                            retry_period=max(0.5, duration / 7.5))
+    queue.gate = elector.may_act
 
     async def lost() -> None:
         try:

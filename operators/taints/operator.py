@@ -11,7 +11,7 @@ import kopf
 
 from ..core.kopfsettings import quiet
 from ..core.kube import Kube
-from ..core.leader import act_when_leader, election_namespace
+from ..core.leader import act_when_leader
 from ..core.logging import get_logger
 from ..core.metrics import serve
 from ..core.resources import (DEVICE_CLASSES, DEVICE_TAINT_RULES, POD_DISRUPTION_BUDGETS, PODS, RESOURCE_CLAIMS,
@@ -68,16 +68,8 @@ async def start_taints(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) ->
     serve(metrics.registry, config.metrics_port)
     memo.taints_controller = controller
 
-    async def start() -> None:
-        controller.queue.start()
-
     # Watches keep the cache warm on a standby; only the leader's workers evict and write status.
-    memo.taints_leader = await act_when_leader(
-        kube, enabled=config.leader_election, lease="dra-operators-taints",
-        namespace=election_namespace(config.leader_election_namespace), start=start, stop=controller.queue.stop,
-        lease_duration=config.leader_election_lease_duration)
-    if memo.taints_leader is not None:
-        controller.queue.gate = memo.taints_leader.may_act
+    memo.taints_leader = await act_when_leader(kube, config, "dra-operators-taints", controller.queue)
     if rules is None:
         log.warning("the cluster serves no DeviceTaintRules: only ResourceSlice taints evict")
     log.info("taints operator started", workers=config.taints_workers, rules_version=_rules_version["version"],
