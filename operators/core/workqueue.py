@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Awaitable, Callable
 
 from .logging import get_logger
+from .ratelimit import TokenBucket
 
 log = get_logger(__name__)
 
@@ -34,21 +35,6 @@ class Backoff:
         return min(self.cap, self.base * (2 ** max(0, failures - 1)))
 
 
-class _TokenBucket:
-    def __init__(self, qps: float, burst: int):
-        self.qps, self.burst = qps, burst
-        self.tokens = float(burst)
-        self.last = time.monotonic()
-
-    def reserve(self) -> float:
-        """Take a token; return how long to wait before using it."""
-        now = time.monotonic()
-        self.tokens = min(self.burst, self.tokens + (now - self.last) * self.qps)
-        self.last = now
-        self.tokens -= 1
-        return 0.0 if self.tokens >= 0 else -self.tokens / self.qps
-
-
 class WorkQueue:
     def __init__(self, name: str, sync: Callable[[str], Awaitable[None]], workers: int = 10,
                  backoff: Backoff = Backoff()):
@@ -58,7 +44,7 @@ class WorkQueue:
         self._sync = sync
         self._workers = workers
         self._backoff = backoff
-        self._bucket = _TokenBucket(backoff.qps, backoff.burst)
+        self._bucket = TokenBucket(backoff.qps, backoff.burst)
         self._queue: asyncio.Queue[str] = asyncio.Queue()
         self._queued: set[str] = set()     # waiting in _queue
         self._processing: set[str] = set()

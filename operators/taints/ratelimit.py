@@ -1,9 +1,9 @@
 """Eviction rate limits: a global one and one per DeviceTaintRule, in evictions per second.
 
-Token buckets with reservations (golang.org/x/time/rate's ``Reserve``): a Pod that is due takes
-its token at once and learns how long to wait for it, so a worker never sleeps on a limit and a
-limited rule never holds up Pods of other rules. The burst is one eviction: a limit of 20/s
-spreads 200 evictions over 10 s instead of letting a first batch through at once.
+Token buckets with reservations (``core.ratelimit``): a Pod that is due takes its token at once
+and learns how long to wait for it, so a worker never sleeps on a limit and a limited rule never
+holds up Pods of other rules. The burst is one eviction: a limit of 20/s spreads 200 evictions
+over 10 s instead of letting a first batch through at once.
 """
 
 from __future__ import annotations
@@ -11,20 +11,7 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-
-class TokenBucket:
-    def __init__(self, rate: float, burst: int = 1, clock: Callable[[], float] = time.monotonic):
-        self.rate, self.burst, self._clock = rate, burst, clock
-        self._tokens = float(burst)
-        self._last = clock()
-
-    def reserve(self) -> float:
-        """Take a token; return the seconds until it may be used (0: now)."""
-        now = self._clock()
-        self._tokens = min(float(self.burst), self._tokens + (now - self._last) * self.rate)
-        self._last = now
-        self._tokens -= 1
-        return 0.0 if self._tokens >= 0 else -self._tokens / self.rate
+from ..core.ratelimit import TokenBucket
 
 
 class EvictionLimiter:

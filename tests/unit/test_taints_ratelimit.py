@@ -1,6 +1,6 @@
 import pytest
 
-from operators.taints.ratelimit import EvictionLimiter, TokenBucket
+from operators.taints.ratelimit import EvictionLimiter
 
 
 class Clock:
@@ -9,17 +9,6 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
-
-
-def test_bucket_reserves_one_token_per_interval():
-    clock = Clock()
-    bucket = TokenBucket(20, clock=clock)
-    waits = [bucket.reserve() for _ in range(200)]
-    assert waits[0] == 0
-    assert waits[1] == pytest.approx(0.05)
-    assert waits[-1] == pytest.approx(199 * 0.05)  # 200 evictions at 20/s: spread over 9.95 s
-    clock.now += 20
-    assert bucket.reserve() == 0  # refilled, but never above the burst of one
 
 
 def test_limiter_takes_the_longest_of_global_and_rule_limits():
