@@ -31,9 +31,10 @@ def run(names: tuple[str, ...], liveness: str) -> None:
     configure_logging(settings.log_level, settings.log_format)
     memo = kopf.Memo()
     for name in names:
-        module = importlib.import_module(f"operators.{name}")
+        # Registers the operator's kopf handlers: only its ``operator`` module does.
+        module = importlib.import_module(f"operators.{name}.operator")
         # An operator that cannot work (no NVML, no NODE_NAME) says why and exits non-zero.
-        if preflight := getattr(getattr(module, "operator", None), "preflight", None):
+        if preflight := getattr(module, "preflight", None):
             try:
                 preflight(settings, memo)
             except Exception as e:  # noqa: BLE001 - any preflight failure ends the process
@@ -90,7 +91,7 @@ def show_settings() -> None:
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def taints(args: tuple[str, ...]) -> None:
     """The taints operator's tools: `taints preview FILE|NAME` (read-only)."""
-    # Imported on use: importing an operator's package registers its kopf handlers.
+    # Imported on use, like the other commands' modules.
     from .taints.cli import taints as commands
 
     commands.main(list(args), prog_name="dra-operators taints")

@@ -2,8 +2,6 @@
 ``bindingConditions``, run a preparer (attach, program, ...) and report the outcome in the
 claim's ``status.devices[].conditions``, which ends kube-scheduler's PreBind wait.
 
-``kopf run -m operators.binding`` registers its handlers; ``dra-operators run binding`` does the
-same with the suite's logging.
+``kopf run -m operators.binding.operator`` registers its handlers; ``dra-operators run binding``
+does the same with the suite's logging. Importing this package registers nothing.
 """
-
-from . import operator  # noqa: F401  (registers the kopf handlers)

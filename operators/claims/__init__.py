@@ -1,7 +1,5 @@
 """The claims operator: upstream's resourceclaim-controller in Python.
 
-``kopf run -m operators.claims`` registers its handlers; ``dra-operators run claims`` does the same
-with the suite's logging.
+``kopf run -m operators.claims.operator`` registers its handlers; ``dra-operators run claims`` does
+the same with the suite's logging. Importing this package registers nothing.
 """
-
-from . import operator  # noqa: F401  (registers the kopf handlers)
