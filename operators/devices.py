@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .core.kube import Kube
+from .core.resourceclaim import allocation_results, extended_claim_name, is_allocated, known_claim_name, pod_claims
 from .core.resources import PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
 
 HEADER = ("NAMESPACE", "POD", "PHASE", "CLAIM", "STATE", "DEVICES", "NODE")
@@ -34,7 +35,7 @@ def claim_state(claim: dict[str, Any] | None) -> str:
     status = claim.get("status") or {}
     if claim["metadata"].get("deletionTimestamp"):
         return "deleting"
-    if not status.get("allocation"):
+    if not is_allocated(claim):
         return "pending"
     conditions = [c for d in status.get("devices") or [] for c in d.get("conditions") or []]
     if status.get("reservedFor"):
@@ -44,15 +45,6 @@ def claim_state(claim: dict[str, Any] | None) -> str:
     return "allocated"
 
 
-def _claim_name(pod: dict[str, Any], pod_claim: dict[str, Any]) -> str | None:
-    if pod_claim.get("resourceClaimName"):
-        return pod_claim["resourceClaimName"]
-    for status in (pod.get("status") or {}).get("resourceClaimStatuses") or []:
-        if status.get("name") == pod_claim.get("name"):
-            return status.get("resourceClaimName")
-    return None
-
-
 def build_rows(pods: list[dict[str, Any]], claims: list[dict[str, Any]]) -> list[Row]:
     """One row per claim of every Pod that uses DRA (scheduler-made extended-resource claims
     included), sorted by namespace, Pod and claim."""
@@ -60,12 +52,12 @@ def build_rows(pods: list[dict[str, Any]], claims: list[dict[str, Any]]) -> list
     rows = []
     for pod in pods:
         meta, status = pod["metadata"], pod.get("status") or {}
-        names = [(c["name"], _claim_name(pod, c)) for c in (pod.get("spec") or {}).get("resourceClaims") or []]
-        if extended := (status.get("extendedResourceClaimStatus") or {}).get("resourceClaimName"):
+        names = [(c["name"], known_claim_name(pod, c)) for c in pod_claims(pod)]
+        if extended := extended_claim_name(pod):
             names.append(("extended-resources", extended))
         for pod_claim, claim_name in names:
             claim = by_key.get((meta["namespace"], claim_name)) if claim_name else None
-            results = ((claim or {}).get("status", {}).get("allocation") or {}).get("devices", {}).get("results") or []
+            results = allocation_results(claim) if claim else []
             devices = ", ".join(f"{r['driver']}/{r['pool']}/{r['device']}" + (f" (share {r['shareID'][:8]})" if r.get("shareID") else "")
                                 + (" [admin]" if r.get("adminAccess") else "") for r in results)
             rows.append(Row(meta["namespace"], meta["name"], status.get("phase", ""),
@@ -80,8 +72,7 @@ def free_devices(slices: list[dict[str, Any]], claims: list[dict[str, Any]]) -> 
     for s in slices:
         key = (s["spec"]["driver"], s["spec"]["pool"]["name"])
         newest[key] = max(newest.get(key, 0), s["spec"]["pool"].get("generation", 0))
-    used = {(r["driver"], r["pool"], r["device"]) for c in claims
-            for r in ((c.get("status") or {}).get("allocation") or {}).get("devices", {}).get("results") or []}
+    used = {(r["driver"], r["pool"], r["device"]) for c in claims for r in allocation_results(c)}
     free: dict[str, int] = {}
     for s in slices:
         spec = s["spec"]

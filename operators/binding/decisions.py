@@ -21,9 +21,9 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Iterable, Mapping
 
-Obj = dict[str, Any]
+from ..core.resourceclaim import Obj, allocation_results, reserved_pod_names
 
 API_VERSION = "resource.k8s.io/v1"
 DOMAIN = "binding.dra-operators.dev"
@@ -149,11 +149,10 @@ def allocation_timestamp(claim: Obj | None) -> str | None:
 def binding_devices(claim: Obj | None, drivers: DriverFilter) -> list[BindingDevice]:
     """Allocated devices of served drivers that carry binding conditions (scheduler: a result
     with an empty ``bindingConditions`` list needs no wait)."""
-    alloc = allocation(claim)
-    if not alloc:
+    if not allocation(claim):
         return []
     devices = []
-    for result in (alloc.get("devices") or {}).get("results") or []:
+    for result in allocation_results(claim):
         conditions = tuple(result.get("bindingConditions") or ())
         if not conditions or not drivers.serves(result.get("driver", "")):
             continue
@@ -165,8 +164,7 @@ def binding_devices(claim: Obj | None, drivers: DriverFilter) -> list[BindingDev
 
 def consumer_pods(claim: Obj | None) -> list[str]:
     """Names of the Pods the claim is reserved for (the scheduler reserves before PreBind)."""
-    reserved = ((claim or {}).get("status") or {}).get("reservedFor") or []
-    return sorted(r.get("name", "") for r in reserved if r.get("resource") == "pods" and not r.get("apiGroup"))
+    return sorted(reserved_pod_names(claim or {}))
 
 
 def node_of(claim: Obj | None) -> str | None:

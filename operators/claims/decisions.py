@@ -1,8 +1,8 @@
 """What the claims operator decides, as pure functions over plain dicts.
 
 Each function mirrors a piece of upstream's resourceclaim-controller
-(pkg/controller/resourceclaim/controller.go and k8s.io/dynamic-resource-allocation/resourceclaim
-at v1.37.1); the upstream name is given where it differs.
+(pkg/controller/resourceclaim/controller.go at v1.37.1); the upstream name is given where it
+differs. How a Pod names its claims and whose a claim is: ``core.resourceclaim``.
 """
 
 from __future__ import annotations
@@ -11,7 +11,11 @@ import copy
 from dataclasses import dataclass
 from typing import Any, Callable
 
-Obj = dict[str, Any]
+from ..core.resourceclaim import (ClaimNotCreatedYet, Obj, UnsupportedPodClaim, claim_name, controller_ref,
+                                  is_allocated, is_for_pod, is_pod_done, is_reserved_for_pod, is_terminal,
+                                  pod_claim_keys, pod_claims)
+# The controller uses these through this module too.
+from ..core.resourceclaim import extended_claim_name, is_pod_entry, owning_pod, pod_key  # noqa: F401
 
 POD_CLAIM_ANNOTATION = "resource.kubernetes.io/pod-claim-name"
 EXTENDED_RESOURCE_CLAIM_ANNOTATION = "resource.kubernetes.io/extended-resource-claim"
@@ -20,106 +24,15 @@ FIELD_MANAGER = "ResourceClaimController"
 MAX_GENERATE_NAME_BASE = 57  # 63 minus a hyphen and the API server's 5 random characters
 
 
-class ClaimNotCreatedYet(Exception):
-    """``resourceclaim.ErrClaimNotFound``: the template's claim has no status entry yet."""
-
-
-class UnsupportedPodClaim(Exception):
-    """``resourceclaim.ErrAPIUnsupported``: neither a claim nor a template is named."""
-
-
-def pod_key(pod: Obj) -> str:
-    return f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
-
-
-def claim_name(pod: Obj, pod_claim: Obj) -> tuple[str | None, bool]:
-    """``resourceclaim.Name``: (claim name or None for "no claim needed", must check owner)."""
-    if pod_claim.get("resourceClaimName"):
-        return pod_claim["resourceClaimName"], False
-    if pod_claim.get("resourceClaimTemplateName"):
-        for status in (pod.get("status") or {}).get("resourceClaimStatuses") or []:
-            if status.get("name") == pod_claim["name"]:
-                return status.get("resourceClaimName"), True
-        raise ClaimNotCreatedYet(f'pod "{pod_key(pod)}": ResourceClaim not created yet')
-    raise UnsupportedPodClaim(f'pod "{pod_key(pod)}", spec.resourceClaim "{pod_claim.get("name")}": '
-                              "none of the supported fields are set")
-
-
-def pod_claims(pod: Obj) -> list[Obj]:
-    return (pod.get("spec") or {}).get("resourceClaims") or []
-
-
-def extended_claim_name(pod: Obj) -> str | None:
-    return ((pod.get("status") or {}).get("extendedResourceClaimStatus") or {}).get("resourceClaimName")
-
-
-def controller_ref(obj: Obj) -> Obj | None:
-    for owner in obj["metadata"].get("ownerReferences") or []:
-        if owner.get("controller"):
-            return owner
-    return None
-
-
-def owning_pod(claim: Obj) -> tuple[str, str]:
-    """(name, uid) of the controlling Pod, or ("", "")."""
-    for owner in claim["metadata"].get("ownerReferences") or []:
-        if owner.get("controller") and owner.get("apiVersion") == "v1" and owner.get("kind") == "Pod":
-            return owner["name"], owner["uid"]
-    return "", ""
-
-
-def is_for_pod(pod: Obj, claim: Obj) -> str | None:
-    """``resourceclaim.IsForPod``: None when the Pod controls the claim, else why not."""
-    p, c = pod["metadata"], claim["metadata"]
-    if c.get("namespace") != p.get("namespace"):
-        return (f"ResourceClaim {c.get('namespace')}/{c['name']} is not in the same namespace as "
-                f"Pod {p.get('namespace')}/{p['name']}")
-    ref = controller_ref(claim)
-    if ref is None or ref.get("uid") != p.get("uid"):
-        return f"ResourceClaim {c['namespace']}/{c['name']} was not created for Pod {p['namespace']}/{p['name']} (Pod is not owner)"
-    return None
-
-
-def is_reserved_for_pod(pod: Obj, claim: Obj) -> bool:
-    uid = pod["metadata"].get("uid")
-    return any(r.get("uid") == uid for r in (claim.get("status") or {}).get("reservedFor") or [])
-
-
-def is_allocated(claim: Obj) -> bool:
-    return bool((claim.get("status") or {}).get("allocation"))
-
-
-def is_terminal(pod: Obj) -> bool:
-    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
-
-
-def is_pod_done(pod: Obj) -> bool:
-    """``isPodDone``: terminal, or deleted before it was scheduled."""
-    return is_terminal(pod) or bool(pod["metadata"].get("deletionTimestamp") and not pod["spec"].get("nodeName"))
-
-
 def pod_needs_claims(pod: Obj, deleted: bool) -> bool:
     """``podNeedsClaims``: False when the Pod will never run (again)."""
-    if deleted or is_terminal(pod):
-        return False
-    return not (pod["metadata"].get("deletionTimestamp") and not pod["spec"].get("nodeName"))
+    return not deleted and not is_pod_done(pod)
 
 
 def claim_keys_to_release(pod: Obj) -> list[str]:
     """The claims to check once a Pod no longer needs them (deleted or finished), including
     the scheduler-created extended-resource claim."""
-    namespace = pod["metadata"]["namespace"]
-    keys = []
-    for pod_claim in pod_claims(pod):
-        try:
-            name, _ = claim_name(pod, pod_claim)
-        except (ClaimNotCreatedYet, UnsupportedPodClaim):
-            continue
-        if name:
-            keys.append(f"{namespace}/{name}")
-    if extended := extended_claim_name(pod):
-        keys.append(f"{namespace}/{extended}")
-    return keys
+    return pod_claim_keys(pod)
 
 
 def pod_needs_work(pod: Obj, get_claim: Callable[[str], Obj | None]) -> bool:
@@ -243,10 +156,6 @@ def check_pod_reservation(entry: Obj, cached_pod: Obj | None, deleted_uids: Any)
     if cached_pod["metadata"].get("uid") != entry.get("uid"):
         return ReservationCheck(keep=False)
     return ReservationCheck(keep=not is_pod_done(cached_pod))
-
-
-def is_pod_entry(entry: Obj) -> bool:
-    return not entry.get("apiGroup") and entry.get("resource") == "pods"
 
 
 def released_claim_status(claim: Obj, remaining: list[Obj]) -> Obj:

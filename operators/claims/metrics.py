@@ -10,6 +10,7 @@ from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from ..core.resourceclaim import is_allocated
 from . import decisions as d
 
 
@@ -24,7 +25,7 @@ class _ClaimsCollector(Collector):
             "dynamic_resource_allocation_resource_claims",
             "Number of ResourceClaims, categorized by allocation status, admin access, and source.",
             labels=["allocated", "admin_access", "source"])
-        tally = Tally((str(d.is_allocated(c)).lower(), d.admin_access_label(c), d.claim_source_label(c))
+        tally = Tally((str(is_allocated(c)).lower(), d.admin_access_label(c), d.claim_source_label(c))
                       for c in self._claims())
         for labels, count in sorted(tally.items()):
             family.add_metric(list(labels), count)

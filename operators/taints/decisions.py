@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import datetime
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
-Obj = dict[str, Any]
+from ..core.resourceclaim import (Obj, allocation_results, is_allocated, is_for_pod, is_reserved_for_pod,
+                                  pod_claim_names)
+# The controller and the preview use these through this module too.
+from ..core.resourceclaim import pod_claim_keys, pod_key, reserved_pod_names  # noqa: F401
 
 NO_EXECUTE, NO_SCHEDULE, NONE_EFFECT = "NoExecute", "NoSchedule", "None"
 
@@ -232,15 +235,6 @@ def as_no_execute(rule: Obj) -> Obj:
 DeviceLookup = Callable[[str, str, str], "tuple[str, Obj] | None"]  # driver, pool, device -> (slice, device)
 
 
-def allocation_results(claim: Obj) -> list[Obj]:
-    allocation = (claim.get("status") or {}).get("allocation") or {}
-    return (allocation.get("devices") or {}).get("results") or []
-
-
-def is_allocated(claim: Obj) -> bool:
-    return bool((claim.get("status") or {}).get("allocation"))
-
-
 def device_key(driver: str, pool: str, device: str) -> str:
     return f"{driver}/{pool}/{device}"
 
@@ -303,55 +297,13 @@ def claim_eviction(claim: Obj, lookup: DeviceLookup, rules: Sequence[Obj], cel: 
 
 
 # -- pods --------------------------------------------------------------------------------------
-# Claim name resolution as k8s.io/dynamic-resource-allocation/resourceclaim (Name, IsForPod,
-# IsReservedForPod). The claims operator has the same helpers, but importing its package would
-# register its kopf handlers in this operator's process.
-
-
-def pod_key(pod: Obj) -> str:
-    return f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
-
-
-def pod_claim_names(pod: Obj) -> list[tuple[str, bool]]:
-    """(claim name, must check owner) for every claim the Pod uses and whose name is known:
-    ``spec.resourceClaims`` (names from ``status.resourceClaimStatuses`` for templates) and,
-    unlike upstream (kubernetes#141290), the claim the scheduler made for extended resources."""
-    names: list[tuple[str, bool]] = []
-    statuses = {s.get("name"): s.get("resourceClaimName")
-                for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []}
-    for pod_claim in (pod.get("spec") or {}).get("resourceClaims") or []:
-        if pod_claim.get("resourceClaimName"):
-            names.append((pod_claim["resourceClaimName"], False))
-        elif pod_claim.get("resourceClaimTemplateName") and statuses.get(pod_claim.get("name")):
-            names.append((statuses[pod_claim["name"]], True))
-    extended = ((pod.get("status") or {}).get("extendedResourceClaimStatus") or {}).get("resourceClaimName")
-    if extended:
-        names.append((extended, True))
-    return names
-
-
-def pod_claim_keys(pod: Obj) -> list[str]:
-    namespace = pod["metadata"]["namespace"]
-    return [f"{namespace}/{name}" for name, _ in pod_claim_names(pod)]
-
-
-def is_owned_by(claim: Obj, pod: Obj) -> bool:
-    """``IsForPod``: same namespace and the Pod is the claim's controller."""
-    if claim["metadata"].get("namespace") != pod["metadata"].get("namespace"):
-        return False
-    return any(o.get("controller") and o.get("uid") == pod["metadata"].get("uid")
-               for o in claim["metadata"].get("ownerReferences") or [])
-
-
-def is_reserved_for(claim: Obj, pod: Obj) -> bool:
-    uid = pod["metadata"].get("uid")
-    return any(r.get("uid") == uid for r in (claim.get("status") or {}).get("reservedFor") or [])
 
 
 def pod_eviction(pod: Obj, get_claim: Callable[[str], Obj | None],
                  eviction_of: Callable[[Obj], Eviction | None]) -> Eviction | None:
     """``podEvictionTime``: a scheduled Pod is evicted at the earliest eviction time of the
-    allocated claims reserved for it (UID in ``reservedFor``)."""
+    allocated claims reserved for it (UID in ``reservedFor``), including, unlike upstream
+    (kubernetes#141290), the claim the scheduler made for extended resources."""
     if not (pod.get("spec") or {}).get("nodeName"):
         return None
     eviction: Eviction | None = None
@@ -360,9 +312,9 @@ def pod_eviction(pod: Obj, get_claim: Callable[[str], Obj | None],
         claim = get_claim(f"{namespace}/{name}")
         if claim is None or not is_allocated(claim):
             continue
-        if check_owner and not is_owned_by(claim, pod):
+        if check_owner and is_for_pod(pod, claim) is not None:
             continue
-        if not is_reserved_for(claim, pod):
+        if not is_reserved_for_pod(pod, claim):
             continue
         eviction = merge(eviction, eviction_of(claim))
     return eviction
@@ -391,11 +343,6 @@ def claim_needs_look(old: Obj | None, new: Obj | None) -> bool:
         return True
     o, n = old.get("status") or {}, new.get("status") or {}
     return o.get("allocation") != n.get("allocation") or o.get("reservedFor") != n.get("reservedFor")
-
-
-def reserved_pod_names(claim: Obj) -> list[str]:
-    return [r["name"] for r in (claim.get("status") or {}).get("reservedFor") or []
-            if r.get("resource") == "pods" and not r.get("apiGroup") and r.get("name")]
 
 
 def rule_spec_changed(old: Obj | None, new: Obj | None) -> bool:

@@ -2,15 +2,7 @@ import pytest
 
 from operators.claims import decisions as d
 
-
-def pod(name="p", uid="u1", claims=(), statuses=None, node="", phase="Running", deleting=False, ns="ns"):
-    meta = {"name": name, "namespace": ns, "uid": uid}
-    if deleting:
-        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
-    status = {"phase": phase}
-    if statuses is not None:
-        status["resourceClaimStatuses"] = statuses
-    return {"metadata": meta, "spec": {"resourceClaims": list(claims), "nodeName": node}, "status": status}
+from .objects import pod
 
 
 def claim(name="c", owner_uid=None, annotation=None, reserved=(), allocated=False, finalizer=False, ns="ns"):
@@ -43,17 +35,6 @@ PLAIN_CLAIM = {"name": "shared", "resourceClaimName": "plain"}
 def test_generate_name_matches_upstream_truncation(pod_name, claim_name, expected):
     assert d.generate_name(pod_name, claim_name) == expected
     assert len(d.generate_name(pod_name, claim_name)) <= 57
-
-
-def test_claim_name_resolution():
-    assert d.claim_name(pod(), PLAIN_CLAIM) == ("plain", False)
-    with pytest.raises(d.ClaimNotCreatedYet):
-        d.claim_name(pod(), TEMPLATE_CLAIM)
-    p = pod(statuses=[{"name": "gpu", "resourceClaimName": "p-gpu-abcde"}])
-    assert d.claim_name(p, TEMPLATE_CLAIM) == ("p-gpu-abcde", True)
-    assert d.claim_name(pod(statuses=[{"name": "gpu"}]), TEMPLATE_CLAIM) == (None, True)
-    with pytest.raises(d.UnsupportedPodClaim):
-        d.claim_name(pod(), {"name": "x"})
 
 
 def test_build_claim_copies_template_and_owns_by_pod():
@@ -126,7 +107,6 @@ def test_reservation_checks():
     assert not d.check_pod_reservation(entry, pod(deleting=True), Uids()).keep
     assert d.check_pod_reservation(entry, pod(deleting=True, node="n"), Uids()).keep  # terminating, scheduled
     assert d.check_pod_reservation(entry, pod(), Uids()).keep
-    assert not d.is_pod_entry({"apiGroup": "example.com", "resource": "things"})
 
 
 def test_release_clears_allocation_only_when_empty_and_protected():

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ...core.resourceclaim import allocation_results, is_allocated
 from .checkpoint import PreparedClaim
 
 
@@ -40,13 +41,12 @@ def plan_claim(claim: dict[str, Any] | None, requested: dict[str, str], *, drive
     uid = claim["metadata"]["uid"]
     if uid != requested["uid"]:
         raise PrepareError(f"ResourceClaim {ref} got replaced: it has UID {uid}, kubelet asked for {requested['uid']}")
-    allocation = (claim.get("status") or {}).get("allocation")
-    if not allocation:
+    if not is_allocated(claim):
         raise PrepareError(f"ResourceClaim {ref} is not allocated")
     target = allocated_node(claim)
     if target is not None and target != node:
         raise PrepareError(f"ResourceClaim {ref} is allocated on node {target}, not on this node {node}")
-    results = [r for r in (allocation.get("devices") or {}).get("results") or [] if r.get("driver") == driver]
+    results = [r for r in allocation_results(claim) if r.get("driver") == driver]
     if not results:
         raise PrepareError(f"ResourceClaim {ref} has no device of driver {driver} allocated")
     in_use = {(d.pool, d.device): c for c in prepared.values() if c.uid != uid
