@@ -23,6 +23,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
+from ..core import metatime
+from ..core.metatime import format_time
+from ..core.metatime import utcnow as now  # noqa: F401 - the controller's clock, as d.now
 from ..core.resourceclaim import Obj, allocation_results, reserved_pod_names
 
 API_VERSION = "resource.k8s.io/v1"
@@ -51,20 +54,11 @@ _MAX_MESSAGE = 32768
 
 # -- time --------------------------------------------------------------------------------------
 
-def now() -> datetime.datetime:
-    return datetime.datetime.now(datetime.timezone.utc)
-
-
-def format_time(t: datetime.datetime) -> str:
-    """metav1.Time's wire format: RFC 3339 in UTC, whole seconds."""
-    return t.astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def parse_time(text: str | None) -> datetime.datetime | None:
-    if not text:
-        return None
+    """Lenient: an annotation of ours can be edited to anything, and a time that does not parse
+    counts as none."""
     try:
-        return datetime.datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(datetime.timezone.utc)
+        return metatime.parse_time(text)
     except ValueError:
         return None
 

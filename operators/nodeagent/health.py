@@ -14,6 +14,8 @@ from __future__ import annotations
 import datetime
 from dataclasses import dataclass, field
 
+from ..core.metatime import format_time, parse_time, utcnow
+
 # Application-caused XIDs (NVIDIA's driver ignores them for health): graphics engine exception,
 # GPU memory page fault, GPU stopped processing, preemptive cleanup, video processor exception,
 # context switch timeout.
@@ -28,12 +30,7 @@ class HealthEvent:
     device: str
     kind: str           # XID, LOST or ECC
     value: str = ""     # the XID number, or "double-bit"/"single-bit"
-    time: datetime.datetime = field(default_factory=lambda: datetime.datetime.now(datetime.timezone.utc))
-
-
-def _timestamp(t: datetime.datetime) -> str:
-    # Whole seconds, as the API server stores timeAdded.
-    return t.astimezone(datetime.timezone.utc).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
+    time: datetime.datetime = field(default_factory=utcnow)
 
 
 @dataclass
@@ -70,13 +67,13 @@ class HealthTracker:
             if current["effect"] == NO_SCHEDULE and effect == NONE:
                 return False  # an informational event never weakens a fault
         state.taints[key] = {"key": key, "value": event.value, "effect": effect,
-                             "timeAdded": _timestamp(event.time)}
+                             "timeAdded": format_time(event.time)}
         return True
 
     def recover(self, passes_check, now: datetime.datetime | None = None) -> list[str]:
         """Untaint devices that pass ``passes_check(device)`` and were quiet long enough;
         return their names."""
-        now = now or datetime.datetime.now(datetime.timezone.utc)
+        now = now or utcnow()
         recovered = []
         for device, state in list(self._devices.items()):
             if not state.taints or (state.last_event and now - state.last_event < self.quiet_period):
@@ -101,7 +98,7 @@ class HealthTracker:
             for taint in device.get("taints") or []:
                 if not taint.get("key", "").startswith(prefix) or not taint.get("timeAdded"):
                     continue
-                added = datetime.datetime.fromisoformat(taint["timeAdded"].replace("Z", "+00:00"))
+                added = parse_time(taint["timeAdded"])
                 state = self._devices.setdefault(device["name"], _DeviceHealth())
                 state.taints[taint["key"]] = {k: taint.get(k, "") for k in ("key", "value", "effect", "timeAdded")}
                 state.last_event = max(filter(None, (state.last_event, added)))

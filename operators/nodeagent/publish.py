@@ -7,11 +7,11 @@
 from __future__ import annotations
 
 import copy
-import datetime
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.kube import ApiError, Kube
+from ..core.metatime import parse_time
 from ..core.quantity import parse_quantity
 from ..core.resources import RESOURCE_SLICES
 from ..core.store import Store
@@ -38,12 +38,6 @@ def generate_name(index: int, length: int, driver: str, owner_name: str) -> str:
     return f"{index:0{length}x}-{driver}-{owner_name}-"
 
 
-def _parse_time(value: str | None) -> datetime.datetime | None:
-    if not value:
-        return None
-    return datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
-
-
 def _normalise(value: Any, key: str = "") -> Any:
     """Quantities as exact numbers (the API server may rewrite their spelling), taints without
     their timeAdded (compared separately, with a second of tolerance)."""
@@ -65,7 +59,7 @@ def _normalise(value: Any, key: str = "") -> Any:
 
 def _taint_times_match(a: list[dict], b: list[dict]) -> bool:
     for x, y in zip(a, b):
-        tx, ty = _parse_time(x.get("timeAdded")), _parse_time(y.get("timeAdded"))
+        tx, ty = parse_time(x.get("timeAdded")), parse_time(y.get("timeAdded"))
         if tx and ty and abs((tx - ty).total_seconds()) > 1:
             return False
     return True

@@ -13,6 +13,7 @@ import datetime
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator, Sequence
 
+from ..core.metatime import format_time, parse_time, utcnow
 from ..core.resourceclaim import (Obj, allocation_results, is_allocated, is_for_pod, is_reserved_for_pod,
                                   pod_claim_names)
 # The controller and the preview use these through this module too.
@@ -37,25 +38,6 @@ ANNOTATION_PREFIX = "taints.dra-operators.dev/"
 RATE_ANNOTATION = ANNOTATION_PREFIX + "evictions-per-second"
 EVICTION_API_ANNOTATION = ANNOTATION_PREFIX + "eviction-api"
 MAX_WAIT_ANNOTATION = ANNOTATION_PREFIX + "eviction-api-max-wait"
-
-
-# -- time ------------------------------------------------------------------------------------
-
-
-def parse_time(value: str | None) -> datetime.datetime | None:
-    """An RFC 3339 time as the API server writes it (``metav1.Time``), timezone-aware."""
-    if not value:
-        return None
-    return datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
-
-
-def format_time(when: datetime.datetime) -> str:
-    """``metav1.Time`` serialisation: UTC, whole seconds."""
-    return when.astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def utcnow() -> datetime.datetime:
-    return datetime.datetime.now(datetime.timezone.utc)
 
 
 # -- where a taint comes from ----------------------------------------------------------------

@@ -260,5 +260,7 @@ def test_cool_off_rule():
     assert rule["spec"]["taint"] == {"key": "k.io/failed", "value": "Linkdownport7", "effect": "NoSchedule"}
     assert d.is_ours(rule) and d.cool_off_driver(rule) == DRIVER
     assert d.cool_off_until(rule) == at(60)
+    rule["metadata"]["annotations"][d.COOL_OFF_UNTIL_ANNOTATION] = "soon"  # edited by hand: no time
+    assert d.cool_off_until(rule) is None
     assert rule["metadata"]["labels"][d.DRIVER_LABEL] == DRIVER
     assert d.label_value("-" + "x" * 80 + ".") == "x" * 62

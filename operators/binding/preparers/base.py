@@ -15,6 +15,8 @@ import datetime
 from dataclasses import dataclass
 from typing import Any
 
+from ...core.metatime import format_time
+
 
 @dataclass(frozen=True)
 class Preparation:
@@ -51,12 +53,8 @@ class Preparation:
             "claim": {"namespace": self.claim_namespace, "name": self.claim_name, "uid": self.claim_uid},
             "bindingConditions": list(self.binding_conditions),
             "bindingFailureConditions": list(self.binding_failure_conditions),
-            "started": _rfc3339(self.started), "deadline": _rfc3339(self.deadline),
+            "started": format_time(self.started), "deadline": format_time(self.deadline),
         }
-
-
-def _rfc3339(t: datetime.datetime) -> str:
-    return t.astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass(frozen=True)
