@@ -2,13 +2,7 @@ import pytest
 
 from operators.core.ratelimit import TokenBucket
 
-
-class Clock:
-    def __init__(self):
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
+from .fakeclock import Clock
 
 
 def test_bucket_reserves_one_token_per_interval():

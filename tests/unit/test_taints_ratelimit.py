@@ -2,13 +2,7 @@ import pytest
 
 from operators.taints.ratelimit import EvictionLimiter
 
-
-class Clock:
-    def __init__(self):
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
+from .fakeclock import Clock
 
 
 def test_limiter_takes_the_longest_of_global_and_rule_limits():
