@@ -23,7 +23,9 @@ build() {
   local module=$1 name=$2 pkg=$3 flags=${4:-}
   local stamp="$out/.$name.stamp"
   local want
-  want=$(cat "$here/versions.env" "$here/$module/go.mod" "$here/$module/go.sum" | sha256sum | cut -c1-16)
+  # The module's go.mod pins the version (gen-modules.sh writes it from versions.env); the flags
+  # carry the version string. So a new pin in versions.env rebuilds only what it concerns.
+  want=$( (printf '%s\n' "$pkg" "$flags"; cat "$here/$module/go.mod" "$here/$module/go.sum") | sha256sum | cut -c1-16)
   if [[ -x "$out/$name" && -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
     echo "lab-build: $name up to date"
     return
@@ -50,4 +52,7 @@ fi
 for cmd in kube-apiserver kube-scheduler kube-controller-manager kubectl; do
   build kubernetes "$cmd" "k8s.io/kubernetes/cmd/$cmd" "$ldflags"
 done
+# The TCP proxy in front of kube-apiserver for network faults (dra-operators lab net ...).
+build toxiproxy toxiproxy-server github.com/Shopify/toxiproxy/v2/cmd/server \
+  "-X github.com/Shopify/toxiproxy/v2.Version=$TOXIPROXY_VERSION"
 echo "lab-build: all binaries in $out ($((SECONDS - total))s)"

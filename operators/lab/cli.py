@@ -1,4 +1,4 @@
-"""``dra-operators lab``: up, down, status, env."""
+"""``dra-operators lab``: up, down, status, env, and the faults: restart, compact, net."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from pathlib import Path
 import click
 import yaml
 
-from . import paths, process
-from .cluster import Lab, LabOptions, LabState
+from . import control, netfault, paths, process
+from .cluster import COMPONENTS, IDENTITIES, Lab, LabOptions, LabState
 from .supervisor import options_to_json, run
 
 
@@ -36,7 +36,8 @@ run_dir_option = click.option("--run-dir", type=click.Path(path_type=Path),
 @click.group("lab")
 def lab() -> None:
     """A real local control plane (etcd, kube-apiserver, kube-scheduler,
-    kube-controller-manager, kwok) on 127.0.0.1."""
+    kube-controller-manager, kwok) on 127.0.0.1, with toxiproxy in front of kube-apiserver
+    for network faults (restart, compact and net inject faults)."""
 
 
 @lab.command("up")
@@ -153,6 +154,13 @@ def status(name: str, run_dir: Path | None) -> None:
     readyz = ready.stdout.strip() if ready and ready.returncode == 0 else "unreachable"
     healthy &= readyz == "ok"
     click.echo(f"{'apiserver /readyz':<26} {readyz}  ({state.server})")
+    if state.toxiproxy_api and state.ports.get("apiserver_proxy"):
+        try:
+            proxy = netfault.NetProxy(state.ports["toxiproxy"], state.ports["apiserver_proxy"]).state()
+            click.echo(f"{'apiserver via toxiproxy':<26} {state.proxy_server}: {netfault.describe(proxy)}")
+        except netfault.NetFaultError as e:
+            healthy = False
+            click.echo(f"{'apiserver via toxiproxy':<26} unreachable ({e})")
     click.echo(f"{'DRA controllers':<26} {'upstream' if state.upstream_controllers else 'off (ours run instead)'}")
     click.echo(f"export KUBECONFIG={state.kubeconfig}")
     if not healthy:
@@ -162,6 +170,131 @@ def status(name: str, run_dir: Path | None) -> None:
 @lab.command("env")
 @name_option
 @run_dir_option
-def env(name: str, run_dir: Path | None) -> None:
+@click.option("--via-proxy", is_flag=True,
+              help="The kubeconfig whose server is toxiproxy in front of kube-apiserver: clients "
+                   "using it suffer `lab net` faults.")
+@click.option("--identity", type=click.Choice(list(IDENTITIES)), default="admin", show_default=True,
+              help="Whose client certificate the kubeconfig holds.")
+def env(name: str, run_dir: Path | None, via_proxy: bool, identity: str) -> None:
     """Print the shell line that points kubectl and the operators at the lab."""
-    click.echo(f"export KUBECONFIG={_state_or_exit(name, run_dir).kubeconfig}")
+    state = _state_or_exit(name, run_dir)
+    if not via_proxy and identity == "admin":
+        click.echo(f"export KUBECONFIG={state.kubeconfig}")
+        return
+    suffix = "via-proxy.kubeconfig" if via_proxy else "kubeconfig"
+    if via_proxy and not state.proxy_server:
+        raise click.ClickException("this lab has no proxy (started by an older dra-operators)")
+    click.echo(f"export KUBECONFIG={Path(state.run_dir) / f'{identity}.{suffix}'}")
+
+
+# -- faults -------------------------------------------------------------------------------------
+
+def _ask(name: str, run_dir: Path | None, body: dict, timeout: float = 300.0):
+    """Have the process that owns the lab do it (see operators/lab/control.py for why)."""
+    state = _state_or_exit(name, run_dir)
+    try:
+        return control.request(Path(state.run_dir), body, timeout=timeout)
+    except (control.ControlError, OSError) as e:
+        raise click.ClickException(str(e)) from e
+
+
+@lab.command("restart")
+@click.argument("component", type=click.Choice(list(COMPONENTS)))
+@name_option
+@run_dir_option
+@click.option("--downtime", default=0.0, show_default=True, metavar="SECONDS",
+              help="Keep the component down this long before starting it again.")
+@click.option("--kill", is_flag=True, help="SIGKILL instead of SIGTERM (a crash: no graceful shutdown).")
+def restart(component: str, name: str, run_dir: Path | None, downtime: float, kill: bool) -> None:
+    """Restart one component on the same ports with the same data; return when it is ready.
+
+    etcd keeps its data directory. The lab's owning process does the restart, so the new
+    process dies with the lab like the others."""
+    result = _ask(name, run_dir, {"op": "restart", "component": component, "downtime": downtime, "kill": kill})
+    click.echo(f"lab: {component} restarted in {result['seconds']}s (pid {result['old_pid']} -> {result['pid']})",
+               err=True)
+
+
+@lab.command("compact")
+@name_option
+@run_dir_option
+@click.option("--keep-apiserver", is_flag=True,
+              help="Only compact etcd; kube-apiserver's watch cache then still serves old "
+                   "resourceVersions (see README).")
+def compact(name: str, run_dir: Path | None, keep_apiserver: bool) -> None:
+    """Compact etcd at its current revision and restart kube-apiserver: every watch resuming
+    from an older resourceVersion gets 410 Gone and must relist. Prints the revision."""
+    revision = _ask(name, run_dir, {"op": "compact", "restart_apiserver": not keep_apiserver})
+    click.echo(revision)
+
+
+@lab.group("net")
+def net() -> None:
+    """Network faults between clients using `lab env --via-proxy` and kube-apiserver (toxiproxy).
+
+    Faults with --for undo themselves after that many seconds, even after this command exits."""
+
+
+def _net(ctx_name: str, run_dir: Path | None, verb: str, **args) -> None:
+    result = _ask(ctx_name, run_dir, {"op": "net", "verb": verb, **args}, timeout=60)
+    line = netfault.describe(result["proxy"])
+    if result.get("pending"):
+        line += f" (timed: {', '.join(result['pending'])})"
+    click.echo(line)
+
+
+for_option = click.option("--for", "seconds", type=float, metavar="SECONDS",
+                          help="Undo after this many seconds (default: until `lab net heal`).")
+
+
+@net.command("cut")
+@name_option
+@run_dir_option
+def net_cut(name: str, run_dir: Path | None) -> None:
+    """Close every open connection through the proxy; new ones work at once."""
+    _net(name, run_dir, "cut")
+
+
+@net.command("refuse")
+@name_option
+@run_dir_option
+@for_option
+def net_refuse(name: str, run_dir: Path | None, seconds: float | None) -> None:
+    """Refuse new connections (open ones are closed)."""
+    _net(name, run_dir, "refuse", seconds=seconds)
+
+
+@net.command("black-hole")
+@name_option
+@run_dir_option
+@for_option
+def net_black_hole(name: str, run_dir: Path | None, seconds: float | None) -> None:
+    """Accept connections but forward nothing either way; on heal they are closed."""
+    _net(name, run_dir, "black-hole", seconds=seconds)
+
+
+@net.command("latency")
+@click.argument("ms", type=int)
+@click.option("--jitter", default=0, show_default=True, metavar="MS")
+@name_option
+@run_dir_option
+@for_option
+def net_latency(ms: int, jitter: int, name: str, run_dir: Path | None, seconds: float | None) -> None:
+    """Hold every answer MS milliseconds (± --jitter) before passing it on."""
+    _net(name, run_dir, "latency", ms=ms, jitter=jitter, seconds=seconds)
+
+
+@net.command("heal")
+@name_option
+@run_dir_option
+def net_heal(name: str, run_dir: Path | None) -> None:
+    """Undo every network fault."""
+    _net(name, run_dir, "heal")
+
+
+@net.command("status")
+@name_option
+@run_dir_option
+def net_status(name: str, run_dir: Path | None) -> None:
+    """The proxy's address and its faults."""
+    _net(name, run_dir, "status")

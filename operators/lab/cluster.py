@@ -1,5 +1,6 @@
-"""Start, watch and stop one lab: etcd, kube-apiserver, kube-controller-manager, kube-scheduler
-and kwok on 127.0.0.1, plus kwok-managed Nodes."""
+"""Start, watch and stop one lab: etcd, kube-apiserver, kube-controller-manager, kube-scheduler,
+kwok and toxiproxy (network faults) on 127.0.0.1, plus kwok-managed Nodes; restart any of them
+and compact etcd (faults are part of the lab)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import os
 import socket
 import ssl
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -17,8 +19,9 @@ from typing import Any, Callable
 
 import yaml
 
-from . import components, paths, process
+from . import components, control, paths, process
 from .components import Files, Ports
+from .netfault import NetProxy, proxy_config
 from .pki import Pki
 
 # Client identities: the admin bypasses RBAC (system:masters); the scheduler and the controller
@@ -29,7 +32,9 @@ IDENTITIES = {
     "kube-scheduler": ("system:kube-scheduler", None),
     "kwok": ("kwok-controller", "system:masters"),
 }
-START_ORDER = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+START_ORDER = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "toxiproxy")
+# What `restart` accepts (toxiproxy too: it comes back with its proxy on the same port, unfaulted).
+COMPONENTS = START_ORDER
 
 
 class LabError(RuntimeError):
@@ -80,6 +85,9 @@ class LabState:
     supervisor_pid: int | None = None
     ready: bool = False
     upstream_controllers: bool = False
+    # The API server through toxiproxy (network faults), and toxiproxy's own API.
+    proxy_server: str | None = None
+    toxiproxy_api: str | None = None
 
     @classmethod
     def load(cls, run_dir: Path) -> "LabState | None":
@@ -110,6 +118,10 @@ class Lab:
         self._gates: list[str] = []
         self.ports: Ports | None = None
         self.upstream_controllers = self.options.upstream_controllers
+        # Serializes changes to the process table (restarts from tests, timers, the control socket).
+        self._lock = threading.RLock()
+        self._net: NetProxy | None = None
+        self._control: control.ControlServer | None = None
 
     # -- public surface ----------------------------------------------------------------------
 
@@ -125,6 +137,39 @@ class Lab:
     @property
     def feature_gates(self) -> list[str]:
         return list(self._gates)
+
+    @property
+    def net(self) -> NetProxy:
+        """Network faults between clients using ``kubeconfig_via_proxy`` and kube-apiserver:
+        ``cut()``, ``refuse(seconds)``, ``black_hole(seconds)``, ``latency(ms, jitter, seconds)``,
+        ``heal()`` (see ``operators.lab.netfault``)."""
+        if self._net is None:
+            raise LabError("the lab is not started")
+        return self._net
+
+    @property
+    def proxy_server(self) -> str:
+        """kube-apiserver's URL through toxiproxy."""
+        assert self.ports
+        return f"https://127.0.0.1:{self.ports.apiserver_proxy}"
+
+    def kubeconfig_via_proxy(self, identity: str = "admin") -> Path:
+        """A kubeconfig of one of the lab's identities (``IDENTITIES``: admin,
+        kube-controller-manager, kube-scheduler, kwok) whose server is the proxy."""
+        if identity not in IDENTITIES:
+            raise LabError(f"unknown identity {identity!r}; the lab has {', '.join(IDENTITIES)} "
+                           "(for any other, e.g. a ServiceAccount token: via_proxy(kubeconfig))")
+        return self.files.kubeconfig_via_proxy(identity)
+
+    def via_proxy(self, kubeconfig: Path | str, destination: Path | str | None = None) -> Path:
+        """A copy of any kubeconfig for this lab (a ServiceAccount token, a client certificate)
+        whose server is the proxy; written next to it as ``<name>.via-proxy.kubeconfig`` unless
+        ``destination`` is given."""
+        source = Path(kubeconfig)
+        target = Path(destination) if destination else source.with_name(f"{source.stem}.via-proxy.kubeconfig")
+        config = yaml.safe_load(source.read_text())
+        target.write_text(yaml.safe_dump(components.with_server(config, self.proxy_server)))
+        return target
 
     def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
         return subprocess.run([str(self.bin_dir / "kubectl"), f"--kubeconfig={self.kubeconfig}", *args],
@@ -146,28 +191,24 @@ class Lab:
                            capture_output=True, text=True).stdout)
         self._write_configs()
         try:
-            self._start("etcd", components.build_etcd_args(self.bin_dir / "etcd", self.files, self.ports))
-            self._wait("etcd", lambda: self._http_ok(f"http://127.0.0.1:{self.ports.etcd_client}/health"))
-            self._start("kube-apiserver", components.build_apiserver_args(
-                self.bin_dir / "kube-apiserver", self.files, self.ports, self._gates))
-            self._wait("kube-apiserver", lambda: self._api_ok("/readyz"))
+            self._start_component("etcd")
+            self._wait("etcd", self._ready_check("etcd"))
+            self._start_component("kube-apiserver")
+            self._wait("kube-apiserver", self._ready_check("kube-apiserver"))
             # The controller manager gives up after 10 s and kwok after about 15 s without an
-            # API server, so both start only now; the three start together.
-            self._start_controller_manager()
-            self._start_scheduler()
-            self._start("kwok", components.build_kwok_args(
-                self.bin_dir / "kwok", self.files, self.ports, paths.kwok_stages_dir(self.bin_dir)))
-            self._wait("kube-controller-manager", lambda: self._http_ok(
-                f"https://127.0.0.1:{self.ports.controller_manager}/healthz"))
-            self._wait("kube-scheduler", lambda: self._http_ok(
-                f"https://127.0.0.1:{self.ports.scheduler}/readyz"))
-            self._wait("kwok", lambda: self._http_ok(f"http://127.0.0.1:{self.ports.kwok}/healthz"))
+            # API server, so they start only now; the four start together.
+            for name in ("kube-controller-manager", "kube-scheduler", "kwok", "toxiproxy"):
+                self._start_component(name)
+            for name in ("kube-controller-manager", "kube-scheduler", "kwok", "toxiproxy"):
+                self._wait(name, self._ready_check(name))
             for i in range(self.options.nodes):
                 self.create_node(f"lab-node-{i}")
             for i in range(self.options.nodes):
                 self.wait_node_schedulable(f"lab-node-{i}")
             self._wait("default ServiceAccount", lambda: self._api_ok(
                 "/api/v1/namespaces/default/serviceaccounts/default"))
+            self._control = control.ControlServer(self, self.files.control_socket)
+            self._control.start()
         except BaseException:
             self.stop()
             raise
@@ -176,40 +217,114 @@ class Lab:
                   f"(kubeconfig {self.kubeconfig})")
 
     def stop(self) -> None:
-        for name in reversed(START_ORDER):
-            proc = self._procs.pop(name, None)
-            if proc is not None:
-                process.terminate(proc.pid)
-                proc.wait()
+        if self._control is not None:
+            self._control.stop()
+            self._control = None
+        if self._net is not None:
+            self._net.close()
+        with self._lock:
+            for name in reversed(START_ORDER):
+                proc = self._procs.pop(name, None)
+                if proc is not None:
+                    process.terminate(proc.pid)
+                    proc.wait()
         state = LabState.load(self.run_dir)
         if state:
             state.pids, state.ready = {}, False
             state.save()
 
+    def restart(self, component: str, downtime: float = 0.0, kill: bool = False) -> dict[str, Any]:
+        """Stop ``component`` (SIGTERM, or SIGKILL with ``kill``: a crash), keep it down for
+        ``downtime`` seconds, start it again on the same ports with the same data (etcd's data
+        directory is kept), and return once it is ready (etcd: /health, kube-apiserver:
+        /readyz, the others: their health endpoint) and kube-apiserver answers /readyz again.
+
+        Works from any thread: the new process is tied to this process like the first one.
+        Returns ``{"component", "old_pid", "pid", "seconds"}``."""
+        if component not in COMPONENTS:
+            raise LabError(f"unknown component {component!r}; one of {', '.join(COMPONENTS)}")
+        if self.ports is None:
+            raise LabError("the lab is not started")
+        with self._lock:
+            started = time.monotonic()
+            proc = self._procs.pop(component, None)
+            old_pid = proc.pid if proc is not None else None
+            if proc is not None:
+                process.terminate(proc.pid, kill=kill)
+                proc.wait()
+            self._log(f"lab: {component} stopped ({'SIGKILL' if kill else 'SIGTERM'}, pid {old_pid})")
+            if downtime > 0:
+                time.sleep(downtime)
+            if component == "kwok":
+                self._release_kwok_leases()
+            self._start_component(component)
+            self._wait(component, self._ready_check(component), only=component)
+            if component != "kube-apiserver":
+                self._wait("kube-apiserver", self._ready_check("kube-apiserver"), only=component)
+            self._save_state(ready=True)
+            seconds = round(time.monotonic() - started, 2)
+            pid = self._procs[component].pid
+        self._log(f"lab: {component} restarted in {seconds}s (pid {old_pid} -> {pid})")
+        return {"component": component, "old_pid": old_pid, "pid": pid, "seconds": seconds}
+
+    def compact(self, restart_apiserver: bool = True) -> int:
+        """Compact etcd at its current revision (etcd's v3 HTTP gateway, ``/v3/kv/compaction``,
+        physical) and return that revision: every older resourceVersion is gone from etcd.
+
+        kube-apiserver serves watches from its watch cache, whose history is a window of events
+        since the cache last listed (k8s.io/apiserver/pkg/storage/cacher/watch_cache_history.go:
+        ``too old resource version`` only when the asked version is before that window). etcd's
+        compaction does not shrink that window (the cacher's compactor only drops list
+        snapshots), so a watch resuming from an old resourceVersion would still be served. With
+        ``restart_apiserver`` (the default) kube-apiserver is restarted: its caches list again
+        at the current revision and a watch from any older resourceVersion gets 410 Gone and
+        must relist, as after a compaction on a busy cluster. It also cuts every connection."""
+        status = self._etcd("/v3/maintenance/status", {})
+        revision = int(status["header"]["revision"])
+        try:
+            self._etcd("/v3/kv/compaction", {"revision": str(revision), "physical": True})
+        except urllib.error.HTTPError as e:
+            message = e.read().decode(errors="replace")
+            if "compacted" not in message:  # compacting the same revision twice is fine
+                raise LabError(f"etcd compaction at revision {revision} failed: {e.code} {message}") from e
+        self._log(f"lab: etcd compacted at revision {revision}")
+        if restart_apiserver:
+            self.restart("kube-apiserver")
+        return revision
+
+    def _release_kwok_leases(self) -> None:
+        """kwok renews each Node's Lease (kube-node-lease) under an identity unique to its process,
+        so a new kwok would leave the Nodes alone until the old one's Lease expired (40 s). A
+        restarted kubelet renews its Lease at once; deleting the stale Leases gives kwok the same."""
+        try:
+            nodes = self.api("GET", "/api/v1/nodes")["items"]
+        except (OSError, urllib.error.URLError, ValueError) as e:
+            self._log(f"lab: could not list Nodes to release kwok's Leases: {e}")
+            return
+        for node in nodes:
+            meta = node["metadata"]
+            if (meta.get("annotations") or {}).get(components.KWOK_NODE_ANNOTATION) != "fake":
+                continue
+            try:
+                self.api("DELETE", f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{meta['name']}")
+            except urllib.error.HTTPError as e:
+                if e.code != 404:
+                    self._log(f"lab: could not release the Lease of Node {meta['name']}: {e}")
+            except (OSError, urllib.error.URLError) as e:
+                self._log(f"lab: could not release the Lease of Node {meta['name']}: {e}")
+
     def restart_controller_manager(self, upstream_controllers: bool) -> None:
         """Switch between upstream's DRA controllers and ours (cheaper than a second lab)."""
-        proc = self._procs.pop("kube-controller-manager", None)
-        if proc is not None:
-            process.terminate(proc.pid)
-            proc.wait()
-        self.upstream_controllers = upstream_controllers
-        self._start_controller_manager()
-        self._wait("kube-controller-manager", lambda: self._http_ok(
-            f"https://127.0.0.1:{self.ports.controller_manager}/healthz"))
-        self._save_state(ready=True)
+        with self._lock:
+            self.upstream_controllers = upstream_controllers
+            self.restart("kube-controller-manager")
 
     def restart_scheduler(self, scheduler_config: dict[str, Any] | None) -> None:
         """Run the scheduler with another KubeSchedulerConfiguration (None: the default)."""
-        proc = self._procs.pop("kube-scheduler", None)
-        if proc is not None:
-            process.terminate(proc.pid)
-            proc.wait()
-        self.options.scheduler_config = scheduler_config
-        self._write_scheduler_config()
-        self._start_scheduler()
-        self._wait("kube-scheduler", lambda: self._http_ok(
-            f"https://127.0.0.1:{self.ports.scheduler}/readyz"))
-        self._save_state(ready=True)
+        with self._lock:
+            self.options.scheduler_config = scheduler_config
+            self._write_scheduler_config()
+            self.restart("kube-scheduler")
 
     def create_node(self, name: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
         return self.api("POST", "/api/v1/nodes", components.build_node(name, labels))
@@ -231,11 +346,12 @@ class Lab:
         """Components that exited on their own, with their exit codes."""
         return {name: proc.returncode for name, proc in self._procs.items() if proc.poll() is not None}
 
-    def api(self, method: str, path: str, body: Any = None) -> Any:
-        """A synchronous admin call (the launcher has no event loop); JSON answers decoded."""
+    def api(self, method: str, path: str, body: Any = None, content_type: str = "application/json") -> Any:
+        """A synchronous admin call (the launcher has no event loop); JSON answers decoded.
+        ``content_type``: e.g. ``application/merge-patch+json`` for a PATCH."""
         data = json.dumps(body).encode() if body is not None else None
         request = urllib.request.Request(self.server + path, data=data, method=method,
-                                         headers={"Content-Type": "application/json"})
+                                         headers={"Content-Type": content_type})
         with urllib.request.urlopen(request, context=self._admin_tls(), timeout=30) as response:
             raw = response.read()
         try:
@@ -252,14 +368,19 @@ class Lab:
             if target.exists():
                 subprocess.run(["rm", "-rf", str(target)], check=True)
         self.files.logs.mkdir(exist_ok=True)
-        self.ports = Ports(*free_ports(6))
+        self.ports = Ports(*free_ports(8))
         self.pki.create(IDENTITIES)
+        self._net = NetProxy(self.ports.toxiproxy, self.ports.apiserver_proxy)
 
     def _write_configs(self) -> None:
         for identity in IDENTITIES:
             cert, key = self.pki.client(identity)
             self.files.kubeconfig(identity).write_text(yaml.safe_dump(
                 components.build_kubeconfig(self.server, self.pki.ca_cert, cert, key)))
+            self.files.kubeconfig_via_proxy(identity).write_text(yaml.safe_dump(
+                components.build_kubeconfig(self.proxy_server, self.pki.ca_cert, cert, key)))
+        self.files.toxiproxy_config.write_text(json.dumps(
+            proxy_config(self.ports.apiserver_proxy, self.ports.apiserver)))
         self._write_scheduler_config()
         self.files.kwok_stages.write_text(yaml.safe_dump_all(components.build_kwok_lab_stages()))
         self._save_state(ready=False)
@@ -273,6 +394,7 @@ class Lab:
             name=self.options.name, run_dir=str(self.run_dir), kubeconfig=str(self.kubeconfig),
             server=self.server, ports=asdict(self.ports), pids=self.processes(),
             supervisor_pid=os.getpid(), ready=ready, upstream_controllers=self.upstream_controllers,
+            proxy_server=self.proxy_server, toxiproxy_api=f"http://127.0.0.1:{self.ports.toxiproxy}",
         ).save()
 
     def _start_controller_manager(self) -> None:
@@ -284,6 +406,50 @@ class Lab:
         self._start("kube-scheduler", components.build_scheduler_args(
             self.bin_dir / "kube-scheduler", self.files, self.ports, self._gates))
 
+    def _start_component(self, name: str) -> None:
+        if name == "kube-controller-manager":
+            self._start_controller_manager()
+        elif name == "kube-scheduler":
+            self._start_scheduler()
+        elif name == "etcd":
+            self._start("etcd", components.build_etcd_args(self.bin_dir / "etcd", self.files, self.ports))
+        elif name == "kube-apiserver":
+            self._start("kube-apiserver", components.build_apiserver_args(
+                self.bin_dir / "kube-apiserver", self.files, self.ports, self._gates))
+        elif name == "kwok":
+            self._start("kwok", components.build_kwok_args(
+                self.bin_dir / "kwok", self.files, self.ports, paths.kwok_stages_dir(self.bin_dir)))
+        elif name == "toxiproxy":
+            self._start("toxiproxy", components.build_toxiproxy_args(
+                self.bin_dir / "toxiproxy-server", self.files, self.ports))
+        else:
+            raise LabError(f"unknown component {name!r}")
+
+    def _ready_check(self, name: str) -> Callable[[], bool]:
+        ports = self.ports
+        return {
+            "etcd": lambda: self._http_ok(f"http://127.0.0.1:{ports.etcd_client}/health"),
+            "kube-apiserver": lambda: self._api_ok("/readyz"),
+            "kube-controller-manager": lambda: self._http_ok(f"https://127.0.0.1:{ports.controller_manager}/healthz"),
+            "kube-scheduler": lambda: self._http_ok(f"https://127.0.0.1:{ports.scheduler}/readyz"),
+            "kwok": lambda: self._http_ok(f"http://127.0.0.1:{ports.kwok}/healthz"),
+            # Ready when its proxy listens, not only its API.
+            "toxiproxy": lambda: (self._http_ok(f"http://127.0.0.1:{ports.toxiproxy}/version")
+                                  and self._listening(ports.apiserver_proxy)),
+        }[name]
+
+    @staticmethod
+    def _listening(port: int) -> bool:
+        with socket.create_connection(("127.0.0.1", port), timeout=2):
+            return True
+
+    def _etcd(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        request = urllib.request.Request(f"http://127.0.0.1:{self.ports.etcd_client}{path}",
+                                         data=json.dumps(body).encode(), method="POST",
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return json.loads(response.read())
+
     def _start(self, name: str, args: list[str]) -> None:
         # An empty HOME keeps kwok from loading ~/.kwok/kwok.yaml and clients from ~/.kube/config.
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.run_dir)}
@@ -291,12 +457,14 @@ class Lab:
         self._procs[name] = process.spawn(args, log, env=env)
         self._log(f"lab: started {name} (pid {self._procs[name].pid}, log {log})")
 
-    def _wait(self, what: str, check: Callable[[], bool], timeout: float | None = None) -> None:
+    def _wait(self, what: str, check: Callable[[], bool], timeout: float | None = None,
+              only: str | None = None) -> None:
+        """Poll ``check``; fail early when a component died (``only``: when that one died)."""
         timeout = timeout or self.options.startup_timeout
         deadline = time.monotonic() + timeout
         started = time.monotonic()
         while True:
-            dead = self.dead_processes()
+            dead = {n: c for n, c in self.dead_processes().items() if only is None or n == only}
             if dead:
                 name, code = next(iter(dead.items()))
                 tail = self._log_tail(name)

@@ -28,6 +28,9 @@ class Ports:
     controller_manager: int
     scheduler: int
     kwok: int
+    # toxiproxy's HTTP API, and its proxy in front of kube-apiserver (network faults).
+    toxiproxy: int = 0
+    apiserver_proxy: int = 0
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,18 @@ class Files:
 
     def kubeconfig(self, identity: str) -> Path:
         return self.run_dir / f"{identity}.kubeconfig"
+
+    def kubeconfig_via_proxy(self, identity: str) -> Path:
+        """The same identity, with the toxiproxy proxy in front of kube-apiserver as server."""
+        return self.run_dir / f"{identity}.via-proxy.kubeconfig"
+
+    @property
+    def toxiproxy_config(self) -> Path:
+        return self.run_dir / "toxiproxy.json"
+
+    @property
+    def control_socket(self) -> Path:
+        return self.run_dir / "control.sock"
 
     @property
     def etcd_data(self) -> Path:
@@ -143,6 +158,11 @@ def build_apiserver_args(binary: Path, files: Files, ports: Ports, gates: list[s
         # Load tests (hundreds of Pods) must not be throttled by priority and fairness.
         "--max-requests-inflight=0", "--max-mutating-requests-inflight=0",
         "--enable-priority-and-fairness=false",
+        # On SIGTERM (`lab restart kube-apiserver`, `lab down`): answer 429 Retry-After until the
+        # in-flight requests drained, then close the open watches within 2 s. Without it the HTTP
+        # server waits up to the 60 s request timeout for the watches of kube-controller-manager,
+        # the scheduler and kwok to end.
+        "--shutdown-send-retry-after=true",
     ]
 
 
@@ -204,6 +224,21 @@ def build_kwok_args(binary: Path, files: Files, ports: Ports, stages_dir: Path) 
         f"--config={stages_dir / 'pod' / 'fast'}",
         f"--config={files.kwok_stages}",
     ]
+
+
+def build_toxiproxy_args(binary: Path, files: Files, ports: Ports) -> list[str]:
+    """toxiproxy-server with its API on loopback; its proxies come from ``-config`` so that a
+    restarted toxiproxy has them again (same listen port)."""
+    return [str(binary), "-host=127.0.0.1", f"-port={ports.toxiproxy}", f"-config={files.toxiproxy_config}"]
+
+
+def with_server(kubeconfig: dict[str, Any], server: str) -> dict[str, Any]:
+    """A copy of ``kubeconfig`` whose every cluster has ``server`` (same CA, same credentials:
+    a client certificate or a ServiceAccount token)."""
+    copy = {**kubeconfig, "clusters": [
+        {**cluster, "cluster": {**cluster.get("cluster", {}), "server": server}}
+        for cluster in kubeconfig.get("clusters", [])]}
+    return copy
 
 
 def _finish_stage(phase: str, exit_code: int) -> dict[str, Any]:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "kwok")
+BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "kwok",
+            "toxiproxy-server")
 
 
 def lab_home() -> Path:

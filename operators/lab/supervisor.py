@@ -1,5 +1,6 @@
-"""The process behind a detached ``lab up``: owns the lab's processes (they die with it) and
-stops them on SIGTERM, SIGINT or SIGHUP."""
+"""The process behind a detached ``lab up``: owns the lab's processes (they die with it), answers
+the lab's control socket (restarts, compaction, network faults asked by other processes: see
+control.py) and stops everything on SIGTERM, SIGINT or SIGHUP."""
 
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ def run(lab: Lab, stop: threading.Event) -> int:
     reported: set[str] = set()
     try:
         while not stop.wait(1.0):
+            reported -= set(lab.processes())  # restarted through the control socket
             for name, code in lab.dead_processes().items():
                 if name not in reported:
                     reported.add(name)

@@ -35,6 +35,32 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Lab:
         lab.stop()
 
 
+@pytest.fixture(scope="module")
+def fault_lab(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Lab:
+    """A lab of this test module's own, to break without disturbing the session's ``lab``:
+
+    - ``fault_lab.restart(component, downtime=0.0, kill=False)``: etcd, kube-apiserver,
+      kube-controller-manager, kube-scheduler, kwok or toxiproxy, same ports and data;
+    - ``fault_lab.compact()``: etcd compacted and kube-apiserver restarted, so watches from
+      older resourceVersions get 410 Gone;
+    - ``fault_lab.net``: faults between clients given ``fault_lab.kubeconfig_via_proxy(identity)``
+      (or ``fault_lab.via_proxy(any_kubeconfig)``) and kube-apiserver: ``cut()``,
+      ``refuse(seconds)``, ``black_hole(seconds)``, ``latency(ms, jitter, seconds)``, ``heal()``,
+      and the context managers ``refusing()``, ``black_holed()``, ``slowed(ms)``.
+
+    One Node (``lab-node-0``); the lab, and any fault a test leaves behind, ends with the module.
+    """
+    module = request.module.__name__.rsplit(".", 1)[-1].removeprefix("test_")
+    lab = Lab(LabOptions(name=f"pytest-{os.getpid()}-{module}", nodes=1,
+                         run_dir=tmp_path_factory.mktemp(f"fault-lab-{module}")),
+              log=lambda message: print(message, flush=True))
+    lab.start()
+    try:
+        yield lab
+    finally:
+        lab.stop()
+
+
 @pytest.fixture(scope="session")
 async def kube(lab: Lab) -> Kube:
     client = await Kube.connect(str(lab.kubeconfig))

@@ -39,7 +39,7 @@ def test_lab_up_status_env_down_leaves_no_process(lab, tmp_path):
         status = _cli("status", "--name", name, "--run-dir", str(run_dir))
         assert status.returncode == 0, status.stdout + status.stderr
         assert "apiserver /readyz" in status.stdout and " ok " in status.stdout
-        for component in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"):
+        for component in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "toxiproxy"):
             assert component in status.stdout
 
         env = _cli("env", "--name", name, "--run-dir", str(run_dir))
@@ -48,7 +48,7 @@ def test_lab_up_status_env_down_leaves_no_process(lab, tmp_path):
         down = _cli("down", "--name", name, "--run-dir", str(run_dir))
     assert down.returncode == 0, down.stderr
     pids = [state.supervisor_pid, *state.pids.values()]
-    assert len(pids) == 6
+    assert len(pids) == 7  # the supervisor, five components and toxiproxy
     assert not [p for p in pids if process.alive(p)]
     # The session lab is untouched.
     assert lab.api("GET", "/readyz") == "ok"

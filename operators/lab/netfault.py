@@ -1,0 +1,240 @@
+"""Network faults between chosen clients and kube-apiserver, through toxiproxy.
+
+Every lab runs toxiproxy-server with one proxy, ``kube-apiserver``, on its own loopback port
+forwarding to kube-apiserver. Clients given a kubeconfig whose server is the proxy (``Lab.
+kubeconfig_via_proxy``) suffer the faults; everything else (the control plane, the test itself
+with the direct kubeconfig) does not. TLS passes through untouched: the proxy is on 127.0.0.1,
+which the serving certificate names.
+
+How each fault maps onto toxiproxy (github.com/Shopify/toxiproxy, proxy.go and toxics/):
+
+- ``cut``: disable then enable the proxy. Disabling closes the listener and every open client
+  and upstream connection; enabling listens again on the same port, so clients reconnect.
+- ``refuse``: the proxy disabled: nothing listens, connecting gets ECONNREFUSED.
+- ``black_hole``: a ``timeout`` toxic with timeout 0 on both directions: connections are
+  accepted and data is dropped, nothing is ever answered and nothing is closed. Removing the
+  toxic (heal) closes the connections that lived through it (the toxic's cleanup closes its
+  stub), so after a black hole clients reconnect on fresh connections.
+- ``latency``: a ``latency`` toxic on the downstream (server to client) direction: every chunk
+  of every answer is held ``ms`` (plus or minus ``jitter``) before it is passed on.
+- ``heal``: toxiproxy's ``POST /reset``: every toxic removed, the proxy enabled.
+
+Faults with a duration return at once and undo themselves with a timer in the process that owns
+the lab (the pytest process, or the supervisor of a detached ``lab up``, which the CLI asks
+through the control socket): a CLI that exits, or a test that fails, cannot leave the fault
+behind for longer than asked, and when the owner dies toxiproxy dies with it. A new fault of
+the same kind replaces the previous one and its timer; ``heal`` cancels every timer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import urllib.error
+import urllib.request
+from typing import Any, Iterator
+
+PROXY_NAME = "kube-apiserver"
+BLACK_HOLE = ("black-hole-upstream", "black-hole-downstream")
+LATENCY = "latency"
+
+
+class NetFaultError(RuntimeError):
+    pass
+
+
+# -- pure builders (unit-tested) -------------------------------------------------------------
+
+def proxy_config(listen_port: int, upstream_port: int, name: str = PROXY_NAME) -> list[dict[str, Any]]:
+    """toxiproxy-server's ``-config`` file: the proxies it creates at start (and again after a
+    restart of toxiproxy itself)."""
+    return [{"name": name, "listen": f"127.0.0.1:{listen_port}",
+             "upstream": f"127.0.0.1:{upstream_port}", "enabled": True}]
+
+
+def black_hole_toxics() -> list[dict[str, Any]]:
+    """Data in both directions dropped; timeout 0: the connection is never closed by the toxic."""
+    return [{"name": name, "type": "timeout", "stream": stream, "toxicity": 1.0,
+             "attributes": {"timeout": 0}}
+            for name, stream in zip(BLACK_HOLE, ("upstream", "downstream"))]
+
+
+def latency_toxic(ms: int, jitter: int = 0) -> dict[str, Any]:
+    if ms < 0 or jitter < 0 or jitter > ms:
+        raise ValueError(f"latency {ms} ms with jitter {jitter} ms: both >= 0 and jitter <= latency")
+    return {"name": LATENCY, "type": "latency", "stream": "downstream", "toxicity": 1.0,
+            "attributes": {"latency": int(ms), "jitter": int(jitter)}}
+
+
+def describe(proxy: dict[str, Any]) -> str:
+    """One line for ``lab status`` / ``lab net status``: listen address, state, toxics."""
+    toxics = proxy.get("toxics") or []
+    faults = []
+    for toxic in toxics:
+        attrs = toxic.get("attributes", {})
+        if toxic.get("type") == "latency":
+            faults.append(f"latency {attrs.get('latency')}ms±{attrs.get('jitter', 0)}ms")
+        elif toxic.get("type") == "timeout":
+            faults.append(f"black hole ({toxic.get('stream')})")
+        else:
+            faults.append(f"{toxic.get('type')} {toxic.get('stream')}")
+    state = "enabled" if proxy.get("enabled") else "DISABLED (refusing connections)"
+    return f"{proxy.get('listen')} -> {proxy.get('upstream')} {state}" + (
+        f", {', '.join(faults)}" if faults else ", no fault")
+
+
+# -- the proxy ---------------------------------------------------------------------------------
+
+class NetProxy:
+    """The lab's toxiproxy proxy in front of kube-apiserver. Methods return at once; with
+    ``seconds`` the fault undoes itself after that long (timer in this process)."""
+
+    def __init__(self, api_port: int, listen_port: int, name: str = PROXY_NAME):
+        self.api = f"http://127.0.0.1:{api_port}"
+        self.name = name
+        self.listen_port = listen_port
+        self._timers: dict[str, threading.Timer] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def server(self) -> str:
+        """The API server's URL through the proxy."""
+        return f"https://127.0.0.1:{self.listen_port}"
+
+    # faults
+
+    def cut(self) -> None:
+        """Close every open connection through the proxy; new ones work at once."""
+        self._cancel("refuse")
+        self._set_enabled(False)
+        self._set_enabled(True)
+
+    def refuse(self, seconds: float | None = None) -> None:
+        """Refuse new connections (and close open ones) for ``seconds``, or until ``heal``."""
+        self._cancel("refuse")
+        self._set_enabled(False)
+        self._schedule("refuse", seconds, lambda: self._set_enabled(True))
+
+    def black_hole(self, seconds: float | None = None) -> None:
+        """Accept connections but forward nothing either way, for ``seconds`` or until ``heal``."""
+        self._cancel("black-hole")
+        self._remove_toxics(BLACK_HOLE)
+        for toxic in black_hole_toxics():
+            self._call("POST", f"/proxies/{self.name}/toxics", toxic)
+        self._schedule("black-hole", seconds, lambda: self._remove_toxics(BLACK_HOLE))
+
+    def latency(self, ms: int, jitter: int = 0, seconds: float | None = None) -> None:
+        """Hold every answer ``ms`` ± ``jitter`` milliseconds, for ``seconds`` or until ``heal``."""
+        toxic = latency_toxic(ms, jitter)
+        self._cancel("latency")
+        self._remove_toxics((LATENCY,))
+        self._call("POST", f"/proxies/{self.name}/toxics", toxic)
+        self._schedule("latency", seconds, lambda: self._remove_toxics((LATENCY,)))
+
+    def heal(self) -> None:
+        """Every fault undone: toxics removed, the proxy enabled, pending timers cancelled."""
+        with self._lock:
+            timers, self._timers = list(self._timers.values()), {}
+        for timer in timers:
+            timer.cancel()
+        self._call("POST", "/reset", None)
+
+    # context managers for tests: the fault lasts for the block, healed even if it raises
+
+    @contextlib.contextmanager
+    def refusing(self) -> Iterator[None]:
+        self.refuse()
+        try:
+            yield
+        finally:
+            self.heal()
+
+    @contextlib.contextmanager
+    def black_holed(self) -> Iterator[None]:
+        self.black_hole()
+        try:
+            yield
+        finally:
+            self.heal()
+
+    @contextlib.contextmanager
+    def slowed(self, ms: int, jitter: int = 0) -> Iterator[None]:
+        self.latency(ms, jitter)
+        try:
+            yield
+        finally:
+            self.heal()
+
+    # state
+
+    def state(self) -> dict[str, Any]:
+        """toxiproxy's view: ``{"name", "listen", "upstream", "enabled", "toxics": [...]}``."""
+        return self._call("GET", f"/proxies/{self.name}", None)
+
+    def pending(self) -> list[str]:
+        """Faults that will undo themselves (names of running timers)."""
+        with self._lock:
+            return sorted(name for name, timer in self._timers.items() if timer.is_alive())
+
+    def close(self) -> None:
+        """Cancel the timers (the lab is stopping; toxiproxy goes with it)."""
+        with self._lock:
+            timers, self._timers = list(self._timers.values()), {}
+        for timer in timers:
+            timer.cancel()
+
+    # internals
+
+    def _set_enabled(self, enabled: bool) -> None:
+        self._call("POST", f"/proxies/{self.name}", {"enabled": enabled})
+
+    def _remove_toxics(self, names: tuple[str, ...]) -> None:
+        for name in names:
+            try:
+                self._call("DELETE", f"/proxies/{self.name}/toxics/{name}", None)
+            except NetFaultError as e:
+                if "404" not in str(e):
+                    raise
+
+    def _cancel(self, kind: str) -> None:
+        with self._lock:
+            timer = self._timers.pop(kind, None)
+        if timer:
+            timer.cancel()
+
+    def _schedule(self, kind: str, seconds: float | None, undo) -> None:
+        if seconds is None:
+            return
+        if seconds <= 0:
+            raise ValueError("seconds must be positive (or None: until heal)")
+
+        def fire() -> None:
+            with self._lock:
+                if self._timers.get(kind) is not timer:  # replaced or healed meanwhile
+                    return
+                del self._timers[kind]
+            try:
+                undo()
+            except (NetFaultError, OSError):
+                pass  # toxiproxy already gone: the lab stopped
+
+        timer = threading.Timer(seconds, fire)
+        timer.daemon = True
+        timer.name = f"lab-net-{kind}"
+        with self._lock:
+            self._timers[kind] = timer
+        timer.start()
+
+    def _call(self, method: str, path: str, body: Any) -> Any:
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(self.api + path, data=data, method=method,
+                                         headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                raw = response.read()
+        except urllib.error.HTTPError as e:
+            raise NetFaultError(f"toxiproxy {method} {path}: {e.code} {e.read().decode(errors='replace').strip()}") from e
+        except urllib.error.URLError as e:
+            raise NetFaultError(f"toxiproxy {method} {path}: {e.reason}") from e
+        return json.loads(raw) if raw.strip() else None
