@@ -12,7 +12,7 @@ help:
 	@echo "make run           the whole suite on a lab (or \$$KUBECONFIG): operators, node agents, examples, live table"
 	@echo "make test          install, build the lab if needed, run unit and integration tests"
 	@echo "make unit          unit tests only (no lab)"
-	@echo "make lab-build     build etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kubectl, kwok"
+	@echo "make lab-build     build etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kubectl, kwok, toxiproxy"
 	@echo "make lab-up        start a lab in the background (dra-operators lab up)"
 	@echo "make lab-down      stop it"
 	@echo "make lab-modules   regenerate lab/*/go.mod from lab/versions.env"

@@ -157,7 +157,7 @@ def status(name: str, run_dir: Path | None) -> None:
     if state.toxiproxy_api and state.ports.get("apiserver_proxy"):
         try:
             proxy = netfault.NetProxy(state.ports["toxiproxy"], state.ports["apiserver_proxy"]).state()
-            click.echo(f"{'apiserver via toxiproxy':<26} {state.proxy_server}: {netfault.describe(proxy)}")
+            click.echo(f"{'apiserver via toxiproxy':<26} https://{netfault.describe(proxy)}")
         except netfault.NetFaultError as e:
             healthy = False
             click.echo(f"{'apiserver via toxiproxy':<26} unreachable ({e})")

@@ -510,7 +510,7 @@ def test_detached_lab_restart_compact_net_and_down_leave_nothing(tmp_path: Path)
 
         status = _cli("status", *where)
         assert status.returncode == 0, status.stdout + status.stderr
-        assert "toxiproxy " in status.stdout and f"apiserver via toxiproxy    {state.proxy_server}: " in status.stdout
+        assert "toxiproxy " in status.stdout and f"apiserver via toxiproxy    {state.proxy_server} -> 127.0.0.1:{state.ports['apiserver']} enabled" in status.stdout
         assert "enabled, no fault" in status.stdout
 
         restart = _cli("restart", "kube-apiserver", *where)
