@@ -257,6 +257,8 @@ class Lab:
                 time.sleep(downtime)
             if component == "kwok":
                 self._release_kwok_leases()
+            if component == "toxiproxy" and self._net is not None:
+                self._net.close()  # a new toxiproxy has no fault left to undo
             self._start_component(component)
             self._wait(component, self._ready_check(component), only=component)
             if component != "kube-apiserver":

@@ -110,11 +110,8 @@ class ControlServer:
         with _short_path(self.path) as address:
             server = socketserver.ThreadingUnixStreamServer(address, Handler, bind_and_activate=False)
             server.daemon_threads = True
-            old = os.umask(0o177)  # only the lab's user may connect
-            try:
-                server.server_bind()
-            finally:
-                os.umask(old)
+            server.server_bind()
+            os.chmod(address, 0o600)  # only the lab's user may connect (before it listens)
             server.server_activate()
         self._server = server
         threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2},
