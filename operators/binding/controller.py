@@ -95,8 +95,10 @@ class BindingController:
         relevant = not deleted and bool(d.binding_devices(claim, self.drivers) or d.records(claim, self.drivers))
         if relevant:
             self.claims.upsert(claim)
+        elif deleted:
+            self.claims.delete(claim)
         else:
-            self.claims.delete(key)
+            self.claims.discard(key)  # still there, just no longer ours to watch over
         if relevant or key in self.tracked:
             self.queue.add(CLAIM_PREFIX + key)
 
@@ -372,7 +374,7 @@ class BindingController:
         arrives, so that no later sync acts on it."""
         cached = self.claims.get(key)
         if cached is not None and cached["metadata"]["uid"] == uid:
-            self.claims.delete(key)
+            self.claims.delete(cached)
 
     async def _write_failed(self, claim: d.Obj, ref: d.DeviceRef, what: str, error: ApiError) -> None:
         log.error("claim write refused", claim=key_of(claim), device=ref.key, what=what, status=error.status,

@@ -10,6 +10,7 @@ from ..core.leader import act_when_leader
 from ..core.logging import get_logger
 from ..core.metrics import serve
 from ..core.resources import DEVICE_TAINT_RULES, RESOURCE_CLAIMS
+from ..core.runtime import Runtime, start_or_undo
 from ..core.settings import Settings
 from . import decisions as d
 from . import preparers
@@ -36,47 +37,60 @@ async def start_binding(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -
     except preparers.ConfigError as e:
         raise kopf.PermanentError(f"DRA_BINDING_PREPARER / DRA_BINDING_PREPARER_CONFIG: {e}") from e
     kube = await Kube.connect(config.kubeconfig)
-    rules = None
-    if config.binding_cool_off > 0:
-        # v1 from 1.37, v1beta2 or v1alpha3 before (feature gate and runtime config permitting).
-        rules = await kube.preferred_version(DEVICE_TAINT_RULES)
-        if rules is None:
-            log.warning("DeviceTaintRules are not served: failed devices get no cool-off taint")
-    metrics = Metrics()
-    controller = BindingController(
-        kube, preparer, drivers, timeout=config.binding_timeout, workers=config.binding_workers,
-        max_parallel=config.binding_max_parallel, rules=rules, cool_off=config.binding_cool_off,
-        taint_key=config.binding_taint_key, taint_effect=config.binding_taint_effect, metrics=metrics)
-    # Fill the cache before any worker runs: records on claims tell a restarted operator which
-    # preparations to resume and which to undo; rules tell it which cool-offs to end.
-    for claim in await kube.list(RESOURCE_CLAIMS):
-        controller.on_claim(claim, deleted=False)
-    await controller.cool_off.prime()
-    serve(metrics.registry, config.metrics_port)
-    memo.binding_controller = controller
+    runtime = memo.binding_runtime = Runtime("binding", kube, watch_silence=config.watch_silence)
+    runtime.on_cleanup(kube.close)
 
-    # Watches keep the cache warm on a standby; only the leader's workers start preparations,
-    # write conditions and taints. A leader that loses its Lease cancels its preparations and
-    # exits; the new leader resumes them from the records on the claims.
-    memo.binding_leader = await act_when_leader(kube, config, "dra-operators-binding", controller.queue,
-                                                stop=controller.stop)
-    log.info("binding operator started", drivers=list(drivers.patterns), preparer=config.binding_preparer,
-             timeout=config.binding_timeout, claims=len(controller.claims),
-             cool_off=config.binding_cool_off if rules else 0, taint_rules=rules.group_version if rules else None,
-             metrics_port=config.metrics_port)
+    async def start() -> None:
+        rules = None
+        if config.binding_cool_off > 0:
+            # v1 from 1.37, v1beta2 or v1alpha3 before (feature gate and runtime config permitting).
+            rules = await kube.preferred_version(DEVICE_TAINT_RULES)
+            if rules is None:
+                log.warning("DeviceTaintRules are not served: failed devices get no cool-off taint")
+        metrics = Metrics()
+        controller = BindingController(
+            kube, preparer, drivers, timeout=config.binding_timeout, workers=config.binding_workers,
+            max_parallel=config.binding_max_parallel, rules=rules, cool_off=config.binding_cool_off,
+            taint_key=config.binding_taint_key, taint_effect=config.binding_taint_effect, metrics=metrics)
+        runtime.on_cleanup(controller.stop)
+        # Fill the cache before any worker runs: records on claims tell a restarted operator which
+        # preparations to resume and which to undo; rules tell it which cool-offs to end.
+        runtime.informer(RESOURCE_CLAIMS, controller.claims, controller.on_claim, kind="ResourceClaim")
+        await runtime.prime()
+        await controller.cool_off.prime()
+        serve(metrics.registry, config.metrics_port)
+        memo.binding_controller = controller
+
+        # Watches keep the cache warm on a standby; only the leader's workers start preparations,
+        # write conditions and taints. A leader that loses its Lease cancels its preparations and
+        # exits; the new leader resumes them from the records on the claims.
+        leader = await act_when_leader(kube, config, "dra-operators-binding", controller.queue,
+                                       stop=controller.stop, supervisor=runtime.supervisor)
+        if leader is not None:
+            runtime.on_cleanup(leader.release)
+        runtime.start_watchdog()
+        log.info("binding operator started", drivers=list(drivers.patterns), preparer=config.binding_preparer,
+                 timeout=config.binding_timeout, claims=len(controller.claims),
+                 cool_off=config.binding_cool_off if rules else 0, taint_rules=rules.group_version if rules else None,
+                 metrics_port=config.metrics_port)
+
+    await start_or_undo(runtime, start)
 
 
 @kopf.on.cleanup()
 async def stop_binding(memo: kopf.Memo, **_) -> None:
-    controller: BindingController | None = getattr(memo, "binding_controller", None)
-    if controller is not None:
-        await controller.stop()
-        if getattr(memo, "binding_leader", None) is not None:
-            await memo.binding_leader.release()
-        await controller.kube.close()
+    runtime: Runtime | None = getattr(memo, "binding_runtime", None)
+    if runtime is not None:
+        await runtime.stop()
+
+
+@kopf.on.probe(id="binding")
+def binding_liveness(memo: kopf.Memo, **_) -> dict:
+    runtime: Runtime | None = getattr(memo, "binding_runtime", None)
+    return runtime.liveness() if runtime is not None else {}
 
 
 # Async on purpose: sync handlers would run in kopf's thread pool, off the loop that owns the queue.
 @kopf.on.event("resource.k8s.io", "v1", "resourceclaims")
 async def binding_claim_event(event: kopf.RawEvent, memo: kopf.Memo, **_) -> None:
-    memo.binding_controller.on_claim(event["object"], event.get("type") == "DELETED")
+    memo.binding_runtime.informers["resourceclaims"].on_event(event)

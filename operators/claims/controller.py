@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import structlog
 
 from ..core.events import WARNING, EventRecorder
-from ..core.kube import APPLY_PATCH, ApiError, Kube
+from ..core.kube import APPLY_PATCH, ApiError, ConnectionLost, Kube
 from ..core.resources import PODS, RESOURCE_CLAIMS
 from ..core.store import Store, key_of
 from ..core.workqueue import RetryableError, WorkQueue
@@ -63,6 +63,7 @@ class ClaimsController:
         self.claims = Store({"owner": _claim_owner_index})
         self.templates = Store()
         self.deleted_pods = UidCache()
+        self._uncertain_creates: set[str] = set()  # Pod UIDs whose claim create lost its answer
         self.events = EventRecorder(kube, EVENT_COMPONENT)
         self.queue = WorkQueue("resource_claim", self.sync, workers=workers)
 
@@ -183,8 +184,19 @@ class ClaimsController:
             return None
 
         # A claim created before a crash (or a moment ago, before its watch event) is reused.
-        owned = self.claims.by_index("owner", f"{namespace}/{pod['metadata']['uid']}")
+        pod_uid = pod["metadata"]["uid"]
+        owned = self.claims.by_index("owner", f"{namespace}/{pod_uid}")
         claim = d.find_generated_claim(owned, pod_claim["name"])
+        if claim is None and pod_uid in self._uncertain_creates:
+            # A create whose answer was lost may have been carried out: look before creating again.
+            owned = [c for c in await self.kube.list(RESOURCE_CLAIMS, namespace)
+                     if d.owning_pod(c)[1] == pod_uid]
+            claim = d.find_generated_claim(owned, pod_claim["name"])
+            if claim is not None:
+                self.claims.upsert(claim)
+                logger.info("found the claim of a create whose answer was lost",
+                            claim=f"{namespace}/{claim['metadata']['name']}")
+            self._uncertain_creates.discard(pod_uid)
         if claim is None:
             template = self.templates.get(f"{namespace}/{template_name}")
             if template is None:
@@ -197,8 +209,12 @@ class ClaimsController:
             body = d.build_claim(pod, pod_claim, template)
             try:
                 claim = await self.kube.create(RESOURCE_CLAIMS, body, namespace)
-            except ApiError as e:
+            except (ApiError, ConnectionLost) as e:
                 self.metrics.claim_created(body, "failure")
+                if isinstance(e, ConnectionLost) or e.status >= 500:
+                    self._uncertain_creates.add(pod_uid)
+                    raise RetryableError(f"create ResourceClaim for pod {namespace}/{pod['metadata']['name']}: "
+                                         f"outcome unknown ({e}); will look for it before trying again") from e
                 raise ClaimError(f"create ResourceClaim : {e.message or e}") from e
             self.metrics.claim_created(claim, "success")
             self.claims.upsert(claim)

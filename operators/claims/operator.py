@@ -10,6 +10,7 @@ from ..core.leader import act_when_leader
 from ..core.logging import get_logger
 from ..core.metrics import serve
 from ..core.resources import PODS, RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS
+from ..core.runtime import Runtime, start_or_undo
 from ..core.settings import Settings
 from .controller import ClaimsController
 from .metrics import Metrics
@@ -22,51 +23,59 @@ async def start_claims(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) ->
     quiet(settings)
     config = Settings.from_env()
     kube = await Kube.connect(config.kubeconfig)
-    metrics = Metrics()
-    controller = ClaimsController(kube, workers=config.claims_workers, metrics=metrics)
-    metrics.watch_claims(controller.claims.values)
-    # Fill the cache before any worker runs: a restarted operator must see the claims it
-    # created before it decides that a Pod still needs one.
-    for claim in await kube.list(RESOURCE_CLAIMS):
-        controller.on_claim(claim, deleted=False)
-    for template in await kube.list(RESOURCE_CLAIM_TEMPLATES):
-        controller.on_template(template, deleted=False)
-    for pod in await kube.list(PODS):
-        controller.on_pod(pod, deleted=False)
-    serve(metrics.registry, config.metrics_port)
-    memo.claims_controller = controller
+    runtime = memo.claims_runtime = Runtime("claims", kube, watch_silence=config.watch_silence)
+    runtime.on_cleanup(kube.close)
 
-    # Watches keep the cache warm on a standby; only the leader's workers act.
-    memo.claims_leader = await act_when_leader(kube, config, "dra-operators-claims", controller.queue)
-    log.info("claims operator started", workers=config.claims_workers, claims=len(controller.claims),
-             pods=len(controller.pods), metrics_port=config.metrics_port)
+    async def start() -> None:
+        metrics = Metrics()
+        controller = ClaimsController(kube, workers=config.claims_workers, metrics=metrics)
+        metrics.watch_claims(controller.claims.values)
+        runtime.on_cleanup(controller.queue.stop)
+        # Fill the cache before any worker runs: a restarted operator must see the claims it
+        # created before it decides that a Pod still needs one. Claims first, Pods last.
+        runtime.informer(RESOURCE_CLAIMS, controller.claims, controller.on_claim, kind="ResourceClaim")
+        runtime.informer(RESOURCE_CLAIM_TEMPLATES, controller.templates, controller.on_template,
+                         kind="ResourceClaimTemplate")
+        runtime.informer(PODS, controller.pods, controller.on_pod, kind="Pod")
+        counts = await runtime.prime()
+        serve(metrics.registry, config.metrics_port)
+        memo.claims_controller = controller
+        # Watches keep the cache warm on a standby; only the leader's workers act.
+        leader = await act_when_leader(kube, config, "dra-operators-claims", controller.queue,
+                                       supervisor=runtime.supervisor)
+        if leader is not None:
+            runtime.on_cleanup(leader.release)
+        runtime.start_watchdog()
+        log.info("claims operator started", workers=config.claims_workers, claims=counts["resourceclaims"],
+                 pods=counts["pods"], metrics_port=config.metrics_port)
+
+    await start_or_undo(runtime, start)
 
 
 @kopf.on.cleanup()
 async def stop_claims(memo: kopf.Memo, **_) -> None:
-    controller: ClaimsController | None = getattr(memo, "claims_controller", None)
-    if controller is not None:
-        await controller.queue.stop()
-        if getattr(memo, "claims_leader", None) is not None:
-            await memo.claims_leader.release()
-        await controller.kube.close()
+    runtime: Runtime | None = getattr(memo, "claims_runtime", None)
+    if runtime is not None:
+        await runtime.stop()
 
 
-def _deleted(event: kopf.RawEvent) -> bool:
-    return event.get("type") == "DELETED"
+@kopf.on.probe(id="claims")
+def claims_liveness(memo: kopf.Memo, **_) -> dict:
+    runtime: Runtime | None = getattr(memo, "claims_runtime", None)
+    return runtime.liveness() if runtime is not None else {}
 
 
 # Handlers are async: sync ones would run in kopf's thread pool, off the event loop that owns the queue.
 @kopf.on.event("v1", "pods")
 async def pod_event(event: kopf.RawEvent, memo: kopf.Memo, **_) -> None:
-    memo.claims_controller.on_pod(event["object"], _deleted(event))
+    memo.claims_runtime.informers["pods"].on_event(event)
 
 
 @kopf.on.event("resource.k8s.io", "v1", "resourceclaims")
 async def claim_event(event: kopf.RawEvent, memo: kopf.Memo, **_) -> None:
-    memo.claims_controller.on_claim(event["object"], _deleted(event))
+    memo.claims_runtime.informers["resourceclaims"].on_event(event)
 
 
 @kopf.on.event("resource.k8s.io", "v1", "resourceclaimtemplates")
 async def template_event(event: kopf.RawEvent, memo: kopf.Memo, **_) -> None:
-    memo.claims_controller.on_template(event["object"], _deleted(event))
+    memo.claims_runtime.informers["resourceclaimtemplates"].on_event(event)

@@ -5,12 +5,13 @@ something random, such as a generated claim name, that would defeat exact-match 
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import time
 import uuid
 from typing import Any
 
-from .kube import ApiError, Kube
+from .kube import Kube
 from .logging import get_logger
 from .resources import EVENTS
 
@@ -75,9 +76,12 @@ class EventRecorder:
             self._recent[key] = (now, body["metadata"]["namespace"], body["metadata"]["name"], 1)
             if len(self._recent) > 4096:
                 self._forget_old(now)
-        except ApiError as e:
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # noqa: BLE001 - an Event never fails the sync that posts it
             self._recent.pop(key, None)
-            log.warning("could not post event", reason=reason, object=meta.get("name"), error=str(e))
+            log.warning("could not post event", reason=reason, object=meta.get("name"),
+                        error=f"{type(e).__name__}: {e}")
 
     def _forget_old(self, now: float) -> None:
         for key, value in list(self._recent.items()):

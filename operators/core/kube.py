@@ -2,16 +2,29 @@
 
 kubernetes-asyncio brings kubeconfig/in-cluster loading, TLS and token refresh; the typed API
 classes are not used because they drop unknown fields. Every call returns the decoded JSON.
+
+Transient failures are retried here, as client-go's rest client does, so that no caller has to:
+429 (any verb: the server refused it before doing anything) after its Retry-After; 5xx,
+connection errors and timeouts only for idempotent requests (GET, PUT with a resourceVersion,
+DELETE, apply and merge patches). A POST whose connection broke may have been carried out, so it
+is never repeated blindly: the caller sees ``ConnectionLost`` and must look before trying again.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+from dataclasses import dataclass
 from typing import Any, Iterable
 
+import aiohttp
+import tenacity
 from kubernetes_asyncio import client, config
 
+from .logging import get_logger
 from .resources import Resource
+
+log = get_logger(__name__)
 
 JSON = dict[str, Any]
 
@@ -47,12 +60,75 @@ class ApiError(Exception):
     def invalid(self) -> bool:
         return self.status == 422
 
+    @property
+    def retry_after(self) -> float | None:
+        """Seconds the server asked us to wait (Retry-After, or the Status' retryAfterSeconds)."""
+        seconds = (self.body.get("details") or {}).get("retryAfterSeconds") if isinstance(self.body, dict) else None
+        return float(seconds) if seconds else self._retry_after_header
+
+    _retry_after_header: float | None = None
+
+
+class ConnectionLost(Exception):
+    """The API server could not be reached, or the connection broke before an answer came.
+
+    For a request that is not idempotent the outcome is unknown: it may have been carried out."""
+
+    def __init__(self, method: str, path: str, cause: BaseException):
+        self.method, self.path, self.cause = method, path, cause
+        super().__init__(f"{method} {path}: {type(cause).__name__}: {cause or 'no answer'}")
+
+
+# What is worth another attempt: the transport failing, or the server saying "not now".
+TRANSPORT_ERRORS = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, asyncio.TimeoutError,
+                    ConnectionError, OSError)
+RETRIED_STATUSES = frozenset({429, 500, 502, 503, 504})
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """client-go retries up to 10 times; we keep the whole wait bounded so a sync that cannot
+    succeed hands its key back to the work queue (whose backoff takes over) within seconds."""
+    attempts: int = 6
+    initial: float = 0.2
+    maximum: float = 5.0
+    retry_after_cap: float = 10.0
+
+
+def is_idempotent(method: str, content_type: str) -> bool:
+    if method in ("GET", "HEAD", "PUT", "DELETE"):
+        return True
+    return method == "PATCH" and content_type in (APPLY_PATCH, MERGE_PATCH)
+
+
+def should_retry(error: BaseException, method: str, content_type: str) -> bool:
+    if isinstance(error, ApiError):
+        if error.status == 429:
+            return True
+        return error.status in RETRIED_STATUSES and is_idempotent(method, content_type)
+    return isinstance(error, ConnectionLost) and is_idempotent(method, content_type)
+
+
+class _Wait(tenacity.wait.wait_base):
+    """Exponential backoff with jitter, or the server's Retry-After when it gave one."""
+
+    def __init__(self, policy: RetryPolicy):
+        self.policy = policy
+        self.backoff = tenacity.wait_random_exponential(multiplier=policy.initial, max=policy.maximum)
+
+    def __call__(self, retry_state: tenacity.RetryCallState) -> float:
+        error = retry_state.outcome.exception() if retry_state.outcome else None
+        if isinstance(error, ApiError) and error.retry_after:
+            return min(error.retry_after, self.policy.retry_after_cap)
+        return self.backoff(retry_state)
+
 
 class Kube:
     """One connection pool to one API server."""
 
-    def __init__(self, api_client: client.ApiClient):
+    def __init__(self, api_client: client.ApiClient, retry: RetryPolicy = RetryPolicy()):
         self._api = api_client
+        self.retry = retry
 
     @classmethod
     async def connect(cls, kubeconfig: str | None = None, context: str | None = None) -> "Kube":
@@ -99,29 +175,59 @@ class Kube:
         body: Any = None,
         content_type: str = "application/json",
         timeout: float | None = 60,
+        retry: bool = True,
+        raw: bool = False,
     ) -> Any:
+        """One API call, retried as the module docstring says unless ``retry`` is False.
+        ``raw``: return the body as text (a watch's stream of events)."""
+        if not retry or self.retry.attempts <= 1:
+            return await self._request_once(method, path, params, body, content_type, timeout, raw)
+        retrying = tenacity.AsyncRetrying(
+            stop=tenacity.stop_after_attempt(self.retry.attempts),
+            wait=_Wait(self.retry),
+            retry=tenacity.retry_if_exception(lambda e: should_retry(e, method, content_type)),
+            before_sleep=lambda state: log.info(
+                "API request failed, retrying", method=method, path=path, attempt=state.attempt_number,
+                error=str(state.outcome.exception()), wait=round(state.next_action.sleep, 2)),
+            reraise=True)
+        async for attempt in retrying:
+            with attempt:
+                return await self._request_once(method, path, params, body, content_type, timeout, raw)
+
+    async def _request_once(self, method: str, path: str, params: Iterable[tuple[str, Any]] | None,
+                            body: Any, content_type: str, timeout: float | None, raw_text: bool = False) -> Any:
         query = [(k, v) for k, v in (params or []) if v is not None]
-        response = await self._api.call_api(
-            path,
-            method,
-            query_params=query,
-            header_params={"Accept": "application/json", "Content-Type": content_type},
-            body=body,
-            auth_settings=["BearerToken"],
-            _preload_content=False,
-            _request_timeout=timeout,
-        )
         try:
-            raw = await response.read()
-        finally:
-            response.release()
-        text = raw.decode() if raw else ""
+            response = await self._api.call_api(
+                path,
+                method,
+                query_params=query,
+                header_params={"Accept": "application/json", "Content-Type": content_type},
+                body=body,
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                _request_timeout=timeout,
+            )
+            try:
+                raw = await response.read()
+            finally:
+                response.release()
+        except TRANSPORT_ERRORS as e:
+            raise ConnectionLost(method, path, e) from e
+        text = raw.decode(errors="replace") if raw else ""
+        if raw_text and 200 <= response.status <= 299:
+            return text
         try:
             data = json.loads(text) if text else {}
         except json.JSONDecodeError:
             data = text
         if not 200 <= response.status <= 299:
-            raise ApiError(response.status, data, method, path)
+            error = ApiError(response.status, data, method, path)
+            error._retry_after_header = _parse_retry_after(response.headers.get("Retry-After"))
+            raise error
+        if not isinstance(data, (dict, list)) and text:
+            # A proxy or a broken server answering 2xx with something that is not JSON.
+            raise ApiError(502, {"reason": "BadResponse", "message": f"not JSON: {text[:200]!r}"}, method, path)
         return data
 
     # -- verbs over Resource descriptors -----------------------------------------------------
@@ -141,16 +247,39 @@ class Kube:
     async def list(self, res: Resource, namespace: str | None = None, *,
                    label_selector: str | None = None, field_selector: str | None = None,
                    limit: int = 500) -> list[JSON]:
-        items: list[JSON] = []
-        token: str | None = None
-        while True:
-            page = await self.request("GET", res.path(namespace), params=[
-                ("labelSelector", label_selector), ("fieldSelector", field_selector),
-                ("limit", limit), ("continue", token)])
-            items.extend(page.get("items") or [])
-            token = (page.get("metadata") or {}).get("continue")
-            if not token:
-                return items
+        items, _ = await self.list_with_version(res, namespace, label_selector=label_selector,
+                                                field_selector=field_selector, limit=limit)
+        return items
+
+    async def list_with_version(self, res: Resource, namespace: str | None = None, *,
+                                label_selector: str | None = None, field_selector: str | None = None,
+                                limit: int = 500) -> tuple[list[JSON], str]:
+        """All objects, paged, and the resourceVersion of the (consistent) list. A continue token
+        that expired (410 while paging, after a compaction) restarts the list, as client-go's pager
+        does by falling back to a full list."""
+        for attempt in range(3):
+            items: list[JSON] = []
+            token: str | None = None
+            version = ""
+            try:
+                while True:
+                    page = await self.request("GET", res.path(namespace), params=[
+                        ("labelSelector", label_selector), ("fieldSelector", field_selector),
+                        ("limit", limit), ("continue", token)])
+                    if not isinstance(page, dict) or not isinstance(page.get("items") or [], list):
+                        raise ApiError(502, {"reason": "BadResponse", "message": "a list without items"},
+                                       "GET", res.path(namespace))
+                    items.extend(page.get("items") or [])
+                    meta = page.get("metadata") or {}
+                    version = version or meta.get("resourceVersion", "")
+                    token = meta.get("continue")
+                    if not token:
+                        return items, version
+            except ApiError as e:
+                if e.status != 410 or token is None or attempt == 2:
+                    raise
+                log.info("list continuation expired, listing again", resource=res.plural)
+        raise AssertionError("unreachable")
 
     async def create(self, res: Resource, body: JSON, namespace: str | None = None, *,
                      field_manager: str | None = None, dry_run: bool = False) -> JSON:
@@ -222,3 +351,10 @@ class Kube:
         """``res`` at the version the cluster prefers for it, or None if it is not served."""
         versions = await self.served_versions(res.group, res.plural)
         return res.with_version(versions[0]) if versions else None
+
+
+def _parse_retry_after(value: str | None) -> float | None:
+    try:
+        return max(0.0, float(value)) if value else None
+    except ValueError:  # an HTTP date: rare from kube-apiserver, a short default will do
+        return 1.0

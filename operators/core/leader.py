@@ -23,6 +23,7 @@ from .resources import LEASES
 
 if TYPE_CHECKING:
     from .settings import Settings
+    from .supervisor import Supervisor
     from .workqueue import WorkQueue
 
 log = get_logger(__name__)
@@ -90,16 +91,23 @@ class LeaderElector:
             raise
         return True
 
+    async def _attempt(self) -> bool:
+        """One try, bounded by the renew deadline; any failure (API error, broken or hung
+        connection, garbage) is a failed try, never the end of the election."""
+        try:
+            return await asyncio.wait_for(self.try_acquire_or_renew(), self.renew_deadline)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # noqa: BLE001 - an election must survive whatever the API does
+            self.log.warning("leader election attempt failed", error=f"{type(e).__name__}: {e}",
+                             leader=self.is_leader)
+            return False
+
     async def run(self, on_started: Callable[[], Awaitable[None]], on_lost: Callable[[], Awaitable[None]]) -> None:
         """Campaign until leader, call ``on_started``, renew; on losing the Lease call ``on_lost``
         and return (the caller should exit: a fresh process campaigns again as a standby)."""
         loop = asyncio.get_running_loop()
-        while True:
-            try:
-                if await self.try_acquire_or_renew():
-                    break
-            except ApiError as e:
-                self.log.warning("leader election attempt failed", error=str(e))
+        while not await self._attempt():
             await asyncio.sleep(self.retry_period)
         self.is_leader = True
         self._last_renewed = loop.time()
@@ -107,12 +115,9 @@ class LeaderElector:
         await on_started()
         while True:
             await asyncio.sleep(self.retry_period)
-            try:
-                if await asyncio.wait_for(self.try_acquire_or_renew(), self.renew_deadline):
-                    self._last_renewed = loop.time()
-                    continue
-            except (ApiError, asyncio.TimeoutError, OSError) as e:
-                self.log.warning("lease renewal failed", error=str(e))
+            if await self._attempt():
+                self._last_renewed = loop.time()
+                continue
             if loop.time() - self._last_renewed >= self.renew_deadline:
                 break
         self.is_leader = False
@@ -126,29 +131,38 @@ class LeaderElector:
         return self.is_leader and asyncio.get_running_loop().time() - self._last_renewed < self.renew_deadline
 
     async def release(self) -> None:
-        """Give the Lease up at a clean shutdown, so the standby takes over at once."""
+        """Give the Lease up at a clean shutdown, so the standby takes over at once. Renewal is
+        stopped first: else it could take the Lease back right after we gave it up."""
+        task = getattr(self, "task", None)
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
         if not self.is_leader:
             return
-        lease = await self.kube.get_or_none(LEASES, self.name, self.namespace)
-        if lease and (lease.get("spec") or {}).get("holderIdentity") == self.identity:
-            body = self._body(lease, acquire=False)
-            body["spec"].update(holderIdentity="", leaseDurationSeconds=1)
-            try:
-                await self.kube.replace(LEASES, body)
-            except ApiError:
-                pass
         self.is_leader = False
+        try:
+            lease = await asyncio.wait_for(self.kube.get_or_none(LEASES, self.name, self.namespace),
+                                           self.renew_deadline)
+            if lease and (lease.get("spec") or {}).get("holderIdentity") == self.identity:
+                body = self._body(lease, acquire=False)
+                body["spec"].update(holderIdentity="", leaseDurationSeconds=1)
+                await asyncio.wait_for(self.kube.replace(LEASES, body), self.renew_deadline)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # noqa: BLE001 - the Lease then simply expires
+            self.log.warning("could not release the lease; it expires by itself", error=str(e))
 
 
 async def act_when_leader(kube: Kube, settings: "Settings", lease: str, queue: "WorkQueue",
-                          stop: Callable[[], Awaitable[None]] | None = None) -> LeaderElector | None:
+                          stop: Callable[[], Awaitable[None]] | None = None,
+                          supervisor: "Supervisor | None" = None) -> LeaderElector | None:
     """Start ``queue``'s workers now (leader election off) or once this replica holds ``lease``;
     while leading, every sync first checks that the Lease is surely still ours. A replica that
     loses the Lease runs ``stop`` (default: stop the queue) and exits, to come back as a standby."""
     stop = stop or queue.stop
 
     async def start() -> None:
-        queue.start()
+        queue.start(supervisor)
 
     if not settings.leader_election:
         await start()
@@ -166,8 +180,11 @@ async def act_when_leader(kube: Kube, settings: "Settings", lease: str, queue: "
             elector.log.error("exiting after losing the lease")
             os._exit(1)  # nothing more may happen in this process
 
-    task = asyncio.get_running_loop().create_task(elector.run(start, lost), name=f"leader-{lease}")
-    elector.task = task  # keep a reference: the loop holds tasks only weakly
+    # Not restarted when it fails: a leader must never campaign twice in one process.
+    if supervisor is not None:
+        elector.task = supervisor.spawn(f"leader-{lease}", lambda: elector.run(start, lost), restart=False)
+    else:
+        elector.task = asyncio.get_running_loop().create_task(elector.run(start, lost), name=f"leader-{lease}")
     return elector
 
 

@@ -27,6 +27,9 @@ class Settings:
                                              "namespace of the Leases (default: the Pod's namespace)")
     leader_election_lease_duration: float = setting(15.0, "DRA_LEADER_ELECTION_LEASE_DURATION",
                                                     "seconds a leader's Lease lasts without renewal")
+    watch_silence: float = setting(600.0, "DRA_WATCH_SILENCE",
+                                   "seconds a watch may stay silent before the operator checks that it still "
+                                   "delivers; a stuck watch fails liveness")
     claims_workers: int = setting(50, "DRA_CLAIMS_WORKERS",
                                   "claims: concurrent syncs (upstream --concurrent-resourceclaim-syncs)")
     # -- taints ------------------------------------------------------------------------------

@@ -12,14 +12,19 @@ Same contract as client-go's workqueue, which upstream controllers rely on:
 from __future__ import annotations
 
 import asyncio
+import functools
 import heapq
 import itertools
 import time
 from dataclasses import dataclass
-from typing import Awaitable, Callable
+from typing import TYPE_CHECKING, Awaitable, Callable
 
+from .kube import ConnectionLost
 from .logging import get_logger
 from .ratelimit import TokenBucket
+
+if TYPE_CHECKING:
+    from .supervisor import Supervisor
 
 log = get_logger(__name__)
 
@@ -89,10 +94,15 @@ class WorkQueue:
 
     # -- consumer side -----------------------------------------------------------------------
 
-    def start(self) -> None:
-        self._tasks = [asyncio.create_task(self._worker(i), name=f"{self.name}-worker-{i}")
-                       for i in range(self._workers)]
-        self._tasks.append(asyncio.create_task(self._timer(), name=f"{self.name}-timer"))
+    def start(self, supervisor: "Supervisor | None" = None) -> None:
+        """Start the workers and the delay timer, under ``supervisor`` when given (a worker or
+        timer that fails is restarted; one that cannot run ends the process)."""
+        names = [f"{self.name}-worker-{i}" for i in range(self._workers)] + [f"{self.name}-timer"]
+        bodies = [functools.partial(self._worker, i) for i in range(self._workers)] + [self._timer]
+        if supervisor is not None:
+            self._tasks = [supervisor.spawn(name, body, queue=self.name) for name, body in zip(names, bodies)]
+        else:
+            self._tasks = [asyncio.create_task(body(), name=name) for name, body in zip(names, bodies)]
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -122,19 +132,19 @@ class WorkQueue:
         while True:
             key = await self._queue.get()
             self._queued.discard(key)
-            if not self.gate():
-                self.add_after(key, 1.0)
-                await asyncio.sleep(0.1)  # a closed gate must not become a busy loop
-                continue
             self._processing.add(key)
             try:
+                if not self.gate():
+                    self._dirty.add(key)  # back in the queue once this round ends
+                    await asyncio.sleep(1.0)  # a closed gate must not become a busy loop
+                    continue
                 await self._sync(key)
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # noqa: BLE001 - every failure is retried, never fatal
                 failures = self._failures.get(key, 0) + 1
                 log.warning("sync failed, will retry", queue=self.name, key=key, error=str(e),
-                            failures=failures, exc_info=not isinstance(e, RetryableError))
+                            failures=failures, exc_info=not isinstance(e, (RetryableError, ConnectionLost)))
                 self.add_rate_limited(key)
             else:
                 self.forget(key)

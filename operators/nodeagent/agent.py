@@ -9,9 +9,10 @@ from typing import Any
 import structlog
 
 from ..core.events import NORMAL, WARNING, EventRecorder
-from ..core.kube import ApiError, Kube
+from ..core.kube import ApiError, ConnectionLost, Kube
 from ..core.resources import NODES, RESOURCE_SLICES
 from ..core.store import Store
+from ..core.supervisor import Supervisor
 from .backends import BackendError, DeviceBackend, Inventory
 from .health import HealthEvent, HealthTracker
 from .metrics import Metrics
@@ -36,6 +37,7 @@ class NodeAgent:
         self.health = health
         self.metrics = metrics or Metrics()
         self.slices = Store()
+        self.nodes = Store()  # just this agent's Node; a Store so that relists are checked like any other
         self.publisher = PoolPublisher(kube, self.slices, driver, node_name)
         self.events = EventRecorder(kube, EVENT_COMPONENT)
         self.node: dict[str, Any] | None = None
@@ -51,25 +53,35 @@ class NodeAgent:
 
     # -- lifecycle ---------------------------------------------------------------------------
 
-    async def start(self) -> None:
-        node = await self.kube.get_or_none(NODES, self.node_name)
-        if node is None:
+    async def start(self, supervisor: Supervisor | None = None, primed: bool = False) -> None:
+        """Start publishing. ``primed``: the operator's informers have already delivered the Node
+        and the slices (its one LIST); else they are read here (standalone use, tests)."""
+        if not primed:
+            node = await self.kube.get_or_none(NODES, self.node_name)
+            if node is not None:
+                self.on_node(node, deleted=False)
+            for found in await self.kube.list(RESOURCE_SLICES, field_selector=self.slice_selector):
+                self.slices.upsert(found)
+        if self.node is None:
             raise BackendError(f"Node {self.node_name!r} does not exist: set NODE_NAME to this node's name "
                                "(spec.nodeName through the downward API in the DaemonSet)")
-        self.on_node(node, deleted=False)
-        for found in await self.kube.list(RESOURCE_SLICES,
-                                          field_selector=f"spec.nodeName={self.node_name},spec.driver={self.driver}"):
-            self.slices.upsert(found)
         # Taints published before a restart stay, with their timeAdded.
         self.health.adopt([d for s in self.slices.values() for d in s["spec"].get("devices") or []])
         await self._rediscover()
-        self._tasks = [asyncio.create_task(self._publish_loop(), name="nodeagent-publish"),
-                       asyncio.create_task(self.backend.watch(self._health_events, self._inventory_changed),
-                                           name="nodeagent-backend"),
-                       asyncio.create_task(self._health_loop(), name="nodeagent-health"),
-                       asyncio.create_task(self._inventory_loop(), name="nodeagent-inventory"),
-                       asyncio.create_task(self._recovery_loop(), name="nodeagent-recovery")]
+        loops = {"nodeagent-publish": self._publish_loop,
+                 "nodeagent-backend": lambda: self.backend.watch(self._health_events, self._inventory_changed),
+                 "nodeagent-health": self._health_loop,
+                 "nodeagent-inventory": self._inventory_loop,
+                 "nodeagent-recovery": self._recovery_loop}
+        if supervisor is not None:
+            self._tasks = [supervisor.spawn(name, loop, node=self.node_name) for name, loop in loops.items()]
+        else:
+            self._tasks = [asyncio.create_task(loop(), name=name) for name, loop in loops.items()]
         self._wake.set()  # kubelet may have wiped the slices: always publish on start
+
+    @property
+    def slice_selector(self) -> str:
+        return f"spec.nodeName={self.node_name},spec.driver={self.driver}"
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -84,11 +96,18 @@ class NodeAgent:
     # -- inputs ------------------------------------------------------------------------------
 
     def on_node(self, node: dict[str, Any], deleted: bool) -> None:
+        if node["metadata"].get("name") != self.node_name:
+            return
         if deleted:
+            self.nodes.delete(node)
+            if self.node is not None and self.node["metadata"].get("uid") != node["metadata"].get("uid"):
+                return  # a late event of an earlier Node of this name
             # The garbage collector deletes our slices with the Node (they are owned by it).
             self.node = None
             self.log.info("node deleted; its slices go with it")
             return
+        if not self.nodes.upsert(node):
+            return  # older than what we know, or a deleted Node's late event
         first = self.node is None or self.node["metadata"]["uid"] != node["metadata"]["uid"]
         self.node = node
         self.backend.observe_node(node)
@@ -124,20 +143,32 @@ class NodeAgent:
         while True:
             await self._inventory_changed.wait()
             self._inventory_changed.clear()
-            await self._rediscover()
+            try:
+                await self._rediscover()
+            except Exception as e:  # noqa: BLE001 - a backend bug must not end re-discovery for good
+                self.log.error("re-discovery failed, keeping the devices published before",
+                               error=f"{type(e).__name__}: {e}", exc_info=True)
+                asyncio.get_running_loop().call_later(_RETRY_DELAYS[-1], self._inventory_changed.set)
             self._wake.set()
 
     async def _health_loop(self) -> None:
         while True:
             event = await self._health_events.get()
-            self.metrics.health_events.labels(self.driver, event.kind, event.value).inc()
-            if self.health.record(event):
-                self.log.warning("device unhealthy", device=event.device, kind=event.kind, value=event.value)
-                if self.node:
-                    await self.events.event(self.node, WARNING, "DeviceUnhealthy",
-                                            f"device {event.device} of driver {self.driver}: {event.kind}"
-                                            f"{'=' + event.value if event.value else ''}; tainted")
-                self._wake.set()
+            try:
+                await self._on_health_event(event)
+            except Exception as e:  # noqa: BLE001 - one bad event must not end health tracking
+                self.log.error("health event not handled", event=repr(event), error=f"{type(e).__name__}: {e}",
+                               exc_info=True)
+
+    async def _on_health_event(self, event: HealthEvent) -> None:
+        self.metrics.health_events.labels(self.driver, event.kind, event.value).inc()
+        if self.health.record(event):
+            self.log.warning("device unhealthy", device=event.device, kind=event.kind, value=event.value)
+            if self.node:
+                await self.events.event(self.node, WARNING, "DeviceUnhealthy",
+                                        f"device {event.device} of driver {self.driver}: {event.kind}"
+                                        f"{'=' + event.value if event.value else ''}; tainted")
+            self._wake.set()
 
     async def _recovery_loop(self) -> None:
         interval = max(0.5, min(10.0, self.health.quiet_period.total_seconds() / 4))
@@ -146,7 +177,7 @@ class NodeAgent:
             tainted = self.health.tainted_devices()
             if not tainted:
                 continue
-            passing = {d for d in tainted if await asyncio.to_thread(self.backend.healthy, d)}
+            passing = {d for d in tainted if await self._passes(d)}
             for device in self.health.recover(lambda d: d in passing):
                 self.metrics.recoveries.labels(self.driver).inc()
                 self.log.info("device recovered, taints removed", device=device)
@@ -155,6 +186,13 @@ class NodeAgent:
                                             f"device {device} of driver {self.driver} passes its health check again; "
                                             "taints removed")
                 self._wake.set()
+
+    async def _passes(self, device: str) -> bool:
+        try:
+            return bool(await asyncio.to_thread(self.backend.healthy, device))
+        except Exception as e:  # noqa: BLE001 - a check that fails says "not healthy", not "stop checking"
+            self.log.warning("health check failed", device=device, error=f"{type(e).__name__}: {e}")
+            return False
 
     async def _publish_loop(self) -> None:
         while True:
@@ -165,11 +203,14 @@ class NodeAgent:
             started = time.monotonic()
             try:
                 await self.publish()
-            except ApiError as e:
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # noqa: BLE001 - API away, garbage, a bug: retry, never stop publishing
                 delay = _RETRY_DELAYS[min(self._failures, len(_RETRY_DELAYS) - 1)]
                 self._failures += 1
                 self.metrics.errors.labels(self.driver).inc()
-                self.log.warning("publishing failed, will retry", error=str(e), retry_in=delay)
+                self.log.warning("publishing failed, will retry", error=f"{type(e).__name__}: {e}", retry_in=delay,
+                                 exc_info=not isinstance(e, (ApiError, ConnectionLost)))
                 asyncio.get_running_loop().call_later(delay, self._wake.set)
                 continue
             self._failures = 0

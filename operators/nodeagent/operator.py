@@ -7,6 +7,8 @@ import kopf
 from ..core.kopfsettings import quiet
 from ..core.kube import Kube
 from ..core.metrics import serve
+from ..core.resources import NODES, RESOURCE_SLICES
+from ..core.runtime import Runtime, start_or_undo
 from ..core.settings import Settings
 from .agent import NodeAgent
 from .backends import BackendError, create_backend
@@ -44,37 +46,53 @@ async def start_nodeagent(settings: kopf.OperatorSettings, memo: kopf.Memo, **_)
         except BackendError as e:
             raise kopf.PermanentError(str(e)) from e
     kube = await Kube.connect(config.kubeconfig)
-    metrics = Metrics()
-    ignored = tuple(int(x) for x in config.nodeagent_ignored_xids.split(",") if x.strip())
-    agent = NodeAgent(kube, memo.nodeagent_backend, node_name=config.node_name, driver=driver,
-                      sync_delay=config.nodeagent_sync_delay, metrics=metrics,
-                      health=HealthTracker(driver, ignored, config.nodeagent_health_quiet_period))
-    await agent.start()
-    memo.nodeagent = agent
-    if config.nodeagent_kubelet_plugin:
-        memo.nodeagent_plugin = KubeletPlugin(agent, kube, registry_dir=config.nodeagent_registry_dir,
-                                              plugins_dir=config.nodeagent_plugins_dir,
-                                              cdi_root=config.nodeagent_cdi_root)
-        await memo.nodeagent_plugin.start()
-    serve(metrics.registry, config.metrics_port)
+    runtime = memo.nodeagent_runtime = Runtime("nodeagent", kube, watch_silence=config.watch_silence)
+    runtime.on_cleanup(kube.close)
+
+    async def start() -> None:
+        metrics = Metrics()
+        ignored = tuple(int(x) for x in config.nodeagent_ignored_xids.split(",") if x.strip())
+        agent = NodeAgent(kube, memo.nodeagent_backend, node_name=config.node_name, driver=driver,
+                          sync_delay=config.nodeagent_sync_delay, metrics=metrics,
+                          health=HealthTracker(driver, ignored, config.nodeagent_health_quiet_period))
+        runtime.on_cleanup(agent.stop)
+        runtime.informer(NODES, agent.nodes, agent.on_node, field_selector=f"metadata.name={config.node_name}",
+                         kind="Node")
+        runtime.informer(RESOURCE_SLICES, agent.slices, agent.on_slice, field_selector=agent.slice_selector,
+                         kind="ResourceSlice")
+        await runtime.prime()
+        await agent.start(runtime.supervisor, primed=True)
+        memo.nodeagent = agent
+        if config.nodeagent_kubelet_plugin:
+            plugin = KubeletPlugin(agent, kube, registry_dir=config.nodeagent_registry_dir,
+                                   plugins_dir=config.nodeagent_plugins_dir, cdi_root=config.nodeagent_cdi_root)
+            runtime.on_cleanup(plugin.stop)
+            await plugin.start(runtime.supervisor)
+            memo.nodeagent_plugin = plugin
+        serve(metrics.registry, config.metrics_port)
+        runtime.start_watchdog()
+
+    await start_or_undo(runtime, start)
 
 
 @kopf.on.cleanup()
 async def stop_nodeagent(memo: kopf.Memo, **_) -> None:
-    plugin: KubeletPlugin | None = getattr(memo, "nodeagent_plugin", None)
-    if plugin is not None:
-        await plugin.stop()
-    agent: NodeAgent | None = getattr(memo, "nodeagent", None)
-    if agent is not None:
-        await agent.stop()
-        await agent.kube.close()
+    runtime: Runtime | None = getattr(memo, "nodeagent_runtime", None)
+    if runtime is not None:
+        await runtime.stop()
+
+
+@kopf.on.probe(id="nodeagent")
+def nodeagent_liveness(memo: kopf.Memo, **_) -> dict:
+    runtime: Runtime | None = getattr(memo, "nodeagent_runtime", None)
+    return runtime.liveness() if runtime is not None else {}
 
 
 @kopf.on.event("v1", "nodes")
 async def node_event(event: kopf.RawEvent, memo: kopf.Memo, **_) -> None:
-    memo.nodeagent.on_node(event["object"], event.get("type") == "DELETED")
+    memo.nodeagent_runtime.informers["nodes"].on_event(event)
 
 
 @kopf.on.event("resource.k8s.io", "v1", "resourceslices")
 async def slice_event(event: kopf.RawEvent, memo: kopf.Memo, **_) -> None:
-    memo.nodeagent.on_slice(event["object"], event.get("type") == "DELETED")
+    memo.nodeagent_runtime.informers["resourceslices"].on_event(event)

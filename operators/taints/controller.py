@@ -145,7 +145,7 @@ class TaintsController:
         old = self.pods.get(key)
         if deleted:
             if old is not None and old["metadata"].get("uid") == pod["metadata"].get("uid"):
-                self.pods.delete(key)
+                self.pods.delete(pod)
             pending = self.pending.get(key)
             uid = pod["metadata"].get("uid")
             if pending is not None and pending.uid == uid:
@@ -167,7 +167,7 @@ class TaintsController:
         key = key_of(claim)
         old = self.claims.get(key)
         if deleted:
-            self.claims.delete(key)
+            self.claims.delete(claim)
         elif not self.claims.upsert(claim):
             return
         if deleted or d.claim_needs_look(old, claim):
@@ -190,7 +190,7 @@ class TaintsController:
         pools = {d.slice_pool_key(slice_)} | ({d.slice_pool_key(old)} if old else set())
         before = {p: d.no_execute_taints(self._view(p)) for p in pools}
         if deleted:
-            self.slices.delete(name)
+            self.slices.delete(slice_)
         elif not self.slices.upsert(slice_):
             return
         for p in pools:
@@ -208,7 +208,7 @@ class TaintsController:
         name = rule["metadata"]["name"]
         old = self.rules.get(name)
         if deleted:
-            self.rules.delete(name)
+            self.rules.delete(rule)
             uid = rule["metadata"].get("uid", "")
             self.rule_evictions.pop(uid, None)
             self.rule_problems.pop(name, None)
@@ -231,7 +231,7 @@ class TaintsController:
         name = device_class["metadata"]["name"]
         old = self.classes.get(name)
         if deleted:
-            self.classes.delete(name)
+            self.classes.delete(device_class)
         elif not self.classes.upsert(device_class):
             return
         if old is not None and not deleted and old.get("spec") == device_class.get("spec"):
@@ -246,7 +246,7 @@ class TaintsController:
     def on_budget(self, pdb: d.Obj, deleted: bool) -> None:
         key = key_of(pdb)
         if deleted:
-            self.budgets.delete(key)
+            self.budgets.delete(pdb)
         elif not self.budgets.upsert(pdb):
             return
         self._wake(key)

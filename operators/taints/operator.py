@@ -16,6 +16,7 @@ from ..core.logging import get_logger
 from ..core.metrics import serve
 from ..core.resources import (DEVICE_CLASSES, DEVICE_TAINT_RULES, POD_DISRUPTION_BUDGETS, PODS, RESOURCE_CLAIMS,
                               RESOURCE_GROUP, RESOURCE_SLICES, Resource)
+from ..core.runtime import Runtime, start_or_undo
 from ..core.settings import Settings
 from .controller import Guards, TaintsController
 from .metrics import Metrics
@@ -48,48 +49,61 @@ async def start_taints(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) ->
     quiet(settings)
     config = Settings.from_env()
     kube = await Kube.connect(config.kubeconfig)
-    rules, rule_status = await discover_rules(kube, config.taints_rule_version)
-    _rules_version["version"] = rules.version if rules else None
-    metrics = Metrics()
-    controller = TaintsController(
-        kube, rules=rules, rule_status=rule_status, workers=config.taints_workers, metrics=metrics,
-        guards=Guards(evictions_per_second=config.taints_evictions_per_second,
-                      eviction_api_max_wait=config.taints_eviction_api_max_wait,
-                      eviction_api_retry=config.taints_eviction_api_retry))
-    # Fill the caches before any worker runs: deadlines come from the API's state, so a
-    # restarted operator finds every pending eviction again, with the same due time.
-    controller.prime(
-        rules=await kube.list(rules) if rules else [],
-        classes=await kube.list(DEVICE_CLASSES),
-        slices=await kube.list(RESOURCE_SLICES),
-        claims=await kube.list(RESOURCE_CLAIMS),
-        pods=await kube.list(PODS),
-        budgets=await kube.list(POD_DISRUPTION_BUDGETS))
-    serve(metrics.registry, config.metrics_port)
-    memo.taints_controller = controller
+    runtime = memo.taints_runtime = Runtime("taints", kube, watch_silence=config.watch_silence)
+    runtime.on_cleanup(kube.close)
 
-    # Watches keep the cache warm on a standby; only the leader's workers evict and write status.
-    memo.taints_leader = await act_when_leader(kube, config, "dra-operators-taints", controller.queue)
-    if rules is None:
-        log.warning("the cluster serves no DeviceTaintRules: only ResourceSlice taints evict")
-    log.info("taints operator started", workers=config.taints_workers, rules_version=_rules_version["version"],
-             rule_status=rule_status, rules=len(controller.rules), pods=len(controller.pods),
-             claims=len(controller.claims), slices=len(controller.slices),
-             evictions_per_second=config.taints_evictions_per_second, metrics_port=config.metrics_port)
+    async def start() -> None:
+        rules, rule_status = await discover_rules(kube, config.taints_rule_version)
+        _rules_version["version"] = rules.version if rules else None
+        metrics = Metrics()
+        controller = TaintsController(
+            kube, rules=rules, rule_status=rule_status, workers=config.taints_workers, metrics=metrics,
+            guards=Guards(evictions_per_second=config.taints_evictions_per_second,
+                          eviction_api_max_wait=config.taints_eviction_api_max_wait,
+                          eviction_api_retry=config.taints_eviction_api_retry))
+        runtime.on_cleanup(controller.queue.stop)
+        # Fill the caches before any worker runs: deadlines come from the API's state, so a
+        # restarted operator finds every pending eviction again, with the same due time.
+        runtime.informer(POD_DISRUPTION_BUDGETS, controller.budgets, controller.on_budget)
+        runtime.informer(DEVICE_CLASSES, controller.classes, controller.on_class, kind="DeviceClass")
+        runtime.informer(RESOURCE_SLICES, controller.slices, controller.on_slice, kind="ResourceSlice")
+        if rules is not None:
+            runtime.informer(rules, controller.rules, controller.on_rule, kind="DeviceTaintRule")
+        runtime.informer(RESOURCE_CLAIMS, controller.claims, controller.on_claim, kind="ResourceClaim")
+        runtime.informer(PODS, controller.pods, controller.on_pod, kind="Pod")
+        counts = await runtime.prime()
+        serve(metrics.registry, config.metrics_port)
+        memo.taints_controller = controller
+        # Watches keep the cache warm on a standby; only the leader's workers evict and write status.
+        leader = await act_when_leader(kube, config, "dra-operators-taints", controller.queue,
+                                       supervisor=runtime.supervisor)
+        if leader is not None:
+            runtime.on_cleanup(leader.release)
+        runtime.start_watchdog()
+        if rules is None:
+            log.warning("the cluster serves no DeviceTaintRules: only ResourceSlice taints evict")
+        log.info("taints operator started", workers=config.taints_workers, rules_version=_rules_version["version"],
+                 rule_status=rule_status, evictions_per_second=config.taints_evictions_per_second,
+                 metrics_port=config.metrics_port, **counts)
+
+    await start_or_undo(runtime, start)
 
 
 @kopf.on.cleanup()
 async def stop_taints(memo: kopf.Memo, **_) -> None:
-    controller: TaintsController | None = getattr(memo, "taints_controller", None)
-    if controller is not None:
-        await controller.queue.stop()
-        if getattr(memo, "taints_leader", None) is not None:
-            await memo.taints_leader.release()
-        await controller.kube.close()
+    runtime: Runtime | None = getattr(memo, "taints_runtime", None)
+    if runtime is not None:
+        await runtime.stop()
 
 
-def _deleted(event: kopf.RawEvent) -> bool:
-    return event.get("type") == "DELETED"
+@kopf.on.probe(id="taints")
+def taints_liveness(memo: kopf.Memo, **_) -> dict:
+    runtime: Runtime | None = getattr(memo, "taints_runtime", None)
+    return runtime.liveness() if runtime is not None else {}
+
+
+def _informer(memo: kopf.Memo, plural: str):
+    return memo.taints_runtime.informers[plural]
 
 
 def _served_rules(resource: kopf.Resource) -> bool:
@@ -100,32 +114,32 @@ def _served_rules(resource: kopf.Resource) -> bool:
 # Handlers are async: sync ones would run in kopf's thread pool, off the event loop that owns the queue.
 @kopf.on.event("v1", "pods", id="taints-pods")
 async def pod_event(event: kopf.RawEvent, memo: kopf.Memo, **_) -> None:
-    memo.taints_controller.on_pod(event["object"], _deleted(event))
+    _informer(memo, "pods").on_event(event)
 
 
 @kopf.on.event("resource.k8s.io", "v1", "resourceclaims", id="taints-claims")
 async def claim_event(event: kopf.RawEvent, memo: kopf.Memo, **_) -> None:
-    memo.taints_controller.on_claim(event["object"], _deleted(event))
+    _informer(memo, "resourceclaims").on_event(event)
 
 
 @kopf.on.event("resource.k8s.io", "v1", "resourceslices", id="taints-slices")
 async def slice_event(event: kopf.RawEvent, memo: kopf.Memo, **_) -> None:
-    memo.taints_controller.on_slice(event["object"], _deleted(event))
+    _informer(memo, "resourceslices").on_event(event)
 
 
 @kopf.on.event(_served_rules, id="taints-rules")
 async def rule_event(event: kopf.RawEvent, memo: kopf.Memo, **_) -> None:
-    memo.taints_controller.on_rule(event["object"], _deleted(event))
+    _informer(memo, "devicetaintrules").on_event(event)
 
 
 # Only v1alpha3 rules (Kubernetes <= 1.34) select through a DeviceClass; the preferred version
 # of DeviceClasses is what every supported cluster serves.
 @kopf.on.event(RESOURCE_GROUP, "deviceclasses", id="taints-deviceclasses")
 async def class_event(event: kopf.RawEvent, memo: kopf.Memo, **_) -> None:
-    memo.taints_controller.on_class(event["object"], _deleted(event))
+    _informer(memo, "deviceclasses").on_event(event)
 
 
 # The Eviction API mode waits for PodDisruptionBudgets to allow a disruption instead of polling.
 @kopf.on.event("policy", "v1", "poddisruptionbudgets", id="taints-budgets")
 async def budget_event(event: kopf.RawEvent, memo: kopf.Memo, **_) -> None:
-    memo.taints_controller.on_budget(event["object"], _deleted(event))
+    _informer(memo, "poddisruptionbudgets").on_event(event)

@@ -110,9 +110,9 @@ async def test_real_scheduler_allocates_across_nodes(kube, controllers, unique, 
         assert len(used) == 4
 
 
-async def _burst(kube, env: ClaimsEnv, count: int) -> None:
+async def _burst(kube, env: ClaimsEnv, count: int, prefix: str = "b") -> None:
     for i in range(count):
-        await env.pod(f"b{i:03d}", {"gpu": tmpl("t")})
+        await env.pod(f"{prefix}{i:03d}", {"gpu": tmpl("t")})
 
 
 async def _all_running_with_one_claim_each(kube, env: ClaimsEnv, count: int, timeout: float) -> None:
@@ -136,23 +136,25 @@ async def _delete_all_and_expect_no_claim(kube, env: ClaimsEnv, timeout: float) 
 
 
 async def test_restart_under_load_never_duplicates_or_leaks(kube, controllers, unique, cluster_objects):
+    """R1: 20 SIGKILLs spread over two bursts of 200 template Pods."""
     controllers.use("ours")
     operator = controllers.operators["claims"]
-    count = 200
+    count, rounds, kills_per_round = 200, 2, 10
     async with ClaimsEnv(kube, f"rs{unique}", devices=100) as env:
         await cluster_objects.create(RESOURCE_SLICES, objects.resource_slice(
             f"slice2-{env.token}", env.driver, "lab-node-1", [objects.device(f"gpu-{i}") for i in range(100)]))
         await env.template("t")
-        burst = asyncio.create_task(_burst(kube, env, count))
         rng = random.Random(unique)
-        for _ in range(3):
-            await asyncio.sleep(rng.uniform(0.3, 2.5))
-            operator.kill()
-            await asyncio.to_thread(operator.start)
-        await burst
-        await _all_running_with_one_claim_each(kube, env, count, timeout=240)
-        await _delete_all_and_expect_no_claim(kube, env, timeout=240)
-        assert operator.starts >= 4
+        for round_ in range(rounds):
+            burst = asyncio.create_task(_burst(kube, env, count, prefix=f"r{round_}-"))
+            for _ in range(kills_per_round):
+                await asyncio.sleep(rng.uniform(0.2, 1.5))
+                operator.kill()
+                await asyncio.to_thread(operator.start)
+            await burst
+            await _all_running_with_one_claim_each(kube, env, count, timeout=240)
+            await _delete_all_and_expect_no_claim(kube, env, timeout=240)
+        assert operator.starts >= 1 + rounds * kills_per_round
         assert not operator.errors(), operator.errors()[:5]
 
 

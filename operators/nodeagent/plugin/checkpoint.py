@@ -81,13 +81,14 @@ def decode(document: Any) -> dict[str, PreparedClaim]:
 def load(path: Path) -> dict[str, PreparedClaim]:
     """Prepared claims on disk; a missing file is an empty checkpoint."""
     try:
-        text = path.read_text()
+        data = path.read_bytes()
     except FileNotFoundError:
         return {}
     try:
-        return decode(json.loads(text))
-    except ValueError as e:
-        raise CheckpointCorrupt(f"{path}: {e}") from e
+        # Invalid UTF-8 (a torn write, a disk error) is corruption like any other, not a crash.
+        return decode(json.loads(data.decode("utf-8")))
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise CheckpointCorrupt(f"{path}: {type(e).__name__}: {e}") from e
 
 
 def save(path: Path, claims: dict[str, PreparedClaim]) -> None:

@@ -9,9 +9,10 @@ restarted agent carries on where the last one stopped.
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 import structlog
@@ -24,6 +25,9 @@ from .checkpoint import PreparedClaim, PreparedDevice
 from .kubeletapi import (dra_v1_pb2, dra_v1_pb2_grpc, dra_v1beta1_pb2, dra_v1beta1_pb2_grpc,
                          pluginregistration_v1_pb2, pluginregistration_v1_pb2_grpc)
 from .prepare import PrepareError, plan_claim
+
+if TYPE_CHECKING:
+    from ...core.supervisor import Supervisor
 
 log = structlog.stdlib.get_logger("operators.nodeagent.plugin")
 
@@ -53,7 +57,7 @@ class KubeletPlugin:
 
     # -- lifecycle ---------------------------------------------------------------------------
 
-    async def start(self) -> None:
+    async def start(self, supervisor: "Supervisor | None" = None) -> None:
         for path in (self.dra_socket, self.registration_socket):
             if len(str(path)) > MAX_SOCKET_PATH:
                 raise ValueError(f"socket path {path} is longer than {MAX_SOCKET_PATH} characters; "
@@ -71,6 +75,16 @@ class KubeletPlugin:
         await self._listen(registration, self.registration_socket)
         self.log.info("kubelet plugin serving", registration=str(self.registration_socket),
                       endpoint=str(self.dra_socket), prepared_claims=len(self.prepared))
+        if supervisor is not None:
+            # A gRPC server that ends by itself is not restarted in place: the process exits and
+            # kubelet re-registers the fresh one.
+            for name, server in zip(("kubelet-plugin-dra", "kubelet-plugin-registration"), self._servers):
+                supervisor.spawn(name, functools.partial(self._serve_until_stopped, server), restart=False)
+
+    async def _serve_until_stopped(self, server: grpc.aio.Server) -> None:
+        await server.wait_for_termination()
+        if self._servers:
+            raise RuntimeError("gRPC server terminated")
 
     async def _listen(self, server: grpc.aio.Server, path: Path) -> None:
         path.unlink(missing_ok=True)  # a stale socket of our own from a previous run

@@ -1,0 +1,100 @@
+"""What every operator process is made of besides its controller: the API client, the supervisor
+of its long-running tasks, its informers, and the liveness answer built from them.
+
+Start-up is all-or-nothing (``start_or_undo``): a start that fails half-way stops whatever it had
+started (tasks, servers, sockets) and the process exits non-zero with the reason, instead of kopf
+retrying the start-up handler on top of the half-started one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Awaitable, Callable
+
+import kopf
+
+from .informer import Handler, Informer
+from .kube import ConnectionLost, Kube
+from .logging import get_logger
+from .resources import Resource
+from .store import Store
+from .supervisor import Supervisor
+
+log = get_logger(__name__)
+
+WATCHDOG_INTERVAL = 30.0
+
+
+class Runtime:
+    def __init__(self, name: str, kube: Kube, *, watch_silence: float = 600.0,
+                 supervisor: Supervisor | None = None):
+        self.name = name
+        self.kube = kube
+        self.watch_silence = watch_silence
+        self.supervisor = supervisor or Supervisor(name)
+        self.informers: dict[str, Informer] = {}
+        self._cleanups: list[Callable[[], Awaitable[Any]]] = []
+
+    def informer(self, resource: Resource, store: Store, handler: Handler, **options: Any) -> Informer:
+        informer = Informer(self.kube, resource, store, handler, silence=self.watch_silence, **options)
+        self.informers[resource.plural] = informer
+        return informer
+
+    async def prime(self) -> dict[str, int]:
+        """The one LIST per watched resource at start-up, in the order the informers were made."""
+        return {plural: await informer.prime() for plural, informer in self.informers.items()}
+
+    def on_cleanup(self, cleanup: Callable[[], Awaitable[Any]]) -> None:
+        """Run at shutdown (and after a failed start), last registered first."""
+        self._cleanups.append(cleanup)
+
+    def start_watchdog(self) -> None:
+        if self.informers:
+            self.supervisor.spawn(f"{self.name}-watchdog", self._watchdog)
+        for informer in self.informers.values():
+            self.supervisor.add_check(lambda i=informer: i.stale_reason)
+
+    async def _watchdog(self) -> None:
+        while True:
+            await asyncio.sleep(min(WATCHDOG_INTERVAL, self.watch_silence / 4))
+            for informer in self.informers.values():
+                try:
+                    if reason := await informer.check_stale():
+                        log.error("watch is stuck, liveness fails", operator=self.name, reason=reason)
+                except ConnectionLost as e:  # the API is away: nothing to judge the watch by
+                    log.info("watchdog cannot reach the API server", error=str(e))
+
+    def problems(self) -> list[str]:
+        return self.supervisor.problems()
+
+    def liveness(self) -> dict[str, Any]:
+        """For kopf's probe: raises (HTTP 500 on /healthz) when something is dead or stuck."""
+        problems = self.problems()
+        if problems:
+            raise kopf.PermanentError(f"{self.name}: " + "; ".join(problems))
+        return {"tasks": len(self.supervisor.running()),
+                "relists": sum(i.relists for i in self.informers.values()),
+                "deletions_found_by_relist": sum(i.deletions_found for i in self.informers.values())}
+
+    async def stop(self) -> None:
+        await self.supervisor.stop()
+        for cleanup in reversed(self._cleanups):
+            try:
+                await cleanup()
+            except Exception as e:  # noqa: BLE001 - the other cleanups still run
+                log.warning("cleanup failed", operator=self.name, error=f"{type(e).__name__}: {e}")
+        self._cleanups.clear()
+
+
+async def start_or_undo(runtime: Runtime, start: Callable[[], Awaitable[None]]) -> None:
+    """Run ``start``; if it fails, stop what it started and end the operator with the reason."""
+    try:
+        await start()
+    except asyncio.CancelledError:
+        await runtime.stop()
+        raise
+    except Exception as e:  # noqa: BLE001 - any failure: undo, then exit non-zero with the reason
+        log.error("start-up failed, stopping what was started", operator=runtime.name,
+                  error=f"{type(e).__name__}: {e}")
+        await runtime.stop()
+        raise kopf.PermanentError(f"{runtime.name} could not start: {type(e).__name__}: {e}") from e

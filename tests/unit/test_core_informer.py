@@ -1,0 +1,194 @@
+"""The informer's relist check, with a stand-in for the API server's reads (the lab tests show the
+same against a real kube-apiserver with a compacted etcd)."""
+
+import asyncio
+
+import pytest
+
+from operators.core.informer import MANY_SUSPECTS, Informer
+from operators.core.kube import ApiError, ConnectionLost
+from operators.core.resources import PODS
+from operators.core.store import Store, key_of
+
+
+def pod(name, uid, rv=1):
+    return {"metadata": {"name": name, "namespace": "ns", "uid": uid, "resourceVersion": str(rv)}}
+
+
+class Api:
+    """What the API server holds now; counts reads and can fail the first ones."""
+
+    def __init__(self, objects, failures=0):
+        self.objects = {key_of(o): o for o in objects}
+        self.gets = self.lists = 0
+        self.failures = failures
+
+    def _maybe_fail(self):
+        if self.failures:
+            self.failures -= 1
+            raise ConnectionLost("GET", "/api/v1/pods", ConnectionResetError())
+
+    async def get_or_none(self, res, name, namespace=None):
+        self.gets += 1
+        self._maybe_fail()
+        return self.objects.get(f"{namespace}/{name}")
+
+    async def list_with_version(self, res, namespace=None, **_):
+        self.lists += 1
+        self._maybe_fail()
+        return list(self.objects.values()), "100"
+
+
+class Recorder:
+    def __init__(self, store):
+        self.store = store
+        self.calls = []
+
+    def __call__(self, obj, deleted):
+        self.calls.append((obj["metadata"]["name"], obj["metadata"]["uid"], deleted))
+        if deleted:
+            self.store.delete(obj)
+        else:
+            self.store.upsert(obj)
+
+
+async def relisted(informer, objects):
+    for obj in objects:
+        informer.on_event({"type": None, "object": obj})
+    await wait_for(lambda: informer._epoch is None and not informer._verifying)
+
+
+async def wait_for(condition, timeout=5.0):
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not condition():
+        assert loop.time() < deadline, "condition not met"
+        await asyncio.sleep(0.01)
+
+
+def make(api, settle=0.05):
+    store = Store()
+    handler = Recorder(store)
+    return Informer(api, PODS, store, handler, settle=settle), store, handler
+
+
+async def test_prime_delivers_every_listed_object():
+    api = Api([pod("a", "1"), pod("b", "2")])
+    informer, store, handler = make(api)
+    assert await informer.prime() == 2
+    assert len(store) == 2 and informer.last_rv == 100
+
+
+async def test_an_object_deleted_while_not_watching_is_reported_deleted_after_a_relist():
+    api = Api([pod("a", "1"), pod("b", "2"), pod("c", "3")])
+    informer, store, handler = make(api)
+    await informer.prime()
+    del api.objects["ns/b"]  # deleted in the gap: kopf's relist simply does not list it
+    handler.calls.clear()
+    await relisted(informer, [pod("a", "1", 5), pod("c", "3", 5)])
+    assert ("b", "2", True) in handler.calls
+    assert store.get("ns/b") is None and informer.deletions_found == 1
+    assert api.gets == 1 and api.lists == 1  # only the suspect was looked up
+
+
+async def test_a_suspect_that_still_exists_is_kept():
+    api = Api([pod("a", "1"), pod("b", "2")])
+    informer, store, handler = make(api)
+    await informer.prime()
+    await relisted(informer, [pod("a", "1")])  # b was not delivered yet, but it exists
+    assert store.get("ns/b") is not None and informer.deletions_found == 0
+
+
+async def test_a_replaced_object_is_deleted_then_the_new_one_added():
+    api = Api([pod("web-0", "old")])
+    informer, store, handler = make(api)
+    await informer.prime()
+    api.objects["ns/web-0"] = pod("web-0", "new", 9)
+    api.objects["ns/x"] = pod("x", "x")
+    handler.calls.clear()
+    await relisted(informer, [pod("x", "x")])
+    assert handler.calls[-2:] == [("web-0", "old", True), ("web-0", "new", False)]
+    assert store.get("ns/web-0")["metadata"]["uid"] == "new"
+
+
+async def test_an_object_stored_after_the_relist_began_is_no_suspect():
+    api = Api([pod("a", "1")])
+    informer, store, handler = make(api, settle=0.2)
+    await informer.prime()
+    informer.on_event({"type": None, "object": pod("a", "1")})
+    store.upsert(pod("created-by-us", "w"))  # a write's result, during the relist
+    await wait_for(lambda: informer._epoch is None and not informer._verifying)
+    assert store.get("ns/created-by-us") is not None and api.gets == 0
+
+
+async def test_many_suspects_are_checked_with_one_list():
+    objects = [pod(f"p{i}", str(i)) for i in range(MANY_SUSPECTS + 10)]
+    api = Api(objects)
+    informer, store, handler = make(api)
+    await informer.prime()
+    api.objects = {}
+    await relisted(informer, [])  # an empty relist never opens an epoch ...
+    assert len(store) == len(objects)
+    api.objects["ns/keep"] = pod("keep", "k")
+    await relisted(informer, [pod("keep", "k")])  # ... a relist of one object does
+    assert len(store) == 1 and api.lists == 2 and api.gets == 0
+
+
+async def test_the_check_is_retried_until_the_api_answers():
+    api = Api([pod("a", "1"), pod("b", "2")])
+    informer, store, handler = make(api)
+    await informer.prime()
+    del api.objects["ns/b"]
+    api.failures = 1
+    informer.on_event({"type": None, "object": pod("a", "1")})
+    await wait_for(lambda: store.get("ns/b") is None, timeout=10)
+
+
+async def test_watch_events_pass_through_and_deletes_match_uids():
+    api = Api([])
+    informer, store, handler = make(api)
+    await informer.prime()
+    informer.on_event({"type": "ADDED", "object": pod("a", "1", 300)})
+    informer.on_event({"type": "DELETED", "object": pod("a", "1", 400)})
+    informer.on_event({"type": "MODIFIED", "object": pod("a", "1", 300)})  # late: the UID is dead
+    assert store.get("ns/a") is None and informer.last_rv == 400
+
+
+class WatchApi(Api):
+    def __init__(self, text="", error=None):
+        super().__init__([])
+        self.text, self.error = text, error
+
+    async def request(self, *args, **kwargs):
+        if self.error:
+            raise self.error
+        return self.text
+
+
+async def test_a_silent_watch_is_stale_only_when_the_resource_changed_and_nothing_arrived():
+    changed = '{"type":"MODIFIED","object":{"metadata":{"name":"a","resourceVersion":"50"}}}\n'
+    api = WatchApi(changed)
+    informer, store, handler = make(api)
+    informer.silence = 0.0
+    informer.last_rv = 10
+    assert await informer.check_stale() == ""        # asked; now waits a round for delivery
+    assert "resourceVersion 50 not delivered" in await informer.check_stale()
+    informer.on_event({"type": "MODIFIED", "object": pod("a", "1", 50)})
+    assert informer.stale_reason == ""
+
+
+async def test_a_quiet_resource_is_not_stale_and_a_compacted_probe_says_nothing():
+    informer, _, _ = make(WatchApi(""))
+    informer.silence, informer.last_rv = 0.0, 10
+    assert await informer.check_stale() == "" and await informer.check_stale() == ""
+    informer, _, _ = make(WatchApi(error=ApiError(410, {"reason": "Expired"})))
+    informer.silence, informer.last_rv = 0.0, 10
+    assert await informer.check_stale() == "" and await informer.check_stale() == ""
+    gone = '{"type":"ERROR","object":{"code":410}}\n'
+    informer, _, _ = make(WatchApi(gone))
+    informer.silence, informer.last_rv = 0.0, 10
+    assert await informer.check_stale() == "" and await informer.check_stale() == ""
+
+
+if __name__ == "__main__":
+    pytest.main([__file__])

@@ -1,0 +1,118 @@
+"""The API client against a misbehaving HTTP server on loopback: 429 with Retry-After, 5xx,
+dropped connections, hangs and garbage, for idempotent and non-idempotent requests."""
+
+import asyncio
+import time
+
+import pytest
+from aiohttp import web
+from kubernetes_asyncio import client
+
+from operators.core.kube import APPLY_PATCH, JSON_PATCH, ApiError, ConnectionLost, Kube, RetryPolicy, should_retry
+
+
+@pytest.fixture
+async def server():
+    """``script`` is a list of behaviours, one per request: an int status, "drop", "hang", "garbage"."""
+    state = {"script": [], "calls": []}
+    release = asyncio.Event()  # ends hung and dropped handlers at teardown
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        state["calls"].append(request.method)
+        what = state["script"].pop(0) if state["script"] else 200
+        if what == "drop":
+            request.transport.close()
+            await release.wait()
+        if what == "hang":
+            await release.wait()
+        if what == "garbage":
+            return web.Response(status=200, text="<html>proxy error</html>")
+        if what == 429:
+            return web.json_response({"kind": "Status", "reason": "TooManyRequests"}, status=429,
+                                     headers={"Retry-After": "1"})
+        if isinstance(what, int) and what >= 400:
+            return web.json_response({"kind": "Status", "reason": "InternalError", "message": "boom"}, status=what)
+        return web.json_response({"kind": "Pod", "metadata": {"name": "p"}})
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]
+    kube = Kube(client.ApiClient(client.Configuration(host=f"http://127.0.0.1:{port}")),
+                RetryPolicy(attempts=4, initial=0.01, maximum=0.05))
+    yield kube, state
+    release.set()
+    await kube.close()
+    await runner.cleanup()
+
+
+async def test_429_is_retried_after_retry_after_even_for_a_create(server):
+    kube, state = server
+    state["script"] = [429]
+    started = time.monotonic()
+    assert (await kube.request("POST", "/api/v1/namespaces/ns/pods", body={}))["kind"] == "Pod"
+    assert state["calls"] == ["POST", "POST"] and time.monotonic() - started >= 0.9
+
+
+@pytest.mark.parametrize("status", [500, 502, 503, 504])
+async def test_5xx_is_retried_for_reads_and_idempotent_writes(server, status):
+    kube, state = server
+    for method, content_type in (("GET", "application/json"), ("PUT", "application/json"),
+                                 ("DELETE", "application/json"), ("PATCH", APPLY_PATCH)):
+        state["script"], state["calls"] = [status, status], []
+        await kube.request(method, "/api/v1/namespaces/ns/pods/p", body={}, content_type=content_type)
+        assert len(state["calls"]) == 3
+
+
+async def test_5xx_on_a_create_or_json_patch_is_not_repeated(server):
+    kube, state = server
+    for method, content_type in (("POST", "application/json"), ("PATCH", JSON_PATCH)):
+        state["script"], state["calls"] = [500], []
+        with pytest.raises(ApiError) as e:
+            await kube.request(method, "/api/v1/namespaces/ns/pods", body={}, content_type=content_type)
+        assert e.value.status == 500 and len(state["calls"]) == 1
+
+
+async def test_a_dropped_connection_is_retried_for_a_get_and_reported_for_a_create(server):
+    kube, state = server
+    state["script"] = ["drop"]
+    assert (await kube.request("GET", "/api/v1/pods"))["kind"] == "Pod"
+    state["script"], state["calls"] = ["drop"], []
+    with pytest.raises(ConnectionLost):
+        await kube.request("POST", "/api/v1/namespaces/ns/pods", body={})
+    assert state["calls"] == ["POST"]
+
+
+async def test_a_hung_request_times_out_as_connection_lost(server):
+    kube, state = server
+    state["script"] = ["hang"] * 4
+    with pytest.raises(ConnectionLost):
+        await kube.request("GET", "/api/v1/pods", timeout=0.2)
+
+
+async def test_garbage_with_200_is_an_error_not_data(server):
+    kube, state = server
+    state["script"] = ["garbage"] * 4
+    with pytest.raises(ApiError) as e:
+        await kube.request("POST", "/api/v1/namespaces/ns/pods", body={})
+    assert e.value.status == 502 and "not JSON" in e.value.message
+
+
+async def test_errors_that_are_answers_are_never_retried(server):
+    kube, state = server
+    for status in (400, 403, 404, 409, 410, 422):
+        state["script"], state["calls"] = [status], []
+        with pytest.raises(ApiError):
+            await kube.request("GET", "/api/v1/pods")
+        assert len(state["calls"]) == 1
+
+
+def test_should_retry_rules():
+    assert should_retry(ApiError(429, {}), "POST", "application/json")
+    assert not should_retry(ApiError(503, {}), "POST", "application/json")
+    assert should_retry(ConnectionLost("PUT", "/", OSError()), "PUT", "application/json")
+    assert not should_retry(ConnectionLost("PATCH", "/", OSError()), "PATCH", JSON_PATCH)
+    assert not should_retry(KeyError("x"), "GET", "application/json")
