@@ -57,6 +57,7 @@ async def start_binding(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -
         # preparations to resume and which to undo; rules tell it which cool-offs to end.
         runtime.informer(RESOURCE_CLAIMS, controller.claims, controller.on_claim, kind="ResourceClaim")
         await runtime.prime()
+        await runtime.use_watch_list(settings)
         await controller.cool_off.prime()
         serve(metrics.registry, config.metrics_port)
         memo.binding_controller = controller

@@ -38,6 +38,7 @@ async def start_claims(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) ->
                          kind="ResourceClaimTemplate")
         runtime.informer(PODS, controller.pods, controller.on_pod, kind="Pod")
         counts = await runtime.prime()
+        await runtime.use_watch_list(settings)
         serve(metrics.registry, config.metrics_port)
         memo.claims_controller = controller
         # Watches keep the cache warm on a standby; only the leader's workers act.

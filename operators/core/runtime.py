@@ -14,7 +14,7 @@ from typing import Any, Awaitable, Callable
 import kopf
 
 from .informer import Handler, Informer
-from .kube import ConnectionLost, Kube
+from .kube import ApiError, ConnectionLost, Kube
 from .logging import get_logger
 from .resources import Resource
 from .store import Store
@@ -39,6 +39,26 @@ class Runtime:
         informer = Informer(self.kube, resource, store, handler, silence=self.watch_silence, **options)
         self.informers[resource.plural] = informer
         return informer
+
+    async def use_watch_list(self, settings: kopf.OperatorSettings) -> bool:
+        """Let kopf start its watches with the API server's streamed initial events (WatchList,
+        ``sendInitialEvents``) instead of a second full LIST after ours, when the server offers it:
+        a probe watch that matches (almost) nothing must end its initial events with the
+        ``k8s.io/initial-events-end`` bookmark. Servers without it keep kopf's LIST."""
+        informer = next(iter(self.informers.values()), None)
+        if informer is None:
+            return False
+        try:
+            text = await self.kube.request("GET", informer.resource.path(), params=[
+                ("watch", "true"), ("sendInitialEvents", "true"), ("resourceVersionMatch", "NotOlderThan"),
+                ("allowWatchBookmarks", "true"), ("timeoutSeconds", "1"),
+                ("fieldSelector", informer.field_selector or "metadata.name=dra-operators-watch-list-probe"),
+                ("labelSelector", informer.label_selector)], raw=True, retry=False, timeout=15)
+        except (ApiError, ConnectionLost) as e:
+            log.info("streamed initial events not available, kopf lists", operator=self.name, error=str(e))
+            return False
+        settings.watching.initial_streaming = "k8s.io/initial-events-end" in text
+        return settings.watching.initial_streaming
 
     async def prime(self) -> dict[str, int]:
         """The one LIST per watched resource at start-up, in the order the informers were made."""

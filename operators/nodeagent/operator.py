@@ -61,6 +61,7 @@ async def start_nodeagent(settings: kopf.OperatorSettings, memo: kopf.Memo, **_)
         runtime.informer(RESOURCE_SLICES, agent.slices, agent.on_slice, field_selector=agent.slice_selector,
                          kind="ResourceSlice")
         await runtime.prime()
+        await runtime.use_watch_list(settings)
         await agent.start(runtime.supervisor, primed=True)
         memo.nodeagent = agent
         if config.nodeagent_kubelet_plugin:

@@ -72,6 +72,7 @@ async def start_taints(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) ->
         runtime.informer(RESOURCE_CLAIMS, controller.claims, controller.on_claim, kind="ResourceClaim")
         runtime.informer(PODS, controller.pods, controller.on_pod, kind="Pod")
         counts = await runtime.prime()
+        await runtime.use_watch_list(settings)
         serve(metrics.registry, config.metrics_port)
         memo.taints_controller = controller
         # Watches keep the cache warm on a standby; only the leader's workers evict and write status.
