@@ -15,6 +15,7 @@ import structlog
 
 from ..core.events import NORMAL, WARNING, EventRecorder
 from ..core.kube import ApiError, Kube
+from ..core.metatime import format_time, utcnow
 from ..core.resources import RESOURCE_CLAIMS, Resource
 from ..core.store import Store, key_of
 from ..core.workqueue import RetryableError, WorkQueue
@@ -120,7 +121,7 @@ class BindingController:
             for t in tracked.values():
                 if t.prep.claim_uid == claim["metadata"]["uid"]:
                     t.pods = tuple(d.consumer_pods(claim))
-        at = d.now()
+        at = utcnow()
         plan = d.plan(claim, {k: t.known() for k, t in tracked.items()}, self.drivers, self.timeout, at)
         errors: list[str] = []
 
@@ -186,7 +187,7 @@ class BindingController:
             if record.ref.key in tracked or (claim["metadata"]["uid"], record.ref.key, record.started) in self._undone:
                 continue
             dev = current.get(record.ref.key) or d.BindingDevice(record.ref, "", (), ())
-            started = d.parse_time(record.started) or d.now()
+            started = d.parse_time(record.started) or utcnow()
             tracked[record.ref.key] = self._new(claim, dev, started, attempted=True,
                                                 allocated=record.allocated, node=record.node)
             log.info("adopted preparation from before a restart", claim=key_of(claim), device=record.ref.key,
@@ -194,7 +195,7 @@ class BindingController:
 
     async def _start(self, key: str, claim: d.Obj, t: Tracked) -> None:
         # The record goes first: a crash after this line leaves a trace to resume or undo.
-        record = d.Record(t.ref, t.prep.node, d.format_time(t.prep.started), t.allocated)
+        record = d.Record(t.ref, t.prep.node, format_time(t.prep.started), t.allocated)
         if not d.has_record(claim, t.ref, record) and not await self._apply_record(key, claim, t.ref, record):
             return  # the claim is gone or was replaced: its event brings the next step
         resumed = t.attempted
@@ -203,12 +204,12 @@ class BindingController:
         where = f" for node {t.prep.node}" if t.prep.node else ""
         await self._event(t, NORMAL, "PreparingDevice",
                                 f"{'resuming' if resumed else 'preparing'} device {t.ref.key}{where}")
-        t.log.info("preparation started", resumed=resumed, deadline=d.format_time(t.prep.deadline))
+        t.log.info("preparation started", resumed=resumed, deadline=format_time(t.prep.deadline))
 
     async def _run(self, key: str, t: Tracked) -> None:
         """The preparation, bounded by the scheduler's deadline; its outcome is written by sync."""
         try:
-            async with asyncio.timeout((t.prep.deadline - d.now()).total_seconds()):
+            async with asyncio.timeout((t.prep.deadline - utcnow()).total_seconds()):
                 async with self._slots:
                     self.metrics.in_flight.inc()
                     try:
@@ -243,10 +244,10 @@ class BindingController:
             accepted = False
         else:
             conditions = d.outcome_conditions(dev, outcome.ready, reason, outcome.message,
-                                              d.device_status(claim, t.ref), d.now())
+                                              d.device_status(claim, t.ref), utcnow())
             accepted = await self._apply_status(key, claim, dev, conditions, outcome.data)
         t.written = True
-        self.metrics.prepared(t.ref.driver, t.outcome_label, (d.now() - t.prep.started).total_seconds())
+        self.metrics.prepared(t.ref.driver, t.outcome_label, (utcnow() - t.prep.started).total_seconds())
         t.log.info("preparation finished", outcome=t.outcome_label, reason=reason, message=outcome.message,
                    written=accepted, cool_off_rule=rule)
         if not accepted:
@@ -266,7 +267,7 @@ class BindingController:
             assert t.task is not None
             t.task.cancel()
             await asyncio.gather(t.task, return_exceptions=True)
-        at = d.now()
+        at = utcnow()
         if not t.written:
             # The allocation went away before an outcome was reported.
             timed_out = d.undo_means_timeout(t.known(), t.allocated, self.timeout, at, False)
@@ -291,7 +292,7 @@ class BindingController:
                                         f"undoing the preparation of device {t.ref.key} failed: {e}")
                 raise RetryableError(f"undo {t.ref.key}: {e}") from e
             t.undone = True
-            self._undone[(t.prep.claim_uid, t.ref.key, d.format_time(t.prep.started))] = None
+            self._undone[(t.prep.claim_uid, t.ref.key, format_time(t.prep.started))] = None
             while len(self._undone) > 4096:
                 self._undone.popitem(last=False)
             self.metrics.undos.labels(t.ref.driver, "success").inc()

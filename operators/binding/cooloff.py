@@ -12,6 +12,7 @@ from typing import Callable
 import structlog
 
 from ..core.kube import ApiError, Kube
+from ..core.metatime import format_time, utcnow
 from ..core.resources import Resource
 from ..core.workqueue import RetryableError
 from . import decisions as d
@@ -47,15 +48,15 @@ class CoolOff:
             if not driver or not self.drivers.serves(driver):
                 continue
             name = rule["metadata"]["name"]
-            self.until[name] = d.cool_off_until(rule) or d.now()
-            self._schedule(name, (self.until[name] - d.now()).total_seconds())
+            self.until[name] = d.cool_off_until(rule) or utcnow()
+            self._schedule(name, (self.until[name] - utcnow()).total_seconds())
 
     async def taint(self, ref: d.DeviceRef, reason: str, message: str, claim: str) -> str | None:
         """Write (or extend) the rule for ``ref``; return its name, None when cool-off is off."""
         if not self.enabled:
             return None
         assert self.rules is not None
-        until = d.now() + datetime.timedelta(seconds=self.seconds)
+        until = utcnow() + datetime.timedelta(seconds=self.seconds)
         body = d.cool_off_rule(ref, self.rules.group_version, self.taint_key, self.effect, reason, until,
                                claim, message)
         name = body["metadata"]["name"]
@@ -65,7 +66,7 @@ class CoolOff:
             raise RetryableError(f"cool-off taint for {ref.key}: {e}") from e
         self.until[name] = until
         self.metrics.cool_offs.labels(ref.driver, "added").inc()
-        log.info("device tainted for cool-off", device=ref.key, rule=name, until=d.format_time(until),
+        log.info("device tainted for cool-off", device=ref.key, rule=name, until=format_time(until),
                  claim=claim, reason=reason)
         self._schedule(name, self.seconds)
         return name
@@ -80,8 +81,8 @@ class CoolOff:
             if rule is None:
                 self.until.pop(name, None)
                 return
-            until = d.cool_off_until(rule) or d.now()
-            remaining = (until - d.now()).total_seconds()
+            until = d.cool_off_until(rule) or utcnow()
+            remaining = (until - utcnow()).total_seconds()
             if remaining > 0:
                 self.until[name] = until
                 self._schedule(name, remaining)

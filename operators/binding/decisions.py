@@ -25,7 +25,6 @@ from typing import Iterable, Mapping
 
 from ..core import metatime
 from ..core.metatime import format_time
-from ..core.metatime import utcnow as now  # noqa: F401 - the controller's clock, as d.now
 from ..core.resourceclaim import Obj, allocation_results, reserved_pod_names
 
 API_VERSION = "resource.k8s.io/v1"

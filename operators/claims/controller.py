@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import structlog
 
+from ..core import resourceclaim as rc
 from ..core.events import WARNING, EventRecorder
 from ..core.kube import APPLY_PATCH, ApiError, ConnectionLost, Kube
 from ..core.resources import PODS, RESOURCE_CLAIMS
@@ -24,26 +25,18 @@ EVENT_COMPONENT = "resource_claim"  # upstream's event recorder component
 
 
 def _pod_claim_index(pod: d.Obj) -> list[str]:
-    """``podResourceClaim``: ns/claim for every claim name the Pod already knows."""
-    keys = []
-    for pod_claim in d.pod_claims(pod):
-        try:
-            name, _ = d.claim_name(pod, pod_claim)
-        except (d.ClaimNotCreatedYet, d.UnsupportedPodClaim):
-            continue
-        if name:
-            keys.append(f"{pod['metadata']['namespace']}/{name}")
-    return keys
+    """``podResourceClaim``: ns/claim for every claim name the Pod already knows (spec only, as upstream)."""
+    return rc.pod_claim_keys(pod, extended=False)
 
 
 def _pod_template_index(pod: d.Obj) -> list[str]:
     return [f"{pod['metadata']['namespace']}/{c['resourceClaimTemplateName']}"
-            for c in d.pod_claims(pod) if c.get("resourceClaimTemplateName")]
+            for c in rc.pod_claims(pod) if c.get("resourceClaimTemplateName")]
 
 
 def _claim_owner_index(claim: d.Obj) -> list[str]:
     """``claimPodOwner``: ns/uid of the controlling Pod."""
-    _, uid = d.owning_pod(claim)
+    _, uid = rc.owning_pod(claim)
     return [f"{claim['metadata']['namespace']}/{uid}"] if uid else []
 
 
@@ -96,15 +89,15 @@ class ClaimsController:
             self._enqueue_pod(pod, False)
 
     def _enqueue_pod(self, pod: d.Obj, deleted: bool) -> None:
-        if not d.pod_claims(pod) and not d.extended_claim_name(pod):
+        if not rc.pod_claims(pod) and not rc.extended_claim_name(pod):
             return
         if deleted:
             self.deleted_pods.add(pod["metadata"]["uid"])
         if not d.pod_needs_claims(pod, deleted):
-            for key in d.claim_keys_to_release(pod):
+            for key in rc.pod_claim_keys(pod):  # the scheduler-made extended-resource claim too
                 self.queue.add(CLAIM_PREFIX + key)
         if not deleted and d.pod_needs_work(pod, self.claims.get):
-            self.queue.add(POD_PREFIX + d.pod_key(pod))
+            self.queue.add(POD_PREFIX + rc.pod_key(pod))
 
     # -- sync --------------------------------------------------------------------------------
 
@@ -121,10 +114,10 @@ class ClaimsController:
     async def sync_pod(self, namespace: str, name: str) -> None:
         pod = self.pods.get(f"{namespace}/{name}")
         logger = log.bind(pod=f"{namespace}/{name}")
-        if pod is None or pod["metadata"].get("deletionTimestamp") or d.is_terminal(pod):
+        if pod is None or pod["metadata"].get("deletionTimestamp") or rc.is_terminal(pod):
             return
         new_claims: dict[str, str] = {}
-        for pod_claim in d.pod_claims(pod):
+        for pod_claim in rc.pod_claims(pod):
             try:
                 created = await self._handle_claim(pod, pod_claim, logger)
             except (ClaimError, ApiError) as e:
@@ -151,16 +144,16 @@ class ClaimsController:
 
         if not pod["spec"].get("nodeName"):
             return  # the scheduler reserves claims for Pods it schedules
-        for pod_claim in d.pod_claims(pod):
-            claim_name, check_owner = d.claim_name(pod, pod_claim)
+        for pod_claim in rc.pod_claims(pod):
+            claim_name, check_owner = rc.claim_name(pod, pod_claim)
             if claim_name is None:
                 continue
             claim = self.claims.get(f"{namespace}/{claim_name}")
             if claim is None:
                 return
-            if check_owner and (problem := d.is_for_pod(pod, claim)):
+            if check_owner and (problem := rc.is_for_pod(pod, claim)):
                 raise RetryableError(problem)
-            if d.is_allocated(claim) and not d.is_reserved_for_pod(pod, claim):
+            if rc.is_allocated(claim) and not rc.is_reserved_for_pod(pod, claim):
                 await self._reserve(pod, claim, logger)
 
     async def _handle_claim(self, pod: d.Obj, pod_claim: d.Obj, logger) -> str | None:
@@ -168,10 +161,10 @@ class ClaimsController:
         (an existing generated claim found by owner and annotation, or a new one)."""
         namespace = pod["metadata"]["namespace"]
         try:
-            name, check_owner = d.claim_name(pod, pod_claim)
-        except d.ClaimNotCreatedYet:
+            name, check_owner = rc.claim_name(pod, pod_claim)
+        except rc.ClaimNotCreatedYet:
             name, check_owner = "", True
-        except d.UnsupportedPodClaim as e:
+        except rc.UnsupportedPodClaim as e:
             raise ClaimError(f"checking for claim before creating it: {e}") from e
         else:
             if name is None:
@@ -190,7 +183,7 @@ class ClaimsController:
         if claim is None and pod_uid in self._uncertain_creates:
             # A create whose answer was lost may have been carried out: look before creating again.
             owned = [c for c in await self.kube.list(RESOURCE_CLAIMS, namespace)
-                     if d.owning_pod(c)[1] == pod_uid]
+                     if rc.owning_pod(c)[1] == pod_uid]
             claim = d.find_generated_claim(owned, pod_claim["name"])
             if claim is not None:
                 self.claims.upsert(claim)
@@ -230,7 +223,7 @@ class ClaimsController:
             if claim is None:
                 logger.info("generated claim is gone, creating it again", claim=f"{namespace}/{name}")
                 return False
-        if check_owner and (problem := d.is_for_pod(pod, claim)):
+        if check_owner and (problem := rc.is_for_pod(pod, claim)):
             logger.error("claim that was created for the pod is no longer owned by the pod, creating a new one",
                          claim=f"{namespace}/{name}", problem=problem)
             return False
@@ -256,7 +249,7 @@ class ClaimsController:
         reserved = (claim.get("status") or {}).get("reservedFor") or []
         remaining = []
         for entry in reserved:
-            if not d.is_pod_entry(entry):
+            if not rc.is_pod_entry(entry):
                 remaining.append(entry)  # consumers that are not Pods are kept (1.36+)
                 continue
             check = d.check_pod_reservation(entry, self.pods.get(f"{namespace}/{entry.get('name')}"), self.deleted_pods)
@@ -275,13 +268,13 @@ class ClaimsController:
                 claim = await self.kube.replace(RESOURCE_CLAIMS, d.released_claim_status(claim, remaining),
                                                 subresource="status")
                 self.claims.upsert(claim)
-                logger.info("removed consumers", remaining=len(remaining), allocated=d.is_allocated(claim))
-                if d.has_finalizer(claim) and not d.is_allocated(claim):
+                logger.info("removed consumers", remaining=len(remaining), allocated=rc.is_allocated(claim))
+                if d.has_finalizer(claim) and not rc.is_allocated(claim):
                     claim = await self.kube.replace(RESOURCE_CLAIMS, d.without_finalizer(claim))
                     self.claims.upsert(claim)
                     logger.info("removed finalizer after removing consumers")
             elif d.has_finalizer(claim) and claim["metadata"].get("deletionTimestamp") and not remaining:
-                if d.is_allocated(claim):
+                if rc.is_allocated(claim):
                     claim = await self.kube.replace(RESOURCE_CLAIMS, d.released_claim_status(claim, []),
                                                     subresource="status")
                     self.claims.upsert(claim)
@@ -296,13 +289,13 @@ class ClaimsController:
 
         if remaining:
             return
-        pod_name, pod_uid = d.owning_pod(claim)
+        pod_name, pod_uid = rc.owning_pod(claim)
         if not pod_name:
             return
         pod = self.pods.get(f"{namespace}/{pod_name}")
         if pod is None:
             return  # maybe not known yet; a Pod that is really gone is the garbage collector's
-        if pod["metadata"]["uid"] != pod_uid or d.is_pod_done(pod):
+        if pod["metadata"]["uid"] != pod_uid or rc.is_pod_done(pod):
             try:
                 await self.kube.delete(RESOURCE_CLAIMS, name, namespace)
             except ApiError as e:

@@ -13,9 +13,7 @@ from typing import Any, Callable
 
 from ..core.resourceclaim import (ClaimNotCreatedYet, Obj, UnsupportedPodClaim, claim_name, controller_ref,
                                   is_allocated, is_for_pod, is_pod_done, is_reserved_for_pod, is_terminal,
-                                  pod_claim_keys, pod_claims)
-# The controller uses these through this module too.
-from ..core.resourceclaim import extended_claim_name, is_pod_entry, owning_pod, pod_key  # noqa: F401
+                                  pod_claims)
 
 POD_CLAIM_ANNOTATION = "resource.kubernetes.io/pod-claim-name"
 EXTENDED_RESOURCE_CLAIM_ANNOTATION = "resource.kubernetes.io/extended-resource-claim"
@@ -27,12 +25,6 @@ MAX_GENERATE_NAME_BASE = 57  # 63 minus a hyphen and the API server's 5 random c
 def pod_needs_claims(pod: Obj, deleted: bool) -> bool:
     """``podNeedsClaims``: False when the Pod will never run (again)."""
     return not deleted and not is_pod_done(pod)
-
-
-def claim_keys_to_release(pod: Obj) -> list[str]:
-    """The claims to check once a Pod no longer needs them (deleted or finished), including
-    the scheduler-created extended-resource claim."""
-    return pod_claim_keys(pod)
 
 
 def pod_needs_work(pod: Obj, get_claim: Callable[[str], Obj | None]) -> bool:

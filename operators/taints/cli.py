@@ -11,6 +11,7 @@ import click
 import yaml
 
 from ..core.kube import Kube
+from ..core.metatime import utcnow
 from ..core.settings import Settings
 from . import decisions as d
 from .preview import compute, load, prepare_rule, render
@@ -42,7 +43,7 @@ def preview(rule: str, output: str) -> None:
     async def run() -> str:
         kube = await Kube.connect(Settings.from_env().kubeconfig)
         try:
-            now = d.utcnow()
+            now = utcnow()
             controller, found = await load(kube, prepare_rule(body, now) if body else None, None if body else rule)
             result = compute(controller, found, now)
             return json.dumps(result.to_json(now), indent=2) if output == "json" else render(result, now)

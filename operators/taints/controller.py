@@ -17,9 +17,10 @@ from typing import Any, Iterable
 
 import structlog
 
-from ..core import cel
+from ..core import cel, resourceclaim as rc
 from ..core.events import NORMAL, WARNING, EventRecorder
 from ..core.kube import STRATEGIC_PATCH, ApiError, Kube
+from ..core.metatime import format_time, utcnow
 from ..core.resources import PODS, Resource
 from ..core.store import Store, key_of
 from ..core.workqueue import RetryableError, WorkQueue
@@ -56,8 +57,8 @@ class TaintsController:
         self.rule_status = rule_status and rules is not None
         self.guards = guards
         self.metrics = metrics or Metrics()
-        self.pods = Store({"claim": d.pod_claim_keys})
-        self.claims = Store({"device": lambda c: d.claim_device_keys(c) if d.is_allocated(c) else []})
+        self.pods = Store({"claim": rc.pod_claim_keys})
+        self.claims = Store({"device": lambda c: d.claim_device_keys(c) if rc.is_allocated(c) else []})
         self.slices = Store({"pool": lambda s: [d.slice_pool_key(s)]})
         self.rules = Store()
         self.classes = Store()
@@ -141,7 +142,7 @@ class TaintsController:
     # -- event handlers (from watches; never block) -----------------------------------------
 
     def on_pod(self, pod: d.Obj, deleted: bool) -> None:
-        key = d.pod_key(pod)
+        key = rc.pod_key(pod)
         old = self.pods.get(key)
         if deleted:
             if old is not None and old["metadata"].get("uid") == pod["metadata"].get("uid"):
@@ -155,12 +156,12 @@ class TaintsController:
                 self._unpark(key)
                 if uid not in self.marked:  # else it is our own eviction coming back
                     log.info("pod deleted while its eviction was pending", pod=key, uid=uid,
-                             due=d.format_time(pending.eviction.when))
+                             due=format_time(pending.eviction.when))
             return
         if not self.pods.upsert(pod):
             return
         same = old if old is not None and old["metadata"].get("uid") == pod["metadata"].get("uid") else None
-        if (d.pod_claim_names(pod) or key in self.pending) and d.pod_needs_look(same, pod):
+        if (rc.pod_claim_names(pod) or key in self.pending) and d.pod_needs_look(same, pod):
             self.queue.add(POD_PREFIX + key)
 
     def on_claim(self, claim: d.Obj, deleted: bool) -> None:
@@ -178,8 +179,8 @@ class TaintsController:
         if claim is None:
             return
         namespace = claim["metadata"]["namespace"]
-        keys = {d.pod_key(p) for p in self.pods.by_index("claim", key_of(claim))}
-        keys.update(f"{namespace}/{name}" for name in d.reserved_pod_names(claim))
+        keys = {rc.pod_key(p) for p in self.pods.by_index("claim", key_of(claim))}
+        keys.update(f"{namespace}/{name}" for name in rc.reserved_pod_names(claim))
         for key in keys:
             if key in self.pods:
                 self.queue.add(POD_PREFIX + key)
@@ -275,8 +276,8 @@ class TaintsController:
         """Pods of allocated claims with a device the rule selects (before or after a change);
         rule changes are rare, so every allocated claim is looked at."""
         for claim in self.claims.values():
-            if d.is_allocated(claim) and any(self._result_matches(rule, result)
-                                             for rule in rules for result in d.allocation_results(claim)):
+            if rc.is_allocated(claim) and any(self._result_matches(rule, result)
+                                              for rule in rules for result in rc.allocation_results(claim)):
                 self._enqueue_claim_pods(claim)
 
     # -- timers ------------------------------------------------------------------------------
@@ -321,8 +322,8 @@ class TaintsController:
                 self.admitted.pop(key, None)
                 self._unpark(key)
                 self.marked.discard(uid)
-                log.info("pod eviction cancelled", pod=key, claims=d.pod_claim_keys(pod),
-                         was_due=d.format_time(pending.eviction.when),
+                log.info("pod eviction cancelled", pod=key, claims=rc.pod_claim_keys(pod),
+                         was_due=format_time(pending.eviction.when),
                          reasons=[str(r) for r in pending.eviction.reasons])
                 await self.events.event(pod, NORMAL, d.EVENT_REASON, d.CANCELLING)
             return
@@ -330,13 +331,13 @@ class TaintsController:
             return
         if pending is None or pending.eviction != eviction:
             self.pending[key] = Pending(uid, eviction)
-            log.info("pod eviction scheduled", pod=key, due=d.format_time(eviction.when),
+            log.info("pod eviction scheduled", pod=key, due=format_time(eviction.when),
                      reasons=[str(r) for r in eviction.reasons], rules=eviction.rule_names(),
-                     claims=d.pod_claim_keys(pod), devices=self._pod_devices(pod))
+                     claims=rc.pod_claim_keys(pod), devices=self._pod_devices(pod))
             # Rule status follows once more Pods had their say (upstream: ruleStatusPeriod later).
             for rule in eviction.rule_names():
                 self._after(RULE_PREFIX + rule, d.RULE_STATUS_PERIOD)
-        delay = (eviction.when - d.utcnow()).total_seconds()
+        delay = (eviction.when - utcnow()).total_seconds()
         if delay > 0:
             self._after(POD_PREFIX + key, delay)
             return
@@ -348,7 +349,7 @@ class TaintsController:
 
     def _pod_devices(self, pod: d.Obj) -> list[str]:
         devices = []
-        for key in d.pod_claim_keys(pod):
+        for key in rc.pod_claim_keys(pod):
             claim = self.claims.get(key)
             if claim is not None:
                 devices += d.claim_device_keys(claim)
@@ -387,9 +388,9 @@ class TaintsController:
         rules = self._reason_rules(eviction)
         api_wait = d.eviction_api_wait(rules, eviction, self.guards.eviction_api_max_wait)
         logger = log.bind(pod=key, uid=uid, rules=eviction.rule_names(), reasons=[str(r) for r in eviction.reasons],
-                          claims=d.pod_claim_keys(cached), devices=self._pod_devices(cached))
+                          claims=rc.pod_claim_keys(cached), devices=self._pod_devices(cached))
         deadline = eviction.when + datetime.timedelta(seconds=api_wait or 0)
-        remaining = (deadline - d.utcnow()).total_seconds()
+        remaining = (deadline - utcnow()).total_seconds()
         budgets = self._budgets_of(cached) if api_wait is not None and remaining > 0 else []
         for budget in budgets:
             if d.budget_allows(self.budgets.get(budget)) - self.attempts.get(budget, 0) <= 0:
@@ -417,7 +418,7 @@ class TaintsController:
                 except ApiError as e:
                     if e.status == 429:
                         logger.info("eviction refused by a PodDisruptionBudget, will retry",
-                                    message=e.message, deletes_at=d.format_time(deadline))
+                                    message=e.message, deletes_at=format_time(deadline))
                         self._park(key, budgets[0] if budgets else "", remaining)
                         return
                     if e.not_found or e.conflict:
@@ -435,7 +436,7 @@ class TaintsController:
         await self._mark(pod)
         try:
             if not d.has_pod_condition(pod):
-                await self.kube.patch(PODS, name, d.pod_condition_patch(pod, d.utcnow()), namespace,
+                await self.kube.patch(PODS, name, d.pod_condition_patch(pod, utcnow()), namespace,
                                       content_type=STRATEGIC_PATCH, subresource="status",
                                       field_manager=d.CONTROLLER_NAME)
             await self.kube.delete(PODS, name, namespace, uid=uid)
@@ -476,13 +477,13 @@ class TaintsController:
 
     def _evicted(self, key: str, uid: str, eviction: d.Eviction, logger: Any, how: str) -> None:
         self._done(key, uid)
-        latency = (d.utcnow() - eviction.when).total_seconds()
+        latency = (utcnow() - eviction.when).total_seconds()
         self.metrics.pod_deleted(max(latency, 0.0))
         for reason in eviction.reasons:
             if reason.is_rule:
                 self.rule_evictions[reason.rule_uid] = self.rule_evictions.get(reason.rule_uid, 0) + 1
                 self._after(RULE_PREFIX + reason.rule, d.RULE_STATUS_PERIOD)
-        logger.info("evicted pod", how=how, latency=round(latency, 3), due=d.format_time(eviction.when))
+        logger.info("evicted pod", how=how, latency=round(latency, 3), due=format_time(eviction.when))
 
     # -- DeviceTaintRule status --------------------------------------------------------------
 
@@ -509,8 +510,8 @@ class TaintsController:
             driver, _, pool_name = pool.partition("/")
             published += sum(1 for name, (_, device) in self._view(pool).devices.items()
                              if d.rule_matches_device(rule, driver, pool_name, name, device, self._cel))
-        allocated = sum(1 for c in self.claims.values() if d.is_allocated(c)
-                        for r in d.allocation_results(c) if self._result_matches(rule, r))
+        allocated = sum(1 for c in self.claims.values() if rc.is_allocated(c)
+                        for r in rc.allocation_results(c) if self._result_matches(rule, r))
         return published, allocated
 
     def pods_evicted_by(self, rule: d.Obj, rules: list[d.Obj]) -> tuple[list[tuple[d.Obj, d.Eviction]], set[str]]:
@@ -544,7 +545,7 @@ class TaintsController:
             await self.events.event(rule, WARNING, reason, message)
         if not self.rule_status:
             return
-        now = d.utcnow()
+        now = utcnow()
         wait = d.status_wait(rule, now)
         if wait > 0:
             self._after(RULE_PREFIX + name, wait)
@@ -587,8 +588,8 @@ class TaintsController:
             self.claims.upsert(obj)
         for obj in pods:
             self.pods.upsert(obj)
-            if d.pod_claim_names(obj):
-                self.queue.add(POD_PREFIX + d.pod_key(obj))
+            if rc.pod_claim_names(obj):
+                self.queue.add(POD_PREFIX + rc.pod_key(obj))
         self._views.clear()
 
 

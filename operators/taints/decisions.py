@@ -16,8 +16,6 @@ from typing import Callable, Iterable, Iterator, Sequence
 from ..core.metatime import format_time, parse_time, utcnow
 from ..core.resourceclaim import (Obj, allocation_results, is_allocated, is_for_pod, is_reserved_for_pod,
                                   pod_claim_names)
-# The controller and the preview use these through this module too.
-from ..core.resourceclaim import pod_claim_keys, pod_key, reserved_pod_names  # noqa: F401
 
 NO_EXECUTE, NO_SCHEDULE, NONE_EFFECT = "NoExecute", "NoSchedule", "None"
 

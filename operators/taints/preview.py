@@ -14,7 +14,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..core import resourceclaim as rc
 from ..core.kube import Kube
+from ..core.metatime import format_time, parse_time
 from ..core.resources import DEVICE_CLASSES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
 from . import decisions as d
 from .controller import TaintsController
@@ -52,13 +54,13 @@ class Preview:
     def to_json(self, now: datetime.datetime) -> dict[str, Any]:
         return {
             "rule": self.rule, "effect": self.effect, "simulatedEffect": d.NO_EXECUTE,
-            "timeAdded": d.format_time(self.time_added),
+            "timeAdded": format_time(self.time_added),
             "publishedDevices": self.published_devices, "allocatedDevices": self.allocated_devices,
             "evictionsPerSecond": self.rate, "evictionAPI": self.eviction_api,
             "namespaces": self.namespaces,
             "pods": [{"namespace": p.namespace, "name": p.name, "uid": p.uid, "node": p.node,
-                      "evictAt": d.format_time(p.due), "inSeconds": max(0, math.ceil((p.due - now).total_seconds())),
-                      "estimatedAt": d.format_time(p.estimated), "claims": p.claims,
+                      "evictAt": format_time(p.due), "inSeconds": max(0, math.ceil((p.due - now).total_seconds())),
+                      "estimatedAt": format_time(p.estimated), "claims": p.claims,
                       "otherReasons": p.other_reasons} for p in self.pods],
         }
 
@@ -74,7 +76,7 @@ def prepare_rule(rule: d.Obj, now: datetime.datetime) -> d.Obj:
     rule["metadata"] = meta
     spec = dict(rule.get("spec") or {})
     taint = dict(spec.get("taint") or {})
-    taint.setdefault("timeAdded", d.format_time(now))
+    taint.setdefault("timeAdded", format_time(now))
     spec["taint"] = taint
     rule["spec"] = spec
     return rule
@@ -97,7 +99,7 @@ def compute(controller: TaintsController, rule: d.Obj, now: datetime.datetime) -
     simulated = d.as_no_execute(rule)
     others = [r for r in controller.evicting_rules() if r["metadata"]["name"] != rule["metadata"]["name"]]
     found, _ = controller.pods_evicted_by(simulated, [*others, simulated])
-    found.sort(key=lambda pe: (pe[1].when, d.pod_key(pe[0])))
+    found.sort(key=lambda pe: (pe[1].when, rc.pod_key(pe[0])))
     try:
         rate = d.rule_rate(rule)
     except d.BadAnnotation:
@@ -109,14 +111,14 @@ def compute(controller: TaintsController, rule: d.Obj, now: datetime.datetime) -
     estimated = estimate([e.when for _, e in found], rate)
     published, allocated = controller.selected_devices(simulated)
     preview = Preview(rule=rule["metadata"]["name"], effect=effect,
-                      time_added=d.parse_time(d.rule_taint(rule).get("timeAdded")) or now,
+                      time_added=parse_time(d.rule_taint(rule).get("timeAdded")) or now,
                       published_devices=published, allocated_devices=allocated,
                       rate=rate, eviction_api=eviction_api)
     for (pod, eviction), when in zip(found, estimated):
         preview.pods.append(PodRow(
             namespace=pod["metadata"]["namespace"], name=pod["metadata"]["name"], uid=pod["metadata"]["uid"],
             node=pod["spec"].get("nodeName", ""), due=eviction.when, estimated=when,
-            claims=[k for k in d.pod_claim_keys(pod) if controller.claims.get(k) is not None],
+            claims=[k for k in rc.pod_claim_keys(pod) if controller.claims.get(k) is not None],
             other_reasons=[str(r) for r in eviction.reasons if r.rule != rule["metadata"]["name"]]))
     return preview
 
@@ -143,7 +145,7 @@ async def load(kube: Kube, rule: d.Obj | None, name: str | None) -> tuple[Taints
 def render(preview: Preview, now: datetime.datetime) -> str:
     lines = [f"DeviceTaintRule {preview.rule}: effect {preview.effect or '(none)'}"
              + ("" if preview.effect == d.NO_EXECUTE else ", previewed as if it were NoExecute")
-             + f", taint added {d.format_time(preview.time_added)}"]
+             + f", taint added {format_time(preview.time_added)}"]
     pods, namespaces = len(preview.pods), preview.namespaces
     lines.append(f"selects {preview.published_devices} published and {preview.allocated_devices} allocated devices; "
                  f"{pods} pod{'' if pods == 1 else 's'} would be evicted in "
@@ -154,7 +156,7 @@ def render(preview: Preview, now: datetime.datetime) -> str:
         lines.append("evicts through the Eviction API (PodDisruptionBudgets are respected)")
     if preview.pods:
         header = ("NAMESPACE", "POD", "NODE", "EVICT AT", "IN", "CLAIMS")
-        rows = [(p.namespace, p.name, p.node, d.format_time(p.estimated),
+        rows = [(p.namespace, p.name, p.node, format_time(p.estimated),
                  f"{max(0, math.ceil((p.estimated - now).total_seconds()))}s", ",".join(k.split("/", 1)[1] for k in p.claims))
                 for p in preview.pods]
         widths = [max(len(str(r[i])) for r in (header, *rows)) for i in range(len(header))]

@@ -20,6 +20,7 @@ import yaml
 from operators.binding import decisions as bd
 from operators.binding import rbac
 from operators.core.kube import APPLY_PATCH, ApiError, Kube
+from operators.core.metatime import format_time, utcnow
 from operators.core.resources import (DEVICE_CLASSES, EVENTS, LEASES, NAMESPACES, PODS, RESOURCE_CLAIM_TEMPLATES,
                                       RESOURCE_CLAIMS, RESOURCE_SLICES, SERVICE_ACCOUNTS, Resource)
 
@@ -206,7 +207,7 @@ async def apply_other_writer(kube: Kube, claim: dict, driver: str, pool: str, de
             "status": {"devices": [{"driver": driver, "pool": pool, "device": device, "data": {"vlan": 7},
                                     "conditions": [{"type": "other.example.com/linked", "status": "True",
                                                     "reason": "Linked", "message": "",
-                                                    "lastTransitionTime": bd.format_time(bd.now())}]}]}}
+                                                    "lastTransitionTime": format_time(utcnow())}]}]}}
     await kube.request("PATCH", RESOURCE_CLAIMS.path(claim["metadata"]["namespace"], claim["metadata"]["name"],
                                                      "status"),
                        body=body, content_type=APPLY_PATCH, params=[("fieldManager", "other-writer")])
@@ -549,7 +550,7 @@ async def test_operator_works_with_exactly_its_rbac_and_not_without_the_driver_s
                 device = env.device_of(claim)
                 dev = bd.BindingDevice(bd.DeviceRef(env.driver, env.pool_of(claim), device), "gpu",
                                        (env.ready_type,), (env.failed_type,))
-                body = bd.status_apply(claim, dev, bd.outcome_conditions(dev, False, "Test", "x", None, bd.now()))
+                body = bd.status_apply(claim, dev, bd.outcome_conditions(dev, False, "Test", "x", None, utcnow()))
 
                 async def refused():
                     try:

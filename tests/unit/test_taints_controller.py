@@ -110,10 +110,11 @@ def budget(allowed, rv="1"):
 
 def test_parked_pods_are_woken_as_many_as_the_budget_allows():
     c = controller()
+    from operators.core.metatime import utcnow
     from operators.taints import decisions as d
     from operators.taints.controller import Pending
     for key in ("ns/p-a", "ns/p-b"):
-        c.pending[key] = Pending("u", d.Eviction(d.utcnow(), ()))
+        c.pending[key] = Pending("u", d.Eviction(utcnow(), ()))
         c._park(key, "ns/b", 60)
     c.queued.clear()
     c.on_budget(budget(0), deleted=False)
