@@ -6,11 +6,10 @@ import kopf
 
 from ..core.kopfsettings import quiet
 from ..core.kube import Kube
-from ..core.leader import act_when_leader
 from ..core.logging import get_logger
 from ..core.metrics import serve
 from ..core.resources import DEVICE_TAINT_RULES, RESOURCE_CLAIMS
-from ..core.runtime import Runtime, start_or_undo
+from ..core.runtime import Runtime, runtime_liveness, start_or_undo, stop_runtime
 from ..core.settings import Settings
 from . import decisions as d
 from . import preparers
@@ -56,8 +55,7 @@ async def start_binding(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -
         # Fill the cache before any worker runs: records on claims tell a restarted operator which
         # preparations to resume and which to undo; rules tell it which cool-offs to end.
         runtime.informer(RESOURCE_CLAIMS, controller.claims, controller.on_claim, kind="ResourceClaim")
-        await runtime.prime()
-        await runtime.use_watch_list(settings)
+        await runtime.prime(settings)
         await controller.cool_off.prime()
         serve(metrics.registry, config.metrics_port)
         memo.binding_controller = controller
@@ -65,11 +63,7 @@ async def start_binding(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -
         # Watches keep the cache warm on a standby; only the leader's workers start preparations,
         # write conditions and taints. A leader that loses its Lease cancels its preparations and
         # exits; the new leader resumes them from the records on the claims.
-        leader = await act_when_leader(kube, config, "dra-operators-binding", controller.queue,
-                                       stop=controller.stop, supervisor=runtime.supervisor)
-        if leader is not None:
-            runtime.on_cleanup(leader.release)
-        runtime.start_watchdog()
+        await runtime.lead(config, "dra-operators-binding", controller.queue, stop=controller.stop)
         log.info("binding operator started", drivers=list(drivers.patterns), preparer=config.binding_preparer,
                  timeout=config.binding_timeout, claims=len(controller.claims),
                  cool_off=config.binding_cool_off if rules else 0, taint_rules=rules.group_version if rules else None,
@@ -80,15 +74,12 @@ async def start_binding(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -
 
 @kopf.on.cleanup()
 async def stop_binding(memo: kopf.Memo, **_) -> None:
-    runtime: Runtime | None = getattr(memo, "binding_runtime", None)
-    if runtime is not None:
-        await runtime.stop()
+    await stop_runtime(memo, "binding_runtime")
 
 
 @kopf.on.probe(id="binding")
 def binding_liveness(memo: kopf.Memo, **_) -> dict:
-    runtime: Runtime | None = getattr(memo, "binding_runtime", None)
-    return runtime.liveness() if runtime is not None else {}
+    return runtime_liveness(memo, "binding_runtime")
 
 
 # Async on purpose: sync handlers would run in kopf's thread pool, off the loop that owns the queue.

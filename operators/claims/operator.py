@@ -6,11 +6,10 @@ import kopf
 
 from ..core.kopfsettings import quiet
 from ..core.kube import Kube
-from ..core.leader import act_when_leader
 from ..core.logging import get_logger
 from ..core.metrics import serve
 from ..core.resources import PODS, RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS
-from ..core.runtime import Runtime, start_or_undo
+from ..core.runtime import Runtime, runtime_liveness, start_or_undo, stop_runtime
 from ..core.settings import Settings
 from .controller import ClaimsController
 from .metrics import Metrics
@@ -37,16 +36,11 @@ async def start_claims(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) ->
         runtime.informer(RESOURCE_CLAIM_TEMPLATES, controller.templates, controller.on_template,
                          kind="ResourceClaimTemplate")
         runtime.informer(PODS, controller.pods, controller.on_pod, kind="Pod")
-        counts = await runtime.prime()
-        await runtime.use_watch_list(settings)
+        counts = await runtime.prime(settings)
         serve(metrics.registry, config.metrics_port)
         memo.claims_controller = controller
         # Watches keep the cache warm on a standby; only the leader's workers act.
-        leader = await act_when_leader(kube, config, "dra-operators-claims", controller.queue,
-                                       supervisor=runtime.supervisor)
-        if leader is not None:
-            runtime.on_cleanup(leader.release)
-        runtime.start_watchdog()
+        await runtime.lead(config, "dra-operators-claims", controller.queue)
         log.info("claims operator started", workers=config.claims_workers, claims=counts["resourceclaims"],
                  pods=counts["pods"], metrics_port=config.metrics_port)
 
@@ -55,15 +49,12 @@ async def start_claims(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) ->
 
 @kopf.on.cleanup()
 async def stop_claims(memo: kopf.Memo, **_) -> None:
-    runtime: Runtime | None = getattr(memo, "claims_runtime", None)
-    if runtime is not None:
-        await runtime.stop()
+    await stop_runtime(memo, "claims_runtime")
 
 
 @kopf.on.probe(id="claims")
 def claims_liveness(memo: kopf.Memo, **_) -> dict:
-    runtime: Runtime | None = getattr(memo, "claims_runtime", None)
-    return runtime.liveness() if runtime is not None else {}
+    return runtime_liveness(memo, "claims_runtime")
 
 
 # Handlers are async: sync ones would run in kopf's thread pool, off the event loop that owns the queue.

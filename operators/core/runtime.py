@@ -15,10 +15,13 @@ import kopf
 
 from .informer import Handler, Informer
 from .kube import ApiError, ConnectionLost, Kube
+from .leader import act_when_leader
 from .logging import get_logger
 from .resources import Resource
+from .settings import Settings
 from .store import Store
 from .supervisor import Supervisor
+from .workqueue import WorkQueue
 
 log = get_logger(__name__)
 
@@ -60,9 +63,22 @@ class Runtime:
         settings.watching.initial_streaming = "k8s.io/initial-events-end" in text
         return settings.watching.initial_streaming
 
-    async def prime(self) -> dict[str, int]:
-        """The one LIST per watched resource at start-up, in the order the informers were made."""
-        return {plural: await informer.prime() for plural, informer in self.informers.items()}
+    async def prime(self, settings: kopf.OperatorSettings | None = None) -> dict[str, int]:
+        """The one LIST per watched resource at start-up, in the order the informers were made;
+        with kopf's ``settings``, its watches then start from streamed initial events if offered."""
+        counts = {plural: await informer.prime() for plural, informer in self.informers.items()}
+        if settings is not None:
+            await self.use_watch_list(settings)
+        return counts
+
+    async def lead(self, config: Settings, lease: str, queue: WorkQueue,
+                   stop: Callable[[], Awaitable[None]] | None = None) -> None:
+        """Start ``queue``'s workers now, or once this replica holds ``lease`` (leader election on;
+        the Lease is released at shutdown); then the watchdog."""
+        leader = await act_when_leader(self.kube, config, lease, queue, stop=stop, supervisor=self.supervisor)
+        if leader is not None:
+            self.on_cleanup(leader.release)
+        self.start_watchdog()
 
     def on_cleanup(self, cleanup: Callable[[], Awaitable[Any]]) -> None:
         """Run at shutdown (and after a failed start), last registered first."""
@@ -118,3 +134,15 @@ async def start_or_undo(runtime: Runtime, start: Callable[[], Awaitable[None]]) 
                   error=f"{type(e).__name__}: {e}")
         await runtime.stop()
         raise kopf.PermanentError(f"{runtime.name} could not start: {type(e).__name__}: {e}") from e
+
+
+# For the kopf handlers each operator registers (operator.py registers; this only serves them).
+async def stop_runtime(memo: kopf.Memo, attr: str) -> None:
+    runtime: Runtime | None = getattr(memo, attr, None)
+    if runtime is not None:
+        await runtime.stop()
+
+
+def runtime_liveness(memo: kopf.Memo, attr: str) -> dict[str, Any]:
+    runtime: Runtime | None = getattr(memo, attr, None)
+    return runtime.liveness() if runtime is not None else {}

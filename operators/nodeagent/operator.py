@@ -8,7 +8,7 @@ from ..core.kopfsettings import quiet
 from ..core.kube import Kube
 from ..core.metrics import serve
 from ..core.resources import NODES, RESOURCE_SLICES
-from ..core.runtime import Runtime, start_or_undo
+from ..core.runtime import Runtime, runtime_liveness, start_or_undo, stop_runtime
 from ..core.settings import Settings
 from .agent import NodeAgent
 from .backends import BackendError, create_backend
@@ -60,8 +60,7 @@ async def start_nodeagent(settings: kopf.OperatorSettings, memo: kopf.Memo, **_)
                          kind="Node")
         runtime.informer(RESOURCE_SLICES, agent.slices, agent.on_slice, field_selector=agent.slice_selector,
                          kind="ResourceSlice")
-        await runtime.prime()
-        await runtime.use_watch_list(settings)
+        await runtime.prime(settings)
         await agent.start(runtime.supervisor, primed=True)
         memo.nodeagent = agent
         if config.nodeagent_kubelet_plugin:
@@ -78,15 +77,12 @@ async def start_nodeagent(settings: kopf.OperatorSettings, memo: kopf.Memo, **_)
 
 @kopf.on.cleanup()
 async def stop_nodeagent(memo: kopf.Memo, **_) -> None:
-    runtime: Runtime | None = getattr(memo, "nodeagent_runtime", None)
-    if runtime is not None:
-        await runtime.stop()
+    await stop_runtime(memo, "nodeagent_runtime")
 
 
 @kopf.on.probe(id="nodeagent")
 def nodeagent_liveness(memo: kopf.Memo, **_) -> dict:
-    runtime: Runtime | None = getattr(memo, "nodeagent_runtime", None)
-    return runtime.liveness() if runtime is not None else {}
+    return runtime_liveness(memo, "nodeagent_runtime")
 
 
 @kopf.on.event("v1", "nodes")

@@ -11,12 +11,11 @@ import kopf
 
 from ..core.kopfsettings import quiet
 from ..core.kube import Kube
-from ..core.leader import act_when_leader
 from ..core.logging import get_logger
 from ..core.metrics import serve
 from ..core.resources import (DEVICE_CLASSES, DEVICE_TAINT_RULES, POD_DISRUPTION_BUDGETS, PODS, RESOURCE_CLAIMS,
                               RESOURCE_GROUP, RESOURCE_SLICES, Resource)
-from ..core.runtime import Runtime, start_or_undo
+from ..core.runtime import Runtime, runtime_liveness, start_or_undo, stop_runtime
 from ..core.settings import Settings
 from .controller import Guards, TaintsController
 from .metrics import Metrics
@@ -71,16 +70,11 @@ async def start_taints(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) ->
             runtime.informer(rules, controller.rules, controller.on_rule, kind="DeviceTaintRule")
         runtime.informer(RESOURCE_CLAIMS, controller.claims, controller.on_claim, kind="ResourceClaim")
         runtime.informer(PODS, controller.pods, controller.on_pod, kind="Pod")
-        counts = await runtime.prime()
-        await runtime.use_watch_list(settings)
+        counts = await runtime.prime(settings)
         serve(metrics.registry, config.metrics_port)
         memo.taints_controller = controller
         # Watches keep the cache warm on a standby; only the leader's workers evict and write status.
-        leader = await act_when_leader(kube, config, "dra-operators-taints", controller.queue,
-                                       supervisor=runtime.supervisor)
-        if leader is not None:
-            runtime.on_cleanup(leader.release)
-        runtime.start_watchdog()
+        await runtime.lead(config, "dra-operators-taints", controller.queue)
         if rules is None:
             log.warning("the cluster serves no DeviceTaintRules: only ResourceSlice taints evict")
         log.info("taints operator started", workers=config.taints_workers, rules_version=_rules_version["version"],
@@ -92,15 +86,12 @@ async def start_taints(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) ->
 
 @kopf.on.cleanup()
 async def stop_taints(memo: kopf.Memo, **_) -> None:
-    runtime: Runtime | None = getattr(memo, "taints_runtime", None)
-    if runtime is not None:
-        await runtime.stop()
+    await stop_runtime(memo, "taints_runtime")
 
 
 @kopf.on.probe(id="taints")
 def taints_liveness(memo: kopf.Memo, **_) -> dict:
-    runtime: Runtime | None = getattr(memo, "taints_runtime", None)
-    return runtime.liveness() if runtime is not None else {}
+    return runtime_liveness(memo, "taints_runtime")
 
 
 def _informer(memo: kopf.Memo, plural: str):
