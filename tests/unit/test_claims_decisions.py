@@ -82,9 +82,8 @@ def test_pod_needs_work():
     assert d.pod_needs_work(p, get)
 
 
-def test_pod_needs_claims_and_release_keys():
+def test_pod_needs_claims():
     p = pod(claims=[TEMPLATE_CLAIM, PLAIN_CLAIM], statuses=[{"name": "gpu", "resourceClaimName": "gen"}])
-    p["status"]["extendedResourceClaimStatus"] = {"resourceClaimName": "ext"}
     assert d.pod_needs_claims(p, deleted=False)
     assert not d.pod_needs_claims(p, deleted=True)
     assert not d.pod_needs_claims(pod(phase="Failed"), deleted=False)
