@@ -7,7 +7,7 @@ import importlib
 import click
 
 from .core.logging import configure_logging
-from .core.settings import Settings
+from .core.settings import Settings, SettingsError
 from .lab.cli import lab
 
 OPERATORS = ("claims", "nodeagent", "binding", "taints",)
@@ -25,10 +25,19 @@ def main() -> None:
               help="kopf liveness endpoint URL ('' to disable).")
 def run(names: tuple[str, ...], liveness: str) -> None:
     """Run one or more operators in this process (cluster-wide), with the suite's logging."""
+    import warnings
+
     import kopf
 
-    settings = Settings.from_env()
+    # kopf leaves its authenticator un-awaited when a start-up handler fails: noise, not news.
+    warnings.filterwarnings("ignore", message="coroutine 'authenticator' was never awaited", category=RuntimeWarning)
+
+    try:
+        settings = Settings.from_env()
+    except SettingsError as e:
+        raise click.ClickException(str(e)) from None
     configure_logging(settings.log_level, settings.log_format)
+    check_kubeconfig(settings.kubeconfig)
     memo = kopf.Memo()
     for name in names:
         # Registers the operator's kopf handlers: only its ``operator`` module does.
@@ -39,7 +48,43 @@ def run(names: tuple[str, ...], liveness: str) -> None:
                 preflight(settings, memo)
             except Exception as e:  # noqa: BLE001 - any preflight failure ends the process
                 raise click.ClickException(f"{name}: {e}") from e
-    kopf.run(clusterwide=True, standalone=True, liveness_endpoint=liveness or None, memo=memo)
+    try:
+        kopf.run(clusterwide=True, standalone=True, liveness_endpoint=liveness or None, memo=memo)
+    except Exception as e:
+        # A start-up handler that failed for good (kopf's ActivityError): its message says what
+        # is wrong and what to do; kopf's traceback would only bury it.
+        if not (reasons := start_failures(e)):
+            raise
+        raise click.ClickException("; ".join(reasons)) from None
+
+
+def check_kubeconfig(kubeconfig: str | None) -> None:
+    """Load the kubeconfig once before kopf starts: a missing or broken one ends the process with
+    what to fix (kopf would retry its start-up handler every minute, for ever)."""
+    import asyncio
+    import os
+
+    from .core.diagnose import kubeconfig_problem
+    from .core.kube import Kube
+
+    async def load() -> None:
+        kube = await Kube.connect(kubeconfig)
+        await kube.close()
+
+    try:
+        asyncio.run(load())
+    except Exception as e:  # noqa: BLE001 - whatever the loader raises, the message says what to fix
+        missing = [p for p in (kubeconfig or "").split(os.pathsep) if p and not os.path.exists(p)]
+        raise click.ClickException(kubeconfig_problem(kubeconfig, e, missing)) from None
+
+
+def start_failures(error: BaseException) -> list[str]:
+    """The messages of the start-up handlers behind kopf's ActivityError (none for any other error)."""
+    outcomes = getattr(error, "outcomes", None)
+    if not isinstance(outcomes, dict):
+        return []
+    return [str(outcome.exception) for outcome in outcomes.values()
+            if getattr(outcome, "exception", None) is not None]
 
 
 @main.command("devices")

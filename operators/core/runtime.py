@@ -9,10 +9,12 @@ retrying the start-up handler on top of the half-started one.
 from __future__ import annotations
 
 import asyncio
+import os
 from typing import Any, Awaitable, Callable
 
 import kopf
 
+from . import diagnose
 from .informer import Handler, Informer
 from .kube import ApiError, ConnectionLost, Kube
 from .leader import act_when_leader
@@ -133,7 +135,9 @@ async def start_or_undo(runtime: Runtime, start: Callable[[], Awaitable[None]]) 
         log.error("start-up failed, stopping what was started", operator=runtime.name,
                   error=f"{type(e).__name__}: {e}")
         await runtime.stop()
-        raise kopf.PermanentError(f"{runtime.name} could not start: {type(e).__name__}: {e}") from e
+        message = diagnose.start_failure(runtime.name, e, getattr(runtime.kube, "host", None),
+                                         os.environ.get("KUBECONFIG"))
+        raise kopf.PermanentError(message) from e
 
 
 # For the kopf handlers each operator registers (operator.py registers; this only serves them).
