@@ -91,7 +91,7 @@ class NodeAgent:
 
     def published_devices(self) -> list[dict[str, Any]]:
         """The devices of the current inventory that pass validation (what is published)."""
-        return split_valid(self.inventory.devices)[0]
+        return split_valid(self.inventory.devices, self.inventory.counter_sets)[0]
 
     # -- inputs ------------------------------------------------------------------------------
 
@@ -217,7 +217,7 @@ class NodeAgent:
             self.metrics.duration.labels(self.driver).observe(time.monotonic() - started)
 
     async def publish(self) -> None:
-        valid, problems = split_valid(self.inventory.devices)
+        valid, problems = split_valid(self.inventory.devices, self.inventory.counter_sets)
         problems = self.inventory.errors + problems
         self.metrics.invalid.labels(self.driver).set(len(problems))
         if problems != self._reported_errors:

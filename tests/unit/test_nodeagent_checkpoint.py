@@ -50,3 +50,12 @@ def test_rebuild_from_cdi_specs():
             "pool": d.pool, "device": d.device, "requestNames": d.requestNames, "shareID": d.shareID,
             "adminAccess": d.adminAccess, "cdiDeviceIDs": d.cdiDeviceIDs}} for d in claim.devices])
     assert checkpoint.rebuild_from_cdi([spec, {"not": "ours"}]) == {"u1": claim}
+
+
+def test_rebuild_skips_specs_whose_annotations_are_damaged_too():
+    damaged = [{"annotations": {cdi.CLAIM_ANNOTATION: "[1]"}, "devices": []},
+               {"annotations": {cdi.CLAIM_ANNOTATION: '{"name": "c"}'}, "devices": []},
+               {"annotations": {cdi.CLAIM_ANNOTATION: '{"uid": "u", "namespace": "n", "name": "c"}'},
+                "devices": [{"annotations": {cdi.DEVICE_ANNOTATION: '{"colour": "red"}'}}]},
+               ["not", "a", "spec"]]
+    assert checkpoint.rebuild_from_cdi(damaged) == {}

@@ -42,6 +42,7 @@ from .base import BackendError, Inventory
 HEALTH_ANNOTATION = "nodeagent.dra-operators.dev/simulated-health"
 _GROUP_KEYS = {"model", "memory", "count", "architecture", "partitions", "allowMultipleAllocations",
                "memoryPolicy", "bindingConditions", "bindingFailureConditions", "bindsToNode", "attributes"}
+_LIMITS = {"count": 4096, "partitions": 64}  # GPUs per group, partitions per GPU
 
 
 def parse_health_annotation(text: str) -> dict[str, tuple[str, str]]:
@@ -56,17 +57,54 @@ def parse_health_annotation(text: str) -> dict[str, tuple[str, str]]:
     return failing
 
 
+def _count(group: dict[str, Any], key: str, default: int, where: str) -> tuple[int, str | None]:
+    """A whole number from 0 to the field's limit, and the problem when it is not one."""
+    value = group.get(key, default)
+    if value is None:
+        return default, None
+    try:
+        number = int(value) if not isinstance(value, (bool, float)) else None
+    except (TypeError, ValueError):
+        number = None
+    if number is None or not 0 <= number <= _LIMITS[key]:
+        return 0, f"{where}.{key}: {value!r} is not a whole number from 0 to {_LIMITS[key]}"
+    return number, None
+
+
+def _group_problems(group: dict[str, Any], where: str) -> list[str]:
+    """Fields of a ``gpus`` entry whose type is wrong: such a group is not published at all,
+    since what it meant cannot be known."""
+    problems = []
+    for key, kind, words in (("attributes", dict, "a mapping of attribute names to values"),
+                             ("memoryPolicy", dict, "a mapping with default, min, max and step"),
+                             ("bindingConditions", list, "a list of condition names"),
+                             ("bindingFailureConditions", list, "a list of condition names"),
+                             ("allowMultipleAllocations", bool, "true or false"),
+                             ("bindsToNode", bool, "true or false")):
+        if group.get(key) is not None and not isinstance(group[key], kind):
+            problems.append(f"{where}.{key}: {group[key]!r} is not {words}")
+    try:
+        parse_quantity(str(group.get("memory", "16Gi")))
+    except ValueError:
+        problems.append(f"{where}.memory: {group.get('memory')!r} is not a quantity like 80Gi")
+    return problems
+
+
 def _gpu_devices(group: dict[str, Any], start: int, node: str, driver: str, where: str) -> tuple[list, list, list]:
     devices, counter_sets, errors = [], [], []
     unknown = set(group) - _GROUP_KEYS
     if unknown:
         errors.append(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
+    count, problem = _count(group, "count", 1, where)
+    partitions, problem2 = _count(group, "partitions", 0, where)
+    problems = [p for p in (problem, problem2) if p] + _group_problems(group, where)
     memory = str(group.get("memory", "16Gi"))
-    try:
-        count = int(group.get("count", 1))
-    except (TypeError, ValueError):
-        return [], [], [f"{where}.count: {group.get('count')!r} is not a number"]
-    partitions = int(group.get("partitions") or 0)
+    if not problems and partitions and parse_quantity(memory) % partitions:
+        # Counters must add up: every partition's share of the GPU's memory counter is whole bytes.
+        problems.append(f"{where}.partitions: {memory} of memory does not split into {partitions} equal "
+                        f"partitions of whole bytes; choose a partition count that divides it")
+    if problems:
+        return [], [], errors + [f"{p} (its GPUs are not published)" for p in problems]
     for i in range(start, start + count):
         name = f"gpu-{i}"
         attributes: dict[str, Any] = {
@@ -115,24 +153,33 @@ def _gpu_devices(group: dict[str, Any], start: int, node: str, driver: str, wher
 
 
 def build_inventory(document: Any, node: str, driver: str) -> Inventory:
-    """The inventory for ``node`` from a parsed YAML document (pure)."""
+    """The inventory for ``node`` from a parsed YAML document (pure). Whatever the document
+    holds, the answer is an inventory: what cannot be used is an error naming where it is."""
     if not isinstance(document, dict):
         return Inventory(errors=["inventory: the top level must be a mapping with 'gpus' and/or 'devices'"])
     nodes = document.get("nodes") or {}
+    if not isinstance(nodes, dict):
+        return Inventory(errors=["inventory: nodes must map node names to inventories"])
     if node in nodes:
         document = nodes[node] or {}
+        if not isinstance(document, dict):
+            return Inventory(errors=[f"inventory: nodes[{node}] must be a mapping with 'gpus' and/or 'devices'"])
     inventory = Inventory()
+    for key in ("gpus", "devices"):
+        if not isinstance(document.get(key) or [], list):
+            inventory.errors.append(f"inventory: {key} must be a list, not {type(document[key]).__name__}")
     index = 0
-    for g, group in enumerate(document.get("gpus") or []):
+    for g, group in enumerate(document.get("gpus") or [] if isinstance(document.get("gpus") or [], list) else []):
         if not isinstance(group, dict):
             inventory.errors.append(f"gpus[{g}]: must be a mapping")
             continue
         devices, counter_sets, errors = _gpu_devices(group, index, node, driver, f"gpus[{g}]")
-        index += len([d for d in devices if "-part-" not in d["name"]])
+        index += _count(group, "count", 1, "")[0]  # a group left out keeps the next groups' names
         inventory.devices += devices
         inventory.counter_sets += counter_sets
         inventory.errors += errors
-    for d, device in enumerate(document.get("devices") or []):
+    for d, device in enumerate(document.get("devices") or [] if isinstance(document.get("devices") or [], list)
+                               else []):
         if not isinstance(device, dict) or "name" not in device:
             inventory.errors.append(f"devices[{d}]: must be a mapping with a name")
             continue
@@ -166,6 +213,8 @@ class SimulatedBackend:
             raise BackendError(f"cannot read the inventory {self.path}: {e.strerror}") from e
         except yaml.YAMLError as e:
             raise BackendError(f"inventory {self.path} does not parse: {e}") from e
+        except UnicodeDecodeError as e:
+            raise BackendError(f"inventory {self.path} is not UTF-8 text: {e}") from e
         return build_inventory(document, self.node_name, self.driver)
 
     def healthy(self, device: str) -> bool:

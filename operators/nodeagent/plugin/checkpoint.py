@@ -112,8 +112,9 @@ def rebuild_from_cdi(specs: list[dict[str, Any]]) -> dict[str, PreparedClaim]:
         try:
             claim = json.loads(spec["annotations"][CLAIM_ANNOTATION])
             devices = [PreparedDevice(**json.loads(d["annotations"][DEVICE_ANNOTATION])) for d in spec["devices"]]
+            prepared = PreparedClaim(uid=str(claim["uid"]), namespace=str(claim["namespace"]),
+                                     name=str(claim["name"]), devices=devices)
         except (KeyError, TypeError, ValueError):
-            continue
-        claims[claim["uid"]] = PreparedClaim(uid=claim["uid"], namespace=claim["namespace"], name=claim["name"],
-                                             devices=devices)
+            continue  # not one of ours, or damaged as well: nothing to rebuild from it
+        claims[prepared.uid] = prepared
     return claims
