@@ -88,6 +88,8 @@ class BindingController:
         # Preparations undone lately, by (claim UID, device, start): a record that a stale cached
         # copy of the claim still shows must not be adopted and undone a second time.
         self._undone: OrderedDict[tuple[str, str, str], None] = OrderedDict()
+        # Unusable record annotations already reported, by (claim UID, annotation, value).
+        self._bad_records: OrderedDict[tuple[str, str, str], None] = OrderedDict()
 
     # -- event handlers (from watches) -------------------------------------------------------
 
@@ -117,6 +119,7 @@ class BindingController:
         claim = self.claims.get(key)
         tracked = self.tracked.setdefault(key, {})
         if claim is not None:
+            await self._report_bad_records(claim)
             self._adopt(claim, tracked)
             for t in tracked.values():
                 if t.prep.claim_uid == claim["metadata"]["uid"]:
@@ -192,6 +195,22 @@ class BindingController:
                                                 allocated=record.allocated, node=record.node)
             log.info("adopted preparation from before a restart", claim=key_of(claim), device=record.ref.key,
                      node=record.node, started=record.started)
+
+    async def _report_bad_records(self, claim: d.Obj) -> None:
+        """Annotations under our record prefix that are no usable record are ignored: say so once."""
+        meta = claim["metadata"]
+        for annotation, problem in d.record_problems(claim):
+            marker = (meta["uid"], annotation, (meta.get("annotations") or {}).get(annotation, ""))
+            if marker in self._bad_records:
+                continue
+            self._bad_records[marker] = None
+            while len(self._bad_records) > 4096:
+                self._bad_records.popitem(last=False)
+            message = (f"annotation {annotation} {problem}; it is ignored. Remove it: kubectl annotate "
+                       f"resourceclaim -n {meta['namespace']} {meta['name']} {annotation}-")
+            log.warning("unusable preparation record ignored", claim=key_of(claim), annotation=annotation,
+                        problem=problem)
+            await self.events.event(_involved(claim), WARNING, "InvalidBindingRecord", message)
 
     async def _start(self, key: str, claim: d.Obj, t: Tracked) -> None:
         # The record goes first: a crash after this line leaves a trace to resume or undo.

@@ -273,12 +273,19 @@ class Record:
 
     @classmethod
     def from_json(cls, text: str) -> "Record | None":
+        """The record in an annotation's value; None for anything that is not one (edited by hand)."""
         try:
             body = json.loads(text)
             ref = DeviceRef(body["driver"], body["pool"], body["device"], body.get("shareID"))
-            return cls(ref, body.get("node"), body["started"], body.get("allocated"))
-        except (ValueError, KeyError, TypeError):
+            record = cls(ref, body.get("node"), body["started"], body.get("allocated"))
+        except (ValueError, KeyError, TypeError, AttributeError):
             return None
+        required = (ref.driver, ref.pool, ref.device, record.started)
+        optional = (ref.share_id, record.node, record.allocated)
+        if not all(isinstance(v, str) and v for v in required) or not all(
+                v is None or isinstance(v, str) for v in optional):
+            return None
+        return record
 
 
 def records(claim: Obj | None, drivers: DriverFilter) -> list[Record]:
@@ -293,6 +300,24 @@ def records(claim: Obj | None, drivers: DriverFilter) -> list[Record]:
         if record and record.ref.record_annotation == key and drivers.serves(record.ref.driver):
             found.append(record)
     return found
+
+
+def record_problems(claim: Obj | None) -> list[tuple[str, str]]:
+    """(annotation, why) for annotations under our record prefix that are no usable record:
+    they are ignored, and the user is told to remove them."""
+    problems = []
+    annotations = ((claim or {}).get("metadata") or {}).get("annotations") or {}
+    for key, value in sorted(annotations.items()):
+        if not key.startswith(RECORD_ANNOTATION_PREFIX):
+            continue
+        record = Record.from_json(value)
+        if record is None:
+            problems.append((key, "is not a preparation record of the binding operator (a JSON object with "
+                                  "driver, pool, device and started)"))
+        elif record.ref.record_annotation != key:
+            problems.append((key, f"holds the record of device {record.ref.key}, whose record annotation is "
+                                  f"{record.ref.record_annotation} (copied or edited by hand)"))
+    return problems
 
 
 def record_apply(claim: Obj, ref: DeviceRef, record: Record | None) -> Obj:

@@ -264,3 +264,18 @@ def test_cool_off_rule():
     assert d.cool_off_until(rule) is None
     assert rule["metadata"]["labels"][d.DRIVER_LABEL] == DRIVER
     assert d.label_value("-" + "x" * 80 + ".") == "x" * 62
+
+
+def test_record_problems_name_unusable_record_annotations():
+    ref = d.DeviceRef(DRIVER, "pool", "gpu-0")
+    record = d.Record(ref, None, "2026-01-01T12:00:00Z", None)
+    wrong_types = '{"driver": 5, "pool": "p", "device": "d", "started": "x"}'
+    annotations = {ref.record_annotation: record.to_json(),
+                   d.RECORD_ANNOTATION_PREFIX + "000000000000": record.to_json(),
+                   d.RECORD_ANNOTATION_PREFIX + "bad": "not json",
+                   d.RECORD_ANNOTATION_PREFIX + "types": wrong_types, "unrelated": "x"}
+    problems = dict(d.record_problems(claim(annotations=annotations)))
+    assert set(problems) == {d.RECORD_ANNOTATION_PREFIX + k for k in ("000000000000", "bad", "types")}
+    assert "whose record annotation is " + ref.record_annotation in problems[d.RECORD_ANNOTATION_PREFIX + "000000000000"]
+    assert "is not a preparation record" in problems[d.RECORD_ANNOTATION_PREFIX + "bad"]
+    assert d.Record.from_json(wrong_types) is None and d.records(claim(annotations=annotations), SERVES) == [record]
