@@ -11,6 +11,7 @@ import click
 import yaml
 
 from ..core.kube import Kube
+from ..core.logging import configure_logging
 from ..core.metatime import utcnow
 from ..core.settings import Settings
 from . import decisions as d
@@ -37,6 +38,8 @@ def preview(rule: str, output: str) -> None:
     """Print the Pods that the DeviceTaintRule RULE would evict, and when, without changing
     anything. RULE is a YAML file with a DeviceTaintRule (not created yet; '-' reads stdin) or
     the name of an existing rule. Effects other than NoExecute are previewed as NoExecute."""
+    # The rule's problems are part of the output; the controller's own log lines would repeat them.
+    configure_logging("ERROR", "console")
     from_file = rule == "-" or Path(rule).is_file()
     body = _rule_from_file(rule) if from_file else None
 

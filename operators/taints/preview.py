@@ -46,6 +46,7 @@ class Preview:
     rate: float | None
     eviction_api: bool
     pods: list[PodRow] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # what the operator would report on the rule
 
     @property
     def namespaces(self) -> int:
@@ -62,6 +63,7 @@ class Preview:
                       "evictAt": format_time(p.due), "inSeconds": max(0, math.ceil((p.due - now).total_seconds())),
                       "estimatedAt": format_time(p.estimated), "claims": p.claims,
                       "otherReasons": p.other_reasons} for p in self.pods],
+            "problems": self.problems,
         }
 
 
@@ -114,6 +116,11 @@ def compute(controller: TaintsController, rule: d.Obj, now: datetime.datetime) -
                       time_added=parse_time(d.rule_taint(rule).get("timeAdded")) or now,
                       published_devices=published, allocated_devices=allocated,
                       rate=rate, eviction_api=eviction_api)
+    # CEL selectors that fail, a missing DeviceClass, unreadable guard-rail annotations: the
+    # Events the operator would post on the rule.
+    controller._check_annotations(rule)
+    preview.problems = [f"{reason}: {message}"
+                        for reason, message in sorted(controller.rule_problems.get(rule["metadata"]["name"], ()))]
     for (pod, eviction), when in zip(found, estimated):
         preview.pods.append(PodRow(
             namespace=pod["metadata"]["namespace"], name=pod["metadata"]["name"], uid=pod["metadata"]["uid"],
@@ -154,6 +161,8 @@ def render(preview: Preview, now: datetime.datetime) -> str:
         lines.append(f"rate limit {preview.rate:g} evictions per second")
     if preview.eviction_api:
         lines.append("evicts through the Eviction API (PodDisruptionBudgets are respected)")
+    for problem in preview.problems:
+        lines.append(f"problem: {problem}")
     if preview.pods:
         header = ("NAMESPACE", "POD", "NODE", "EVICT AT", "IN", "CLAIMS")
         rows = [(p.namespace, p.name, p.node, format_time(p.estimated),
