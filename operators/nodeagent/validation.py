@@ -93,7 +93,28 @@ def _capacity_problems(capacity: Any) -> list[str]:
             parse_quantity(value.get("value", ""))
         except ValueError as e:
             problems.append(f"{field}.value: {e}")
+        if "requestPolicy" in value:
+            problems += [f"{field}.requestPolicy: {p}" for p in _policy_problems(value["requestPolicy"])]
     return problems
+
+
+def _policy_problems(policy: Any) -> list[str]:
+    """A consumable capacity's request policy: quantities, and a default inside the range."""
+    if not isinstance(policy, dict) or not isinstance(policy.get("validRange") or {}, dict):
+        return [f"{policy!r} is not a mapping with default and validRange {{min, max, step}}"]
+    found: dict[str, Fraction] = {}
+    for key, raw in [("default", policy.get("default")), *((policy.get("validRange") or {}).items())]:
+        if raw is None:
+            continue
+        if (amount := _quantity(raw)) is None:
+            return [f"{key}: {raw!r} is not a quantity like 1Gi"]
+        found[key] = amount
+    default, low, high = found.get("default"), found.get("min"), found.get("max")
+    if default is not None and low is not None and default < low:
+        return [f"default {policy['default']} is less than min {policy['validRange']['min']}"]
+    if default is not None and high is not None and default > high:
+        return [f"default {policy['default']} is more than max {policy['validRange']['max']}"]
+    return []
 
 
 def _condition_problems(device: dict[str, Any]) -> list[str]:

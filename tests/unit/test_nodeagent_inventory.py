@@ -135,3 +135,10 @@ def test_counters_must_exist_and_hold_what_a_device_consumes():
     assert "device 'greedy': consumesCounters[0].counters[memory]: consumes 32Gi, more than counter set " \
            "'gpu-0-counters' holds (16Gi)" in text
     assert "device 'odd': consumesCounters[0]: counter 'cores' is not in counter set 'gpu-0-counters'" in text
+
+
+def test_a_request_policy_the_api_server_would_refuse_leaves_the_device_out():
+    inventory = build_inventory({"gpus": [{"count": 1, "memory": "16Gi", "allowMultipleAllocations": True,
+                                           "memoryPolicy": {"default": "1Gi", "min": "2Gi"}}]}, "n1", "d")
+    valid, errors = split_valid(inventory.devices, inventory.counter_sets)
+    assert valid == [] and errors == ["device 'gpu-0': capacity[memory].requestPolicy: default 1Gi is less than min 2Gi"]
