@@ -82,7 +82,10 @@ class KubeletPlugin:
                 supervisor.spawn(name, functools.partial(self._serve_until_stopped, server), restart=False)
 
     async def _serve_until_stopped(self, server: grpc.aio.Server) -> None:
-        await server.wait_for_termination()
+        # Shielded: once its wait_for_termination is cancelled (the supervisor stops its tasks
+        # first), grpc's server.stop() raises CancelledError, which cancelled kopf's whole cleanup
+        # and left the server running and the sockets behind until the loop closed.
+        await asyncio.shield(server.wait_for_termination())
         if self._servers:
             raise RuntimeError("gRPC server terminated")
 
