@@ -6,12 +6,13 @@ PY := $(VENV)/bin/python
 LAB_BIN := .cache/lab/bin
 PYTEST_ARGS ?=
 
-.PHONY: help venv lab-modules lab-build test unit integration run lab-up lab-down protos clean
+.PHONY: help venv lab-modules lab-build test unit integration run soak lab-up lab-down protos clean
 
 help:
 	@echo "make run           the whole suite on a lab (or \$$KUBECONFIG): operators, node agents, examples, live table"
 	@echo "make test          install, build the lab if needed, run unit and integration tests"
 	@echo "make unit          unit tests only (no lab)"
+	@echo "make soak          one-hour churn soak of the four operators (SOAK_SECONDS, SOAK_WARMUP); bench/RESULTS.md"
 	@echo "make lab-build     build etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kubectl, kwok, toxiproxy"
 	@echo "make lab-up        start a lab in the background (dra-operators lab up)"
 	@echo "make lab-down      stop it"
@@ -50,6 +51,11 @@ test: venv lab-build
 
 run: venv lab-build
 	$(VENV)/bin/dra-operators demo
+
+# A benchmark, not a test (not part of `make test`): an hour of churn, RSS sampled, end state
+# checked; SOAK_SECONDS (default 3600) and SOAK_WARMUP (600) shorten it. Results: bench/RESULTS.md.
+soak: venv lab-build
+	$(PY) bench/soak.py
 
 lab-up: venv lab-build
 	$(VENV)/bin/dra-operators lab up
