@@ -27,15 +27,16 @@ def run(names: tuple[str, ...], liveness: str) -> None:
     """Run one or more operators in this process (cluster-wide), with the suite's logging."""
     import warnings
 
-    import kopf
-
-    # kopf leaves its authenticator un-awaited when a start-up handler fails: noise, not news.
-    warnings.filterwarnings("ignore", message="coroutine 'authenticator' was never awaited", category=RuntimeWarning)
-
+    # Settings first: a value that cannot work ends the process before anything heavy is loaded.
     try:
         settings = Settings.from_env()
     except SettingsError as e:
         raise click.ClickException(str(e)) from None
+
+    import kopf
+
+    # kopf leaves its authenticator un-awaited when a start-up handler fails: noise, not news.
+    warnings.filterwarnings("ignore", message="coroutine 'authenticator' was never awaited", category=RuntimeWarning)
     configure_logging(settings.log_level, settings.log_format)
     check_kubeconfig(settings.kubeconfig)
     memo = kopf.Memo()
