@@ -341,9 +341,11 @@ def binding(lab, controllers, log_dir) -> OperatorProcess:
         "DRA_BINDING_PREPARER_CONFIG": json.dumps({"delay": 0.2}), "DRA_BINDING_COOL_OFF": "0"})
     operator.start()
     mark = LogMark(operator)
-    yield operator
-    assert not mark.tracebacks(), mark.tracebacks()[:3]
-    operator.stop()
+    try:
+        yield operator
+        assert not mark.tracebacks(), mark.tracebacks()[:3]
+    finally:
+        operator.stop()
 
 
 @dataclass
