@@ -24,8 +24,13 @@ def taints() -> None:
 
 
 def _rule_from_file(path: str) -> d.Obj:
-    text = sys.stdin.read() if path == "-" else Path(path).read_text()
-    rules = [doc for doc in yaml.safe_load_all(text) if isinstance(doc, dict) and doc.get("kind") == "DeviceTaintRule"]
+    try:
+        text = sys.stdin.read() if path == "-" else Path(path).read_text()
+        documents = list(yaml.safe_load_all(text))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        raise click.ClickException(f"{path}: not a readable YAML file ({' '.join(str(e).split())}); "
+                                   "give a file with one DeviceTaintRule") from None
+    rules = [doc for doc in documents if isinstance(doc, dict) and doc.get("kind") == "DeviceTaintRule"]
     if len(rules) != 1:
         raise click.ClickException(f"{path}: expected exactly one DeviceTaintRule, found {len(rules)}")
     return rules[0]
