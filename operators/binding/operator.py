@@ -21,7 +21,7 @@ log = get_logger("operators.binding")
 TAINT_EFFECTS = ("NoSchedule", "None")  # NoExecute would evict Pods that use the device elsewhere
 
 
-@kopf.on.startup()
+@kopf.on.startup(errors=kopf.ErrorsMode.PERMANENT)  # start-up is all-or-nothing: any failure ends the process
 async def start_binding(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None:
     quiet(settings)
     config = Settings.from_env()

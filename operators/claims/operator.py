@@ -17,7 +17,7 @@ from .metrics import Metrics
 log = get_logger("operators.claims")
 
 
-@kopf.on.startup()
+@kopf.on.startup(errors=kopf.ErrorsMode.PERMANENT)  # start-up is all-or-nothing: any failure ends the process
 async def start_claims(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None:
     quiet(settings)
     config = Settings.from_env()

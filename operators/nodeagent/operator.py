@@ -32,7 +32,7 @@ def preflight(config: Settings, memo: kopf.Memo) -> None:
                                             driver=driver_name(config), inventory_path=config.nodeagent_inventory)
 
 
-@kopf.on.startup()
+@kopf.on.startup(errors=kopf.ErrorsMode.PERMANENT)  # start-up is all-or-nothing: any failure ends the process
 async def start_nodeagent(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None:
     quiet(settings)
     config = Settings.from_env()

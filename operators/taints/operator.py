@@ -43,7 +43,7 @@ async def discover_rules(kube: Kube, pinned: str = "") -> tuple[Resource | None,
     return rules, f"{rules.plural}/status" in names
 
 
-@kopf.on.startup()
+@kopf.on.startup(errors=kopf.ErrorsMode.PERMANENT)  # start-up is all-or-nothing: any failure ends the process
 async def start_taints(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None:
     quiet(settings)
     config = Settings.from_env()
