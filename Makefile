@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 LAB_BIN := .cache/lab/bin
 PYTEST_ARGS ?=
 
-.PHONY: help venv lab-modules lab-build test unit integration run soak lab-up lab-down protos clean
+.PHONY: help venv lab-modules lab-build lab-build-node test unit integration run soak lab-up lab-down protos clean
 
 help:
 	@echo "make run           the whole suite on a lab (or \$$KUBECONFIG): operators, node agents, examples, live table"
@@ -14,6 +14,7 @@ help:
 	@echo "make unit          unit tests only (no lab)"
 	@echo "make soak          one-hour churn soak of the four operators (SOAK_SECONDS, SOAK_WARMUP); bench/RESULTS.md"
 	@echo "make lab-build     build etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kubectl, kwok, toxiproxy"
+	@echo "make lab-build-node  build what real nodes need: kubelet, containerd, runc, CNI plugins, busybox"
 	@echo "make lab-up        start a lab in the background (dra-operators lab up)"
 	@echo "make lab-down      stop it"
 	@echo "make lab-modules   regenerate lab/*/go.mod from lab/versions.env"
@@ -37,6 +38,11 @@ lab-modules:
 
 lab-build:
 	lab/build.sh $(LAB_BIN)
+
+# Real nodes (lab up --real-nodes): kubelet, containerd, runc, CNI plugins; apt-get installs
+# libseccomp-dev and pkg-config when missing. A lab without real nodes never needs these.
+lab-build-node:
+	lab/build.sh --node $(LAB_BIN)
 
 unit: venv
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)

@@ -2,8 +2,15 @@
 # Builds the lab's binaries into $1 (default: ../.cache/lab/bin), one at a time, printing progress.
 # A binary is rebuilt only when its module (go.mod/go.sum, hence versions.env) changed, so a warm
 # run takes seconds. Go's own build cache makes a rebuild after a change incremental.
+#
+# `build.sh --node [DIR]` builds what real nodes need instead (`lab up --real-nodes`): kubelet,
+# containerd, its runc shim and ctr, runc, the CNI plugins bridge, host-local and loopback, and
+# Debian's busybox-static (for the pause and workload images); Debian's libseccomp-dev and
+# pkg-config (runc's seccomp support) and busybox-static are installed with apt-get when missing.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
+node=false
+if [[ ${1:-} == --node ]]; then node=true; shift; fi
 out=${1:-$here/../.cache/lab/bin}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
@@ -18,24 +25,69 @@ for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
   ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
 done
 
-# build MODULE BINARY PACKAGE [LDFLAGS]
+# build MODULE BINARY PACKAGE [LDFLAGS [TAGS [CGO]]]
 build() {
-  local module=$1 name=$2 pkg=$3 flags=${4:-}
-  local stamp="$out/.$name.stamp"
+  local module=$1 name=$2 pkg=$3 flags=${4:-} tags=${5:-} cgo=${6:-}
+  local stamp="$out/.${name//\//-}.stamp"
   local want
   # The module's go.mod pins the version (gen-modules.sh writes it from versions.env); the flags
   # carry the version string. So a new pin in versions.env rebuilds only what it concerns.
-  want=$( (printf '%s\n' "$pkg" "$flags"; cat "$here/$module/go.mod" "$here/$module/go.sum") | sha256sum | cut -c1-16)
+  want=$( (printf '%s\n' "$pkg" "$flags"; [[ -z $tags$cgo ]] || printf '%s\n' "$tags" "$cgo"
+           cat "$here/$module/go.mod" "$here/$module/go.sum") | sha256sum | cut -c1-16)
   if [[ -x "$out/$name" && -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
     echo "lab-build: $name up to date"
     return
   fi
   echo "lab-build: building $name ($pkg) ..."
   local start=$SECONDS
-  (cd "$here/$module" && go build -trimpath -ldflags "-s -w $flags" -o "$out/$name" "$pkg")
+  (cd "$here/$module" && ${cgo:+env CGO_ENABLED=$cgo} go build -trimpath ${tags:+-tags "$tags"} \
+     -ldflags "-s -w $flags" -o "$out/$name.tmp" "$pkg" && mv "$out/$name.tmp" "$out/$name")
   echo "$want" > "$stamp"
   echo "lab-build: $name done in $((SECONDS - start))s"
 }
+
+# Debian packages a real node's build needs, installed only when missing.
+apt_install() {
+  local missing=()
+  for p in "$@"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p"); done
+  [[ ${#missing[@]} -eq 0 ]] && return
+  echo "lab-build: installing Debian packages ${missing[*]} (apt-get)"
+  local sudo=""; [[ $(id -u) -eq 0 ]] || sudo=sudo
+  $sudo apt-get install -y --no-install-recommends "${missing[@]}" >/dev/null 2>&1 ||
+    { $sudo apt-get update >/dev/null && $sudo apt-get install -y --no-install-recommends "${missing[@]}" >/dev/null; }
+}
+
+if $node; then
+  total=$SECONDS
+  apt_install libseccomp-dev pkg-config
+  build kubelet kubelet k8s.io/kubernetes/cmd/kubelet "$ldflags"
+  # CRI and CDI are part of containerd 2; no btrfs/devmapper/zfs snapshotters (no C headers needed).
+  for cmd in containerd containerd-shim-runc-v2 ctr; do
+    build containerd "$cmd" "github.com/containerd/containerd/v2/cmd/$cmd" \
+      "-X github.com/containerd/containerd/v2/version.Version=$CONTAINERD_VERSION" \
+      "no_btrfs no_devmapper no_zfs" 0
+  done
+  # runc with seccomp (cgo, Debian's libseccomp); Debian's own runc 1.1.5 fails CRI sandboxes here.
+  build runc runc github.com/opencontainers/runc "-X main.version=${RUNC_VERSION#v}" seccomp 1
+  mkdir -p "$out/cni"
+  for plugin in main/bridge main/loopback ipam/host-local; do
+    build cni "cni/${plugin#*/}" "github.com/containernetworking/plugins/plugins/$plugin" \
+      "-X github.com/containernetworking/plugins/pkg/utils/buildversion.BuildVersion=$CNI_PLUGINS_VERSION" "" 0
+  done
+  # busybox for the pause and workload images (operators/lab/images.py builds them from it):
+  # Debian's busybox-static, downloaded and unpacked, not installed.
+  bb=$(apt-cache policy busybox-static | awk '/Candidate:/ {print $2}')
+  if [[ ! -x "$out/busybox" || "$(cat "$out/.busybox.stamp" 2>/dev/null)" != "$bb" ]]; then
+    tmp=$(mktemp -d)
+    (cd "$tmp" && apt-get download "busybox-static=$bb" >/dev/null && dpkg-deb -x busybox-static_*.deb root)
+    cp "$tmp/root/bin/busybox" "$out/busybox.tmp" && mv "$out/busybox.tmp" "$out/busybox"
+    rm -rf "$tmp"
+    echo "$bb" > "$out/.busybox.stamp"
+    echo "lab-build: busybox $bb from Debian's busybox-static"
+  fi
+  echo "lab-build: real-node binaries in $out ($((SECONDS - total))s)"
+  exit 0
+fi
 
 total=$SECONDS
 build etcd etcd go.etcd.io/etcd/server/v3

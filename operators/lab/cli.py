@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 import yaml
 
-from . import control, netfault, paths, process
+from . import control, netfault, paths, process, realnode
 from .cluster import COMPONENTS, IDENTITIES, Lab, LabOptions, LabState
 from .supervisor import options_to_json, run
 
@@ -44,6 +44,9 @@ def lab() -> None:
 @name_option
 @run_dir_option
 @click.option("--nodes", default=1, show_default=True, help="kwok Nodes to create (lab-node-0, ...).")
+@click.option("--real-nodes", default=0, show_default=True,
+              help="Real Nodes to add (lab-real-0, ...): a kubelet and a containerd each, with runc, "
+                   "a bridge pod network and local busybox images (needs `make lab-build-node` and root).")
 @click.option("--upstream-controllers", is_flag=True,
               help="Run upstream's resourceclaim and device-taint-eviction controllers in "
                    "kube-controller-manager (the reference to compare the operators against).")
@@ -51,16 +54,20 @@ def lab() -> None:
               help="A KubeSchedulerConfiguration file (for example DynamicResources bindingTimeout).")
 @click.option("--foreground", is_flag=True, help="Stay attached; Ctrl-C tears the lab down.")
 @click.option("--timeout", default=180.0, show_default=True, help="Seconds to wait for readiness.")
-def up(name: str, run_dir: Path | None, nodes: int, upstream_controllers: bool,
+def up(name: str, run_dir: Path | None, nodes: int, real_nodes: int, upstream_controllers: bool,
        scheduler_config: Path | None, foreground: bool, timeout: float) -> None:
     """Start a lab and wait until Pods can be scheduled on its Nodes."""
-    options = LabOptions(name=name, nodes=nodes, upstream_controllers=upstream_controllers,
+    options = LabOptions(name=name, nodes=nodes, upstream_controllers=upstream_controllers, real_nodes=real_nodes,
                          run_dir=run_dir, startup_timeout=timeout,
                          scheduler_config=yaml.safe_load(scheduler_config.read_text()) if scheduler_config else None)
     missing = paths.missing_binaries(options.resolved_bin_dir())
     if missing:
         raise click.ClickException(f"lab binaries missing in {options.resolved_bin_dir()}: {', '.join(missing)}. "
                                    "Run `make lab-build` first.")
+    missing = paths.missing_real_node_binaries(options.resolved_bin_dir()) if real_nodes else []
+    if missing:
+        raise click.ClickException(f"real-node binaries missing in {options.resolved_bin_dir()}: "
+                                   f"{', '.join(missing)}. Run `make lab-build-node` first.")
     if foreground:
         stop = threading.Event()
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
@@ -129,8 +136,12 @@ def down(name: str, run_dir: Path | None) -> None:
         if process.alive(pid):
             process.terminate(pid)
     left = [str(p) for p in [state.supervisor_pid, *state.pids.values()] if p and process.alive(p)]
-    if left:
-        raise click.ClickException(f"processes still running: {' '.join(left)}")
+    # Containers, shims, mounts and bridges of real nodes (done already unless the supervisor died).
+    problems = [f"{raw['name']}: {problem}" for raw in state.real_nodes
+                for problem in realnode.cleanup(realnode.RealNodeInfo(**raw), paths.bin_dir() / "runc")]
+    if left or problems:
+        raise click.ClickException("; ".join(([f"processes still running: {' '.join(left)}"] if left else [])
+                                             + problems))
     click.echo(f"lab {name!r} stopped", err=True)
 
 
@@ -162,6 +173,19 @@ def status(name: str, run_dir: Path | None) -> None:
             healthy = False
             click.echo(f"{'apiserver via toxiproxy':<26} unreachable ({e})")
     click.echo(f"{'DRA controllers':<26} {'upstream' if state.upstream_controllers else 'off (ours run instead)'}")
+    for raw in state.real_nodes:
+        info = realnode.RealNodeInfo(**raw)
+        files = info.files()
+        ready = "unknown"
+        if kubectl.exists():
+            got = subprocess.run([str(kubectl), f"--kubeconfig={state.kubeconfig}", "get", "node", info.name, "-o",
+                                  "jsonpath={.status.conditions[?(@.type=='Ready')].status}"],
+                                 capture_output=True, text=True, timeout=20)
+            ready = {"True": "Ready", "False": "NotReady"}.get(got.stdout.strip(), "unknown")
+        healthy &= ready == "Ready"
+        click.echo(f"{'node ' + info.name:<26} {ready}  kubelet {info.node_ip}:{info.kubelet_port}, pods {info.subnet} "
+                   f"on {info.bridge}")
+        click.echo(f"{'':<26} root {files.root}  (plugins_registry, plugins, cdi, pods, containerd.sock)")
     click.echo(f"export KUBECONFIG={state.kubeconfig}")
     if not healthy:
         sys.exit(1)
@@ -199,7 +223,7 @@ def _ask(name: str, run_dir: Path | None, body: dict, timeout: float = 300.0):
 
 
 @lab.command("restart")
-@click.argument("component", type=click.Choice(list(COMPONENTS)))
+@click.argument("component", metavar=f"[{'|'.join(COMPONENTS)}|kubelet-<node>|containerd-<node>]")
 @name_option
 @run_dir_option
 @click.option("--downtime", default=0.0, show_default=True, metavar="SECONDS",
@@ -207,6 +231,7 @@ def _ask(name: str, run_dir: Path | None, body: dict, timeout: float = 300.0):
 @click.option("--kill", is_flag=True, help="SIGKILL instead of SIGTERM (a crash: no graceful shutdown).")
 def restart(component: str, name: str, run_dir: Path | None, downtime: float, kill: bool) -> None:
     """Restart one component on the same ports with the same data; return when it is ready.
+    A real node's kubelet or containerd is ``kubelet-lab-real-0``, ``containerd-lab-real-0``.
 
     etcd keeps its data directory. The lab's owning process does the restart, so the new
     process dies with the lab like the others."""

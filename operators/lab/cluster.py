@@ -1,6 +1,7 @@
 """Start, watch and stop one lab: etcd, kube-apiserver, kube-controller-manager, kube-scheduler,
-kwok and toxiproxy (network faults) on 127.0.0.1, plus kwok-managed Nodes; restart any of them
-and compact etcd (faults are part of the lab)."""
+kwok and toxiproxy (network faults) on 127.0.0.1, plus kwok-managed Nodes and, on request, real
+Nodes (kubelet + containerd, see realnode.py); restart any of them and compact etcd (faults are
+part of the lab)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import os
 import socket
 import ssl
 import subprocess
+import sys
 import threading
 import time
 import urllib.error
@@ -19,10 +21,11 @@ from typing import Any, Callable
 
 import yaml
 
-from . import components, control, paths, process
-from .components import Files, Ports
+from . import components, control, images, paths, process, realnode
+from .components import Files, Ports, RealNodeFiles
 from .netfault import NetProxy, proxy_config
 from .pki import Pki
+from .realnode import RealNodeInfo
 
 # Client identities: the admin bypasses RBAC (system:masters); the scheduler and the controller
 # manager use the identities the bootstrap RBAC policy has roles for.
@@ -51,6 +54,8 @@ class LabOptions:
     run_dir: Path | None = None
     bin_dir: Path | None = None
     startup_timeout: float = 120.0
+    # Real Nodes lab-real-0, ...: a kubelet and a containerd each (make lab-build-node).
+    real_nodes: int = 0
 
     def resolved_run_dir(self) -> Path:
         return Path(self.run_dir or paths.run_dir(self.name)).resolve()
@@ -88,6 +93,8 @@ class LabState:
     # The API server through toxiproxy (network faults), and toxiproxy's own API.
     proxy_server: str | None = None
     toxiproxy_api: str | None = None
+    # RealNodeInfo of each real node, as dicts.
+    real_nodes: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
     def load(cls, run_dir: Path) -> "LabState | None":
@@ -122,6 +129,9 @@ class Lab:
         self._lock = threading.RLock()
         self._net: NetProxy | None = None
         self._control: control.ControlServer | None = None
+        self.real_nodes: list[RealNodeInfo] = []
+        self._kubelet_gates: list[str] = []
+        self._watchdog: subprocess.Popen | None = None
 
     # -- public surface ----------------------------------------------------------------------
 
@@ -180,11 +190,18 @@ class Lab:
         if missing:
             raise LabError(f"lab binaries missing in {self.bin_dir}: {', '.join(missing)}. "
                            "Run `make lab-build` (needs a Go >= 1.26 toolchain) or set DRA_LAB_BIN_DIR.")
+        if self.options.real_nodes:
+            missing = paths.missing_real_node_binaries(self.bin_dir)
+            if missing:
+                raise LabError(f"real-node binaries missing in {self.bin_dir}: {', '.join(missing)}. "
+                               "Run `make lab-build-node`.")
         existing = LabState.load(self.run_dir)
         if existing and any(process.alive(p) for p in existing.pids.values()):
             raise LabError(f"a lab named {self.options.name!r} is already running in {self.run_dir}; "
                            "run `dra-operators lab down` first or pick another --name")
         started = time.monotonic()
+        for stale in existing.real_nodes if existing else []:  # a lab that died without stopping
+            realnode.cleanup(RealNodeInfo(**stale), self.bin_dir / "runc")
         self._prepare_run_dir()
         self._gates = components.dra_feature_gates(
             subprocess.run([str(self.bin_dir / "kube-apiserver"), "--help"],
@@ -205,6 +222,8 @@ class Lab:
                 self.create_node(f"lab-node-{i}")
             for i in range(self.options.nodes):
                 self.wait_node_schedulable(f"lab-node-{i}")
+            if self.options.real_nodes:
+                self._start_real_nodes()
             self._wait("default ServiceAccount", lambda: self._api_ok(
                 "/api/v1/namespaces/default/serviceaccounts/default"))
             self._control = control.ControlServer(self, self.files.control_socket)
@@ -223,6 +242,7 @@ class Lab:
         if self._net is not None:
             self._net.close()
         with self._lock:
+            self._stop_real_nodes()
             for name in reversed(START_ORDER):
                 proc = self._procs.pop(name, None)
                 if proc is not None:
@@ -241,8 +261,8 @@ class Lab:
 
         Works from any thread: the new process is tied to this process like the first one.
         Returns ``{"component", "old_pid", "pid", "seconds"}``."""
-        if component not in COMPONENTS:
-            raise LabError(f"unknown component {component!r}; one of {', '.join(COMPONENTS)}")
+        if component not in self.components():
+            raise LabError(f"unknown component {component!r}; one of {', '.join(self.components())}")
         if self.ports is None:
             raise LabError("the lab is not started")
         with self._lock:
@@ -293,6 +313,113 @@ class Lab:
         if restart_apiserver:
             self.restart("kube-apiserver")
         return revision
+
+    def components(self) -> tuple[str, ...]:
+        """What ``restart`` accepts: the control plane's components, then ``kubelet-<node>`` and
+        ``containerd-<node>`` of each real node (a restarted containerd leaves containers
+        running, as on a real machine)."""
+        return COMPONENTS + tuple(f"{kind}-{n.name}" for n in self.real_nodes for kind in ("kubelet", "containerd"))
+
+    def real_node(self, name: str = "lab-real-0") -> RealNodeFiles:
+        """Where a real node keeps everything: ``kubelet_root``, ``plugins_registry`` and
+        ``plugins`` (for a DRA plugin: DRA_NODEAGENT_REGISTRY_DIR / PLUGINS_DIR), ``cdi``
+        (DRA_NODEAGENT_CDI_ROOT, read by containerd), ``pod_logs``, containerd's socket."""
+        for info in self.real_nodes:
+            if info.name == name:
+                return info.files()
+        raise LabError(f"no real node {name!r}; this lab has {[n.name for n in self.real_nodes]}")
+
+    def ctr(self, node: str, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        """containerd's ``ctr`` on a real node, namespace k8s.io."""
+        files = self.real_node(node)
+        return subprocess.run([str(self.bin_dir / "ctr"), f"--address={files.containerd_socket}",
+                               "--namespace=k8s.io", *args], capture_output=True, text=True, check=check)
+
+    # -- real nodes ---------------------------------------------------------------------------
+
+    def _real_node_info(self, name: str) -> RealNodeInfo:
+        for info in self.real_nodes:
+            if name in (f"kubelet-{info.name}", f"containerd-{info.name}"):
+                return info
+        raise LabError(f"unknown component {name!r}")
+
+    def _start_real_nodes(self) -> None:
+        """A containerd per node (with the lab's images imported), then a kubelet per node; return
+        when every real Node is Ready and schedulable. A watchdog cleans up if this process dies."""
+        started = time.monotonic()
+        archives = images.archives(self.bin_dir)
+        kubelet_help = subprocess.run([str(self.bin_dir / "kubelet"), "--help"], capture_output=True, text=True)
+        self._kubelet_gates = components.dra_feature_gates(kubelet_help.stdout)
+        ports = free_ports(2 * self.options.real_nodes)
+        for i in range(self.options.real_nodes):
+            name = realnode.node_name(i)
+            bridge = realnode.bridge_name(self.run_dir, i)
+            subnet = realnode.claim_bridge(bridge, self.run_dir, i)
+            files = RealNodeFiles(self.run_dir, name)
+            self.real_nodes.append(RealNodeInfo(name=name, root=str(files.root), bridge=bridge, subnet=subnet,
+                                                kubelet_port=ports[2 * i], healthz_port=ports[2 * i + 1]))
+        self._start_watchdog()
+        self._save_state(ready=False)
+        for info in self.real_nodes:
+            self._write_real_node_files(info)
+            self._start_component(f"containerd-{info.name}")
+        for info in self.real_nodes:
+            self._wait(f"containerd-{info.name}", self._ready_check(f"containerd-{info.name}"))
+            for name, archive in archives.items():
+                self.ctr(info.name, "images", "import", "--snapshotter=overlayfs",
+                         str(archive))
+            self._start_component(f"kubelet-{info.name}")
+        for info in self.real_nodes:
+            self._wait(f"kubelet-{info.name}", self._ready_check(f"kubelet-{info.name}"))
+            self.wait_node_schedulable(info.name, timeout=self.options.startup_timeout)
+            node = self.api("GET", f"/api/v1/nodes/{info.name}")
+            if not node.get("spec", {}).get("podCIDR"):
+                self.api("PATCH", f"/api/v1/nodes/{info.name}",
+                         {"spec": {"podCIDR": info.subnet, "podCIDRs": [info.subnet]}},
+                         content_type="application/merge-patch+json")
+        self._log(f"lab: {len(self.real_nodes)} real node(s) ready in {time.monotonic() - started:.1f}s")
+
+    def _write_real_node_files(self, info: RealNodeInfo) -> None:
+        files = info.files()
+        for directory in (files.kubelet_root, files.plugins_registry, files.plugins, files.pod_logs, files.cdi,
+                          files.cni_conf_dir, files.cni_ipam, files.containerd_root, files.containerd_state):
+            directory.mkdir(parents=True, exist_ok=True)
+        files.containerd_config.write_text(components.build_containerd_config(files, self.bin_dir, images.PAUSE_IMAGE))
+        (files.cni_conf_dir / "10-lab.conflist").write_text(json.dumps(
+            components.build_cni_config(info.bridge, info.subnet, files.cni_ipam), indent=2))
+        cert, key = self.pki.client(info.name)
+        files.kubeconfig.write_text(yaml.safe_dump(components.build_kubeconfig(self.server, self.pki.ca_cert, cert, key)))
+        files.kubelet_config.write_text(yaml.safe_dump(components.build_kubelet_config(
+            files, info.node_ip, info.kubelet_port, info.healthz_port, self.pki.ca_cert, self._kubelet_gates)))
+
+    def _start_watchdog(self) -> None:
+        state = self.run_dir / "real-nodes.json"
+        realnode.write_watch_state(state, self.real_nodes)
+        if self._watchdog is None or self._watchdog.poll() is not None:
+            self._watchdog = process.spawn(
+                [sys.executable, "-m", "operators.lab.realnode", "--watch", str(os.getpid()),
+                 "--state", str(state), "--runc", str(self.bin_dir / "runc")],
+                self.files.logs / "real-node-watchdog.log", env=dict(os.environ), tie_to_parent=False)
+
+    def _stop_real_nodes(self) -> None:
+        """kubelets first, then every container, then the containerds; mounts and bridges last."""
+        for info in self.real_nodes:
+            proc = self._procs.pop(f"kubelet-{info.name}", None)
+            if proc is not None:
+                process.terminate(proc.pid)
+                proc.wait()
+        for info in self.real_nodes:
+            realnode.kill_containers(info.files(), self.bin_dir / "runc")
+            proc = self._procs.pop(f"containerd-{info.name}", None)
+            if proc is not None:
+                process.terminate(proc.pid)
+                proc.wait()
+            for problem in realnode.cleanup(info, self.bin_dir / "runc"):
+                self._log(f"lab: real node {info.name}: could not clean up {problem}")
+        if self._watchdog is not None:
+            process.terminate(self._watchdog.pid, timeout=5)
+            self._watchdog.wait()
+            self._watchdog = None
 
     def _release_kwok_leases(self) -> None:
         """kwok renews each Node's Lease (kube-node-lease) under an identity unique to its process,
@@ -365,13 +492,15 @@ class Lab:
 
     def _prepare_run_dir(self) -> None:
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        for stale in ("etcd", "pki"):
+        for stale in ("etcd", "pki", "nodes"):
             target = self.run_dir / stale
             if target.exists():
                 subprocess.run(["rm", "-rf", str(target)], check=True)
         self.files.logs.mkdir(exist_ok=True)
         self.ports = Ports(*free_ports(8))
-        self.pki.create(IDENTITIES)
+        # Each real node's kubelet has its own identity, so the Node authorizer and NodeRestriction apply.
+        self.pki.create({**IDENTITIES, **{realnode.node_name(i): (f"system:node:{realnode.node_name(i)}", "system:nodes")
+                                         for i in range(self.options.real_nodes)}})
         self._net = NetProxy(self.ports.toxiproxy, self.ports.apiserver_proxy)
 
     def _write_configs(self) -> None:
@@ -397,6 +526,7 @@ class Lab:
             server=self.server, ports=asdict(self.ports), pids=self.processes(),
             supervisor_pid=os.getpid(), ready=ready, upstream_controllers=self.upstream_controllers,
             proxy_server=self.proxy_server, toxiproxy_api=f"http://127.0.0.1:{self.ports.toxiproxy}",
+            real_nodes=[asdict(n) for n in self.real_nodes],
         ).save()
 
     def _start_controller_manager(self) -> None:
@@ -417,18 +547,34 @@ class Lab:
             self._start("etcd", components.build_etcd_args(self.bin_dir / "etcd", self.files, self.ports))
         elif name == "kube-apiserver":
             self._start("kube-apiserver", components.build_apiserver_args(
-                self.bin_dir / "kube-apiserver", self.files, self.ports, self._gates))
+                self.bin_dir / "kube-apiserver", self.files, self.ports, self._gates,
+                real_nodes=self.options.real_nodes > 0))
         elif name == "kwok":
             self._start("kwok", components.build_kwok_args(
                 self.bin_dir / "kwok", self.files, self.ports, paths.kwok_stages_dir(self.bin_dir)))
         elif name == "toxiproxy":
             self._start("toxiproxy", components.build_toxiproxy_args(
                 self.bin_dir / "toxiproxy-server", self.files, self.ports))
+        elif name.startswith("containerd-"):
+            files = self._real_node_info(name).files()
+            # The shim (containerd-shim-runc-v2) is looked up on PATH.
+            self._start(name, components.build_containerd_args(self.bin_dir / "containerd", files),
+                        path_first=self.bin_dir)
+        elif name.startswith("kubelet-"):
+            info = self._real_node_info(name)
+            self._start(name, components.build_kubelet_args(self.bin_dir / "kubelet", info.files(), info.node_ip),
+                        path_first=self.bin_dir)
         else:
             raise LabError(f"unknown component {name!r}")
 
     def _ready_check(self, name: str) -> Callable[[], bool]:
         ports = self.ports
+        if name.startswith("containerd-"):
+            node = self._real_node_info(name).name
+            return lambda: self.ctr(node, "version", check=False).returncode == 0
+        if name.startswith("kubelet-"):
+            info = self._real_node_info(name)
+            return lambda: self._http_ok(f"http://127.0.0.1:{info.healthz_port}/healthz")
         return {
             "etcd": lambda: self._http_ok(f"http://127.0.0.1:{ports.etcd_client}/health"),
             "kube-apiserver": lambda: self._api_ok("/readyz"),
@@ -452,9 +598,12 @@ class Lab:
         with urllib.request.urlopen(request, timeout=60) as response:
             return json.loads(response.read())
 
-    def _start(self, name: str, args: list[str]) -> None:
+    def _start(self, name: str, args: list[str], path_first: Path | None = None) -> None:
         # An empty HOME keeps kwok from loading ~/.kwok/kwok.yaml and clients from ~/.kube/config.
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.run_dir)}
+        path = os.environ.get("PATH", "/usr/bin:/bin")
+        if path_first is not None:
+            path = f"{path_first}:{path}:/usr/sbin:/sbin"
+        env = {"PATH": path, "HOME": str(self.run_dir)}
         log = self.files.logs / f"{name}.log"
         self._procs[name] = process.spawn(args, log, env=env)
         self._log(f"lab: started {name} (pid {self._procs[name].pid}, log {log})")

@@ -6,6 +6,7 @@ Facts behind the choices: kwokctl's binary runtime and hack/local-up-cluster.sh.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -135,8 +136,17 @@ def build_etcd_args(binary: Path, files: Files, ports: Ports) -> list[str]:
     ]
 
 
-def build_apiserver_args(binary: Path, files: Files, ports: Ports, gates: list[str]) -> list[str]:
+def build_apiserver_args(binary: Path, files: Files, ports: Ports, gates: list[str],
+                         real_nodes: bool = False) -> list[str]:
     pki = files.pki
+    # Only with real nodes (a plain lab's flags stay as they were): kubectl logs/exec reach a
+    # kubelet at its InternalIP (127.0.0.1) with the admin certificate (kubelets trust the lab's
+    # CA), and NodeRestriction limits each kubelet to its own Node and Pods.
+    kubelets = [
+        "--kubelet-preferred-address-types=InternalIP",
+        f"--kubelet-client-certificate={pki / 'admin.crt'}", f"--kubelet-client-key={pki / 'admin.key'}",
+        "--enable-admission-plugins=NodeRestriction",
+    ] if real_nodes else []
     return [
         str(binary),
         f"--etcd-servers=http://127.0.0.1:{ports.etcd_client}",
@@ -163,6 +173,7 @@ def build_apiserver_args(binary: Path, files: Files, ports: Ports, gates: list[s
         # server waits up to the 60 s request timeout for the watches of kube-controller-manager,
         # the scheduler and kwok to end.
         "--shutdown-send-retry-after=true",
+        *kubelets,
     ]
 
 
@@ -305,3 +316,192 @@ def build_node(name: str, labels: dict[str, str] | None = None,
         },
         "status": {"allocatable": dict(capacity), "capacity": dict(capacity)},
     }
+
+
+# -- real nodes: kubelet + containerd + runc + bridge CNI (lab up --real-nodes) ------------------
+
+REAL_NODE_LABEL = "lab.dra-operators.dev/real-node"
+# The binaries real nodes need beyond the control plane's (lab/build.sh --node).
+REAL_NODE_BINARIES = ("kubelet", "containerd", "containerd-shim-runc-v2", "ctr", "runc",
+                      "cni/bridge", "cni/host-local", "cni/loopback", "busybox")
+
+
+@dataclass(frozen=True)
+class RealNodeFiles:
+    """Everything of one real node lives under ``<run dir>/nodes/<name>``."""
+
+    run_dir: Path
+    name: str
+
+    @property
+    def root(self) -> Path:
+        return self.run_dir / "nodes" / self.name
+
+    @property
+    def kubelet_root(self) -> Path:
+        return self.root / "kubelet"
+
+    @property
+    def plugins_registry(self) -> Path:
+        """Where kubelet's plugin watcher looks for registration sockets."""
+        return self.kubelet_root / "plugins_registry"
+
+    @property
+    def plugins(self) -> Path:
+        """Where plugins keep their service sockets and data (the agent's checkpoint)."""
+        return self.kubelet_root / "plugins"
+
+    @property
+    def pod_logs(self) -> Path:
+        return self.root / "pods"
+
+    @property
+    def kubelet_config(self) -> Path:
+        return self.root / "kubelet-config.yaml"
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.root / "kubelet.kubeconfig"
+
+    @property
+    def containerd_root(self) -> Path:
+        return self.root / "containerd" / "root"
+
+    @property
+    def containerd_state(self) -> Path:
+        return self.root / "containerd" / "state"
+
+    @property
+    def containerd_socket(self) -> Path:
+        return self.root / "containerd" / "containerd.sock"
+
+    @property
+    def containerd_config(self) -> Path:
+        return self.root / "containerd" / "config.toml"
+
+    @property
+    def cdi(self) -> Path:
+        """The CDI spec directory containerd reads (and the node agent writes)."""
+        return self.root / "cdi"
+
+    @property
+    def cni_conf_dir(self) -> Path:
+        return self.root / "cni" / "net.d"
+
+    @property
+    def cni_ipam(self) -> Path:
+        return self.root / "cni" / "ipam"
+
+
+def build_containerd_config(files: RealNodeFiles, bin_dir: Path, pause_image: str) -> str:
+    """containerd 2 (config version 3): its own root, state and socket; CRI with runc (cgroupfs),
+    CDI from the node's CDI directory, the bridge CNI network, the lab's pause image, and
+    ``restrict_oom_score_adj`` (these machines lack CAP_SYS_RESOURCE: kubelet's -998 for sandboxes
+    would fail). NRI is off: its socket is machine-wide. Network namespaces live in the state
+    directory, so ``lab down`` finds and unmounts them."""
+    q = json.dumps
+    return f"""version = 3
+root = {q(str(files.containerd_root))}
+state = {q(str(files.containerd_state))}
+disabled_plugins = ["io.containerd.nri.v1.nri", "io.containerd.internal.v1.tracing"]
+
+[grpc]
+  address = {q(str(files.containerd_socket))}
+
+[ttrpc]
+  address = {q(str(files.containerd_socket) + ".ttrpc")}
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = {q(str(files.root / "containerd" / "opt"))}
+
+[plugins."io.containerd.cri.v1.images"]
+  snapshotter = "overlayfs"
+  [plugins."io.containerd.cri.v1.images".pinned_images]
+    sandbox = {q(pause_image)}
+
+[plugins."io.containerd.cri.v1.runtime"]
+  restrict_oom_score_adj = true
+  cdi_spec_dirs = [{q(str(files.cdi))}]
+  netns_mounts_under_state_dir = true
+  [plugins."io.containerd.cri.v1.runtime".containerd]
+    default_runtime_name = "runc"
+    [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
+        BinaryName = {q(str(bin_dir / "runc"))}
+        Root = {q(str(files.containerd_state / "runc"))}
+        SystemdCgroup = false
+  [plugins."io.containerd.cri.v1.runtime".cni]
+    bin_dirs = [{q(str(bin_dir / "cni"))}]
+    conf_dir = {q(str(files.cni_conf_dir))}
+    max_conf_num = 1
+
+[plugins."io.containerd.grpc.v1.cri"]
+  disable_tcp_service = true
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+"""
+
+
+def build_cni_config(bridge: str, subnet: str, ipam_dir: Path) -> dict[str, Any]:
+    """A bridge network (gateway on the bridge, no masquerade: no iptables here) with host-local
+    addresses from the node's pod CIDR, plus loopback."""
+    return {
+        "cniVersion": "1.0.0",
+        "name": "lab",
+        "plugins": [
+            {"type": "bridge", "bridge": bridge, "isGateway": True, "ipMasq": False, "hairpinMode": True,
+             "ipam": {"type": "host-local", "dataDir": str(ipam_dir), "ranges": [[{"subnet": subnet}]],
+                      "routes": [{"dst": "0.0.0.0/0"}]}},
+        ],
+    }
+
+
+def build_kubelet_config(files: RealNodeFiles, node_ip: str, port: int, healthz_port: int, ca: Path,
+                         gates: list[str]) -> dict[str, Any]:
+    """KubeletConfiguration for cgroup v1 machines without systemd: cgroupfs, no QoS cgroups, no
+    node allocatable enforcement, no eviction; clients authenticated by the lab's CA (the API
+    server presents the admin certificate for logs and exec). kubelet refuses a loopback node IP,
+    so the node's address is its bridge's gateway address: local, and the lab's own."""
+    return {
+        "apiVersion": "kubelet.config.k8s.io/v1beta1",
+        "kind": "KubeletConfiguration",
+        "address": node_ip,
+        "port": port,
+        "healthzBindAddress": "127.0.0.1",
+        "healthzPort": healthz_port,
+        "readOnlyPort": 0,
+        "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": False},
+                           "x509": {"clientCAFile": str(ca)}},
+        "authorization": {"mode": "AlwaysAllow"},
+        "cgroupDriver": "cgroupfs",
+        "cgroupsPerQOS": False,
+        "enforceNodeAllocatable": [],
+        "failCgroupV1": False,
+        "failSwapOn": False,
+        "staticPodPath": "",
+        "evictionHard": {},
+        "imageGCHighThresholdPercent": 100,
+        "imageGCLowThresholdPercent": 99,
+        "containerRuntimeEndpoint": f"unix://{files.containerd_socket}",
+        "podLogsDir": str(files.pod_logs),
+        "serializeImagePulls": False,
+        "nodeStatusUpdateFrequency": "4s",
+        "syncFrequency": "10s",
+        "resolvConf": "",
+        "featureGates": {g: True for g in gates},
+    }
+
+
+def build_kubelet_args(binary: Path, files: RealNodeFiles, node_ip: str) -> list[str]:
+    return [
+        str(binary), f"--config={files.kubelet_config}", f"--kubeconfig={files.kubeconfig}",
+        f"--root-dir={files.kubelet_root}", f"--cert-dir={files.kubelet_root / 'pki'}",
+        f"--hostname-override={files.name}", f"--node-ip={node_ip}",
+        f"--node-labels={REAL_NODE_LABEL}=true,type=real",
+        "--v=2",
+    ]
+
+
+def build_containerd_args(binary: Path, files: RealNodeFiles) -> list[str]:
+    return [str(binary), f"--config={files.containerd_config}", "--log-level=warn"]

@@ -34,3 +34,9 @@ def run_dir(name: str) -> Path:
 
 def missing_binaries(binaries: Path) -> list[str]:
     return [b for b in BINARIES if not os.access(binaries / b, os.X_OK)]
+
+
+def missing_real_node_binaries(binaries: Path) -> list[str]:
+    """What ``lab up --real-nodes`` needs beyond a plain lab (``make lab-build-node``)."""
+    from .components import REAL_NODE_BINARIES
+    return [b for b in REAL_NODE_BINARIES if not os.access(binaries / b, os.X_OK)]

@@ -18,7 +18,7 @@ def options_to_json(options: LabOptions) -> str:
     return json.dumps({
         "name": options.name, "nodes": options.nodes,
         "upstream_controllers": options.upstream_controllers,
-        "scheduler_config": options.scheduler_config,
+        "scheduler_config": options.scheduler_config, "real_nodes": options.real_nodes,
         "run_dir": str(options.resolved_run_dir()), "bin_dir": str(options.resolved_bin_dir()),
     })
 
