@@ -93,6 +93,8 @@ class RetryPolicy:
     initial: float = 0.2
     maximum: float = 5.0
     retry_after_cap: float = 10.0
+    give_up_after: float = 90.0   # no new attempt after this many seconds (hung connections)
+    connect_timeout: float = 10.0  # TCP and TLS set-up; a black-holed server must not take a minute
 
 
 def is_idempotent(method: str, content_type: str) -> bool:
@@ -153,6 +155,11 @@ class Kube:
         configuration.ssl_ca_cert = ca_file
         return cls(client.ApiClient(configuration))
 
+    def without_retries(self) -> "Kube":
+        """The same connection pool, each request tried once (for callers with their own
+        schedule, such as leader election, whose every try must fit in its renew deadline)."""
+        return Kube(self._api, RetryPolicy(attempts=1))
+
     @property
     def host(self) -> str:
         return self._api.configuration.host
@@ -183,7 +190,7 @@ class Kube:
         if not retry or self.retry.attempts <= 1:
             return await self._request_once(method, path, params, body, content_type, timeout, raw)
         retrying = tenacity.AsyncRetrying(
-            stop=tenacity.stop_after_attempt(self.retry.attempts),
+            stop=tenacity.stop_after_attempt(self.retry.attempts) | tenacity.stop_after_delay(self.retry.give_up_after),
             wait=_Wait(self.retry),
             retry=tenacity.retry_if_exception(lambda e: should_retry(e, method, content_type)),
             before_sleep=lambda state: log.info(
@@ -206,7 +213,8 @@ class Kube:
                 body=body,
                 auth_settings=["BearerToken"],
                 _preload_content=False,
-                _request_timeout=timeout,
+                _request_timeout=aiohttp.ClientTimeout(total=timeout, connect=min(
+                    self.retry.connect_timeout, timeout or self.retry.connect_timeout)),
             )
             try:
                 raw = await response.read()

@@ -41,7 +41,9 @@ class LeaderElector:
     def __init__(self, kube: Kube, name: str, namespace: str, identity: str | None = None, *,
                  lease_duration: float = 15.0, renew_deadline: float = 10.0, retry_period: float = 2.0):
         assert renew_deadline < lease_duration and retry_period < renew_deadline
-        self.kube = kube
+        # Tried once each: a try stuck in a retry back-off would keep us from taking over (or
+        # renewing) right after the API server comes back. The loops retry every retry_period.
+        self.kube = kube.without_retries() if hasattr(kube, "without_retries") else kube
         self.name, self.namespace = name, namespace
         self.identity = identity or default_identity()
         self.lease_duration, self.renew_deadline, self.retry_period = lease_duration, renew_deadline, retry_period
