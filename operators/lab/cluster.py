@@ -329,6 +329,11 @@ class Lab:
                 return info.files()
         raise LabError(f"no real node {name!r}; this lab has {[n.name for n in self.real_nodes]}")
 
+    def kill_containers(self, node: str = "lab-real-0") -> None:
+        """SIGKILL every container and pod sandbox of a real node and its shims, as a crash or a
+        reboot does (containerd and kubelet keep running; kubelet recreates the sandboxes)."""
+        realnode.kill_containers(self.real_node(node), self.bin_dir / "runc")
+
     def ctr(self, node: str, *args: str, check: bool = True) -> subprocess.CompletedProcess:
         """containerd's ``ctr`` on a real node, namespace k8s.io."""
         files = self.real_node(node)

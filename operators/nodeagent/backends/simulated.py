@@ -23,6 +23,10 @@ Health is injected through the agent's own Node: the annotation
 ``nodeagent.dra-operators.dev/simulated-health: "gpu-0=xid:79,gpu-3=lost,gpu-5=ecc:double-bit"``
 lists the devices failing now. A device that leaves the list passes its health check again and
 loses its taint after the quiet period.
+
+Prepare failures are injected the same way: while the annotation
+``nodeagent.dra-operators.dev/simulated-prepare-failure: "gpu-0,gpu-2"`` lists a device,
+NodePrepareResources of a claim with that device fails for that claim (kubelet retries it).
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from ..plugin.cdi import env_key
 from .base import BackendError, Inventory
 
 HEALTH_ANNOTATION = "nodeagent.dra-operators.dev/simulated-health"
+PREPARE_FAILURE_ANNOTATION = "nodeagent.dra-operators.dev/simulated-prepare-failure"
 _GROUP_KEYS = {"model", "memory", "count", "architecture", "partitions", "allowMultipleAllocations",
                "memoryPolicy", "bindingConditions", "bindingFailureConditions", "bindsToNode", "attributes"}
 _LIMITS = {"count": 4096, "partitions": 64}  # GPUs per group, partitions per GPU
@@ -196,6 +201,7 @@ class SimulatedBackend:
         self.driver = driver
         self.poll_interval = poll_interval
         self._failing: dict[str, tuple[str, str]] = {}
+        self._prepare_failures: set[str] = set()
         self._events: asyncio.Queue[HealthEvent] | None = None
         self._mtime = self._stat()
 
@@ -224,6 +230,9 @@ class SimulatedBackend:
                         admin_access: bool) -> dict[str, Any]:
         """Simulated devices have nothing to hand over: environment variables say which device
         and claim the container got, so a workload (and a test) can print them."""
+        if device in self._prepare_failures:
+            raise BackendError(f"simulated prepare failure of device {device} (Node annotation "
+                               f"{PREPARE_FAILURE_ANNOTATION})")
         key = "DRA_DEVICE_" + env_key(device)
         env = [f"{key}={device}", f"{key}_RESOURCE_CLAIM={claim['uid']}",
                f"{key}_CLAIM={claim['namespace']}/{claim['name']}",
@@ -236,7 +245,10 @@ class SimulatedBackend:
         return {"env": [f"DRA_DRIVER_NAME={self.driver}", f"KUBERNETES_NODE_NAME={self.node_name}"]}
 
     def observe_node(self, node: dict[str, Any]) -> None:
-        annotation = ((node.get("metadata") or {}).get("annotations") or {}).get(HEALTH_ANNOTATION, "")
+        annotations = (node.get("metadata") or {}).get("annotations") or {}
+        self._prepare_failures = {d.strip() for d in annotations.get(PREPARE_FAILURE_ANNOTATION, "").split(",")
+                                  if d.strip()}
+        annotation = annotations.get(HEALTH_ANNOTATION, "")
         failing = parse_health_annotation(annotation)
         for device, (kind, value) in failing.items():
             if self._failing.get(device) != (kind, value) and self._events is not None:

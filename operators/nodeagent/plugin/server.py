@@ -20,6 +20,7 @@ import structlog
 from ...core.events import WARNING, EventRecorder
 from ...core.kube import ApiError, Kube
 from ...core.resources import RESOURCE_CLAIMS
+from ..backends.base import BackendError
 from . import cdi, checkpoint
 from .checkpoint import PreparedClaim, PreparedDevice
 from .kubeletapi import (dra_v1_pb2, dra_v1_pb2_grpc, dra_v1beta1_pb2, dra_v1beta1_pb2_grpc,
@@ -191,6 +192,8 @@ class KubeletPlugin:
             } for d in record.devices]
         except KeyError as e:
             raise PrepareError(f"device {e} is not known to the {self.agent.backend.name} backend") from e
+        except BackendError as e:
+            raise PrepareError(f"the {self.agent.backend.name} backend cannot prepare: {e}") from e
         spec = cdi.build_claim_spec(self.driver, claim, devices, self.agent.backend.common_edits())
         cdi.write_spec(self.cdi_root, cdi.spec_file_name(self.driver, record.uid), spec)
 

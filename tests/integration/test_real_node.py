@@ -1,0 +1,420 @@
+"""The node agent as the DRA plugin of a real kubelet: a lab of this module's own with one real
+Node (kubelet + containerd + runc + bridge CNI, ``LabOptions(real_nodes=1)``), the agent
+(simulated backend) as a process registered through kubelet's plugin watcher, our claims
+operator for template claims, and busybox Pods whose containers print the environment the
+agent's CDI specs give them.
+
+The fake-kubelet tests (test_kubelet_plugin.py) check the plugin's answers call by call; these
+check that a real kubelet and containerd get the same behaviour end to end (ported in spirit
+from upstream's test/e2e/dra kubelet section)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from operators.core.kube import MERGE_PATCH, Kube
+from operators.core.resources import (DEVICE_CLASSES, EVENTS, NAMESPACES, NODES, PODS, RESOURCE_CLAIM_TEMPLATES,
+                                      RESOURCE_CLAIMS, RESOURCE_SLICES, SERVICE_ACCOUNTS)
+from operators.lab import Lab, LabOptions, paths
+from operators.nodeagent.backends.simulated import PREPARE_FAILURE_ANNOTATION
+
+from . import objects
+from .fake_kubelet import FakeKubelet
+from .operator_process import OperatorProcess
+from .waiting import describe_namespace, wait_for
+
+NODE = "lab-real-0"
+DRIVER = "gpu.rn.lab"  # short: kubelet's plugin sockets must fit in 107 characters
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="real nodes need root (mounts, bridges, cgroups)")
+
+
+@pytest.fixture(scope="module")
+def real_lab() -> Lab:
+    """One kwok Node and one real Node, in a short run directory (socket paths)."""
+    missing = paths.missing_real_node_binaries(paths.bin_dir())
+    assert not missing, f"real-node binaries missing: {missing}; run `make lab-build-node`"
+    run_dir = Path(tempfile.mkdtemp(prefix="rn-", dir="/tmp"))
+    lab = Lab(LabOptions(name=f"pytest-{os.getpid()}-real", nodes=1, real_nodes=1, run_dir=run_dir),
+              log=lambda message: print(message, flush=True))
+    lab.start()
+    try:
+        yield lab
+    finally:
+        lab.stop()
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+async def rkube(real_lab: Lab) -> Kube:
+    client = await Kube.connect(str(real_lab.kubeconfig))
+    try:
+        yield client
+    finally:
+        await client.close()
+
+
+class Agent:
+    """The node agent of the real node, as a process, with kubelet's directories."""
+
+    def __init__(self, lab: Lab, log_dir: Path):
+        self.files = lab.real_node(NODE)
+        inventory = log_dir / "inventory.yaml"
+        inventory.write_text(yaml.safe_dump({"gpus": [{"model": "RealLabGPU", "memory": "16Gi", "count": 4}]}))
+        self.process = OperatorProcess(["nodeagent"], lab.kubeconfig, log_dir, env={
+            "NODE_NAME": NODE, "DRA_NODEAGENT_BACKEND": "simulated", "DRA_NODEAGENT_INVENTORY": str(inventory),
+            "DRA_NODEAGENT_DRIVER": DRIVER, "DRA_NODEAGENT_SYNC_DELAY": "1",
+            "DRA_NODEAGENT_REGISTRY_DIR": str(self.files.plugins_registry),
+            "DRA_NODEAGENT_PLUGINS_DIR": str(self.files.plugins),
+            "DRA_NODEAGENT_CDI_ROOT": str(self.files.cdi)})
+
+    def spec_path(self, uid: str) -> Path:
+        return self.files.cdi / f"k8s.{DRIVER}-claim_{uid}.json"
+
+    def checkpoint_uids(self) -> list[str]:
+        try:
+            document = json.loads((self.files.plugins / DRIVER / "checkpoint.json").read_text())
+        except FileNotFoundError:
+            return []
+        return [c["uid"] for c in document.get("preparedClaims", [])]
+
+    def registered(self) -> bool:
+        return "registered with kubelet" in self.process.log.read_text(errors="replace")
+
+
+@pytest.fixture(scope="module")
+async def agent(real_lab: Lab, rkube: Kube, tmp_path_factory: pytest.TempPathFactory) -> Agent:
+    logs = tmp_path_factory.mktemp("real-node-logs")
+    started = Agent(real_lab, logs)
+    claims = OperatorProcess(["claims"], real_lab.kubeconfig, logs)
+    claims.start()
+    started.process.start()
+    await rkube.create(DEVICE_CLASSES, objects.device_class(DRIVER, DRIVER))
+    await wait_for(lambda: rkube.list(RESOURCE_SLICES, field_selector=f"spec.nodeName={NODE}"),
+                   what="the agent's slices")
+    try:
+        yield started
+    finally:
+        started.process.stop()
+        claims.stop()
+
+
+@pytest.fixture
+async def ns(rkube: Kube, unique: str) -> str:
+    name = f"rn-{unique}"
+    await rkube.create(NAMESPACES, {"metadata": {"name": name}})
+    await wait_for(lambda: rkube.get_or_none(SERVICE_ACCOUNTS, "default", name), timeout=30,
+                   what=f"ServiceAccount {name}/default")
+    yield name
+    await rkube.delete(NAMESPACES, name)
+
+
+PRINT_ENV = "env | grep ^DRA_ | sort"
+# Print, then hold the devices until the Pod is deleted (kubelet unprepares a Pod's claims once
+# the Pod has ended, so the checks of a prepared claim happen while it runs).
+HOLD = PRINT_ENV + "; echo done; exec sleep 3600"
+
+
+def busybox_pod(name: str, claims: dict[str, dict[str, str]], containers: list[dict] | None = None,
+                init: list[dict] | None = None, script: str = PRINT_ENV) -> dict:
+    """A Pod on the real node; by default one container using every claim and printing its
+    DRA_ environment."""
+    body = objects.pod(name, claims)
+    spec = body["spec"]
+    spec["nodeSelector"] = {"kubernetes.io/hostname": NODE}
+    spec["restartPolicy"] = "Never"
+    spec["containers"] = containers or [{"name": "main", "image": "busybox:1.37", "command": ["sh", "-c", script],
+                                         "resources": {"claims": [{"name": n} for n in claims]}}]
+    if init:
+        spec["initContainers"] = init
+    return body
+
+
+def container(name: str, claims: list[str], script: str = PRINT_ENV) -> dict:
+    return {"name": name, "image": "busybox:1.37", "command": ["sh", "-c", script],
+            "resources": {"claims": [{"name": n} for n in claims]}}
+
+
+def environment(log: str) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in log.splitlines() if "=" in line)
+
+
+async def wait_phase(kube: Kube, ns: str, name: str, phases: tuple[str, ...] = ("Succeeded",),
+                     timeout: float = 120, lab: Lab | None = None) -> dict:
+    async def done():
+        pod = await kube.get(PODS, name, ns)
+        phase = pod.get("status", {}).get("phase")
+        if phase == "Failed" and "Failed" not in phases:
+            raise AssertionError(f"Pod {ns}/{name} failed: {json.dumps(pod.get('status'))[:3000]}")
+        return pod if phase in phases else None
+    return await wait_for(done, timeout=timeout, what=f"Pod {ns}/{name} {'/'.join(phases)}",
+                          describe=lambda: describe_namespace(kube, ns))
+
+
+def logs(lab: Lab, ns: str, pod: str, container: str = "main") -> str:
+    """Through the API server to the kubelet (kubectl logs), as a user reads them."""
+    return lab.kubectl("logs", "-n", ns, pod, "-c", container).stdout
+
+
+async def printed(lab: Lab, ns: str, pod: str, container: str = "main") -> dict[str, str]:
+    """The environment a HOLD container printed (waits for its "done")."""
+    async def complete():
+        text = logs(lab, ns, pod, container)
+        return text if "done" in text.split() else None
+    return environment(await wait_for(complete, timeout=60, what=f"{pod}/{container} printed its environment"))
+
+
+async def running(kube: Kube, ns: str, name: str) -> dict:
+    return await wait_phase(kube, ns, name, ("Running",))
+
+
+async def pod_claim(kube: Kube, ns: str, pod: str, claim: str = "gpu") -> dict:
+    async def named():
+        status = (await kube.get(PODS, pod, ns)).get("status", {})
+        return next((s["resourceClaimName"] for s in status.get("resourceClaimStatuses") or []
+                     if s["name"] == claim and s.get("resourceClaimName")), None)
+    return await kube.get(RESOURCE_CLAIMS, await wait_for(named, what=f"{pod}'s claim {claim}"), ns)
+
+
+async def delete_and_wait_unprepared(kube: Kube, agent: Agent, ns: str, pod: str, uids: list[str]) -> None:
+    await kube.delete(PODS, pod, ns)
+    await wait_for(lambda: _gone(kube, ns, pod), timeout=90, what=f"Pod {ns}/{pod} gone")
+
+    async def unprepared():
+        return not any(agent.spec_path(u).exists() for u in uids) and not set(uids) & set(agent.checkpoint_uids())
+    await wait_for(unprepared, timeout=60, what=f"claims {uids} unprepared")
+
+
+async def node_story(lab: Lab, kube: Kube, ns: str) -> str:
+    """The namespace, and kubelet's and containerd's last words, for a failure message."""
+    lines = [await describe_namespace(kube, ns)]
+    for component in (f"kubelet-{NODE}", f"containerd-{NODE}"):
+        log = (lab.files.logs / f"{component}.log").read_text(errors="replace").splitlines()
+        lines.append(f"--- {component} (last error lines)")
+        lines.extend([line[:400] for line in log if line.startswith("E") or "level=error" in line][-15:])
+    return "\n".join(lines)
+
+
+async def _gone(kube: Kube, ns: str, name: str) -> bool:
+    return await kube.get_or_none(PODS, name, ns) is None
+
+
+# -- the headline: a template claim's device environment in a real container -----------------------
+
+async def test_template_claim_runs_on_the_real_node_and_is_unprepared(real_lab, rkube, agent, ns):
+    assert await wait_for(lambda: _true(agent.registered()), timeout=30, what="registration with kubelet")
+    await rkube.create(RESOURCE_CLAIM_TEMPLATES, objects.resource_claim_template("gpu", DRIVER), ns)
+    await rkube.create(PODS, busybox_pod("app", {"gpu": {"resourceClaimTemplateName": "gpu"}},
+                                         script=PRINT_ENV + "; sleep 3"), ns)
+    pod = await running(rkube, ns, "app")
+    assert pod["spec"]["nodeName"] == NODE
+    claim = await pod_claim(rkube, ns, "app")
+    uid, name = claim["metadata"]["uid"], claim["metadata"]["name"]
+    [result] = claim["status"]["allocation"]["devices"]["results"]
+    device, key = result["device"], result["device"].upper().replace("-", "_")
+    assert agent.spec_path(uid).exists() and uid in agent.checkpoint_uids()
+
+    await wait_phase(rkube, ns, "app")  # the container exited 0
+    env = environment(logs(real_lab, ns, "app"))
+    assert env[f"DRA_DEVICE_{key}"] == device
+    assert env[f"DRA_DEVICE_{key}_RESOURCE_CLAIM"] == uid
+    assert env[f"DRA_DEVICE_{key}_CLAIM"] == f"{ns}/{name}"
+    assert env["DRA_DRIVER_NAME"] == DRIVER
+
+    await delete_and_wait_unprepared(rkube, agent, ns, "app", [uid])
+    await wait_for(lambda: _true(rkube.get_or_none(RESOURCE_CLAIMS, name, ns), negate=True),
+                   what="the template's claim deleted")
+
+
+async def _true(value, negate: bool = False):
+    if hasattr(value, "__await__"):
+        value = await value
+    return (not value) if negate else bool(value)
+
+
+# -- ported from upstream's kubelet checks (test/e2e/dra), and the restarts -------------------------
+
+def devices_of(env: dict[str, str]) -> set[str]:
+    """The devices a container sees: DRA_DEVICE_<KEY>=<device> (not the per-device details)."""
+    return {v for k, v in env.items() if k.startswith("DRA_DEVICE_") and k.count("_") == 3}
+
+
+async def test_two_containers_two_claims_and_an_init_container(real_lab, rkube, agent, ns):
+    for name in ("a", "b"):
+        await rkube.create(RESOURCE_CLAIMS, objects.resource_claim(name, DRIVER), ns)
+    body = busybox_pod("two", {"a": {"resourceClaimName": "a"}, "b": {"resourceClaimName": "b"}},
+                       containers=[container("first", ["a"], HOLD), container("second", ["b"], HOLD)],
+                       init=[container("init", ["a"])])
+    await rkube.create(PODS, body, ns)
+    await running(rkube, ns, "two")
+    claims = {n: await rkube.get(RESOURCE_CLAIMS, n, ns) for n in ("a", "b")}
+    devices = {n: c["status"]["allocation"]["devices"]["results"][0]["device"] for n, c in claims.items()}
+    assert devices["a"] != devices["b"]
+    assert devices_of(environment(logs(real_lab, ns, "two", "init"))) == {devices["a"]}
+    assert devices_of(await printed(real_lab, ns, "two", "first")) == {devices["a"]}
+    assert devices_of(await printed(real_lab, ns, "two", "second")) == {devices["b"]}
+    await delete_and_wait_unprepared(rkube, agent, ns, "two", [c["metadata"]["uid"] for c in claims.values()])
+
+
+async def test_shared_claim_is_unprepared_after_the_last_pod(real_lab, rkube, agent, ns):
+    await rkube.create(RESOURCE_CLAIMS, objects.resource_claim("shared", DRIVER), ns)
+    for name in ("one", "two"):
+        await rkube.create(PODS, busybox_pod(name, {"gpu": {"resourceClaimName": "shared"}}, script=HOLD), ns)
+    for name in ("one", "two"):
+        await running(rkube, ns, name)
+    claim = await rkube.get(RESOURCE_CLAIMS, "shared", ns)
+    uid, device = claim["metadata"]["uid"], claim["status"]["allocation"]["devices"]["results"][0]["device"]
+    assert devices_of(await printed(real_lab, ns, "one")) == {device}
+    assert devices_of(await printed(real_lab, ns, "two")) == {device}
+    await rkube.delete(PODS, "one", ns)
+    await wait_for(lambda: _gone(rkube, ns, "one"), timeout=90, what="first Pod gone")
+    time.sleep(3)  # kubelet had its chance to unprepare: it must not while "two" still runs
+    assert agent.spec_path(uid).exists() and uid in agent.checkpoint_uids()
+    await delete_and_wait_unprepared(rkube, agent, ns, "two", [uid])
+
+
+async def test_claim_no_container_uses_is_still_prepared(real_lab, rkube, agent, ns):
+    await rkube.create(RESOURCE_CLAIMS, objects.resource_claim("unused", DRIVER), ns)
+    body = busybox_pod("idle", {"gpu": {"resourceClaimName": "unused"}}, containers=[container("main", [], HOLD)])
+    await rkube.create(PODS, body, ns)
+    await running(rkube, ns, "idle")
+    uid = (await rkube.get(RESOURCE_CLAIMS, "unused", ns))["metadata"]["uid"]
+    assert agent.spec_path(uid).exists() and uid in agent.checkpoint_uids()
+    assert devices_of(await printed(real_lab, ns, "idle")) == set()
+    await delete_and_wait_unprepared(rkube, agent, ns, "idle", [uid])
+
+
+async def test_force_deleted_pod_is_unprepared(real_lab, rkube, agent, ns):
+    await rkube.create(RESOURCE_CLAIMS, objects.resource_claim("forced", DRIVER), ns)
+    await rkube.create(PODS, busybox_pod("long", {"gpu": {"resourceClaimName": "forced"}}, script=HOLD), ns)
+    await running(rkube, ns, "long")
+    uid = (await rkube.get(RESOURCE_CLAIMS, "forced", ns))["metadata"]["uid"]
+    await rkube.delete(PODS, "long", ns, grace_period_seconds=0)
+
+    async def unprepared():
+        return not agent.spec_path(uid).exists() and uid not in agent.checkpoint_uids()
+    await wait_for(unprepared, timeout=90, what="force-deleted Pod's claim unprepared")
+
+
+async def test_agent_restarted_between_prepare_and_unprepare(real_lab, rkube, agent, ns):
+    await rkube.create(RESOURCE_CLAIMS, objects.resource_claim("survives", DRIVER), ns)
+    await rkube.create(PODS, busybox_pod("s", {"gpu": {"resourceClaimName": "survives"}}, script=HOLD), ns)
+    await running(rkube, ns, "s")
+    uid = (await rkube.get(RESOURCE_CLAIMS, "survives", ns))["metadata"]["uid"]
+    registrations = agent.process.log.read_text().count("registered with kubelet")
+    agent.process.kill()
+    agent.process.start()
+    await wait_for(lambda: _true(agent.process.log.read_text().count("registered with kubelet") > registrations),
+                   timeout=60, what="the restarted agent registered again")
+    assert uid in agent.checkpoint_uids()
+    await delete_and_wait_unprepared(rkube, agent, ns, "s", [uid])
+
+
+async def test_kubelet_restart_with_a_running_pod(real_lab, rkube, agent, ns):
+    await rkube.create(RESOURCE_CLAIMS, objects.resource_claim("kept", DRIVER), ns)
+    await rkube.create(PODS, busybox_pod("r", {"gpu": {"resourceClaimName": "kept"}}, script=HOLD), ns)
+    await running(rkube, ns, "r")
+    uid = (await rkube.get(RESOURCE_CLAIMS, "kept", ns))["metadata"]["uid"]
+    before = agent.spec_path(uid).read_text()
+    real_lab.restart(f"kubelet-{NODE}")
+    real_lab.wait_node_schedulable(NODE)
+    # kubelet admits the running Pod again from its own checkpoint (dra_manager_state); a
+    # repeated NodePrepareResources, if it makes one, gets the same answer: nothing changes.
+    time.sleep(5)
+    pod = await rkube.get(PODS, "r", ns)
+    assert pod["status"]["phase"] == "Running"
+    assert pod["status"]["containerStatuses"][0]["restartCount"] == 0
+    assert agent.spec_path(uid).read_text() == before and agent.checkpoint_uids().count(uid) == 1
+    # The restarted kubelet still knows the claim: deleting the Pod unprepares it.
+    await delete_and_wait_unprepared(rkube, agent, ns, "r", [uid])
+
+
+async def test_emptied_cdi_dir_is_rewritten_when_the_container_restarts(real_lab, rkube, agent, ns):
+    """As after a reboot empties /var/run/cdi (kubernetes#141433): the container restarts, the
+    repeated prepare rewrites the spec, and the container starts with its device again."""
+    await rkube.create(RESOURCE_CLAIMS, objects.resource_claim("reboot", DRIVER), ns)
+    body = busybox_pod("rb", {"gpu": {"resourceClaimName": "reboot"}},
+                       script=PRINT_ENV + "; echo done; sleep 4; exit 1")
+    body["spec"]["restartPolicy"] = "OnFailure"
+    await rkube.create(PODS, body, ns)
+    await running(rkube, ns, "rb")
+    claim = await rkube.get(RESOURCE_CLAIMS, "reboot", ns)
+    uid, device = claim["metadata"]["uid"], claim["status"]["allocation"]["devices"]["results"][0]["device"]
+    assert agent.spec_path(uid).exists()
+    prepares = agent.process.log.read_text().count('"prepared claim"')
+    for path in agent.files.cdi.iterdir():
+        path.unlink()
+    # A reboot ends the sandbox and restarts kubelet too. kubelet 1.37 asks NodePrepareResources
+    # only when it creates a sandbox: a container restarting in the same sandbox with the spec
+    # gone fails with "unresolvable CDI devices" for ever (kubernetes#141433).
+    real_lab.restart(f"kubelet-{NODE}", downtime=1)
+    real_lab.kill_containers(NODE)
+
+    async def restarted():
+        pod = await rkube.get(PODS, "rb", ns)
+        statuses = pod.get("status", {}).get("containerStatuses") or []
+        return statuses and statuses[0].get("restartCount", 0) >= 1 and "running" in statuses[0].get("state", {})
+    await wait_for(restarted, timeout=120, what="container restarted",
+                   describe=lambda: node_story(real_lab, rkube, ns))
+    assert agent.spec_path(uid).exists()
+    assert agent.process.log.read_text().count('"prepared claim"') > prepares  # the repeated prepare
+    assert devices_of(await printed(real_lab, ns, "rb")) == {device}
+    await delete_and_wait_unprepared(rkube, agent, ns, "rb", [uid])
+
+
+async def test_kubelet_retries_prepare_after_an_injected_failure(real_lab, rkube, agent, ns):
+    """While the simulated backend fails every prepare, the Pod's container does not start and
+    kubelet reports the failure; once the failure is lifted kubelet's retry prepares the claim."""
+    failure = {"metadata": {"annotations": {PREPARE_FAILURE_ANNOTATION: ",".join(f"gpu-{i}" for i in range(4))}}}
+    await rkube.patch(NODES, NODE, failure, content_type=MERGE_PATCH)
+    try:
+        await rkube.create(RESOURCE_CLAIMS, objects.resource_claim("flaky", DRIVER), ns)
+        await rkube.create(PODS, busybox_pod("retry", {"gpu": {"resourceClaimName": "flaky"}}, script=HOLD), ns)
+
+        async def failed_prepare():
+            return [e for e in await rkube.list(EVENTS, ns) if e["involvedObject"].get("name") == "retry"
+                    and "simulated prepare failure" in (e.get("message") or "")]
+        await wait_for(failed_prepare, timeout=90, what="kubelet reporting the failed prepare",
+                       describe=lambda: node_story(real_lab, rkube, ns))
+        pod = await rkube.get(PODS, "retry", ns)
+        assert pod["status"].get("phase") == "Pending" and not pod["status"].get("containerStatuses", [{}])[0].get(
+            "state", {}).get("running"), pod["status"]
+        uid = (await rkube.get(RESOURCE_CLAIMS, "flaky", ns))["metadata"]["uid"]
+        assert not agent.spec_path(uid).exists() and uid not in agent.checkpoint_uids()
+    finally:
+        await rkube.patch(NODES, NODE, {"metadata": {"annotations": {PREPARE_FAILURE_ANNOTATION: None}}},
+                          content_type=MERGE_PATCH)
+    await wait_phase(rkube, ns, "retry", ("Running",), timeout=120)
+    assert devices_of(await printed(real_lab, ns, "retry"))
+    await delete_and_wait_unprepared(rkube, agent, ns, "retry", [uid])
+
+
+async def test_stale_prepare_after_unprepare_does_not_bring_the_claim_back(real_lab, rkube, agent, ns):
+    await rkube.create(RESOURCE_CLAIMS, objects.resource_claim("late", DRIVER), ns)
+    await rkube.create(PODS, busybox_pod("p", {"gpu": {"resourceClaimName": "late"}}, script=HOLD), ns)
+    await running(rkube, ns, "p")
+    claim = await rkube.get(RESOURCE_CLAIMS, "late", ns)
+    uid = claim["metadata"]["uid"]
+    await delete_and_wait_unprepared(rkube, agent, ns, "p", [uid])
+
+    async def released():
+        current = await rkube.get(RESOURCE_CLAIMS, "late", ns)
+        return not (current.get("status") or {}).get("reservedFor")
+    await wait_for(released, what="the claim no longer reserved")
+    # kubelet's NodePrepareResources for the deleted Pod, delivered late, straight to the agent.
+    kubelet = FakeKubelet(agent.files.plugins_registry)
+    try:
+        await kubelet.register()
+        response = await kubelet.prepare([claim])
+    finally:
+        await kubelet.close()
+    assert response.claims[uid].error, response
+    assert uid not in agent.checkpoint_uids() and not agent.spec_path(uid).exists()
