@@ -47,11 +47,11 @@ lab-build-node:
 unit: venv
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
-integration: venv lab-build
+integration: venv lab-build lab-build-node
 	$(PY) -m pytest tests/integration $(PYTEST_ARGS)
 
 # pytest exits 5 when it collected nothing: that is a failure here, never a pass.
-test: venv lab-build
+test: venv lab-build lab-build-node
 	$(PY) -m pytest tests/unit tests/integration $(PYTEST_ARGS); \
 	  code=$$?; if [ $$code -eq 5 ]; then echo "make test: no tests were collected" >&2; exit 1; fi; exit $$code
 

@@ -402,7 +402,8 @@ class Lab:
         realnode.write_watch_state(state, self.real_nodes)
         if self._watchdog is None or self._watchdog.poll() is not None:
             self._watchdog = process.spawn(
-                [sys.executable, "-m", "operators.lab.realnode", "--watch", str(os.getpid()),
+                [sys.executable, "-c", "import sys; from operators.lab.realnode import main; sys.exit(main())",
+                 "--watch", str(os.getpid()),
                  "--state", str(state), "--runc", str(self.bin_dir / "runc")],
                 self.files.logs / "real-node-watchdog.log", env=dict(os.environ), tie_to_parent=False)
 

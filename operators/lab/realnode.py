@@ -4,8 +4,8 @@ the node's own pod CIDR, and the lab's local images (``lab up --real-nodes N``).
 Everything of node ``lab-real-<i>`` is under ``<run dir>/nodes/lab-real-<i>``; what is not (the
 bridge device, mounts of container root filesystems, volumes and network namespaces, runc's shims
 and containers) is found from there and removed by ``cleanup``, which ``Lab.stop``, ``lab down``
-and the next start in the same run directory call. A watchdog process (``python -m
-operators.lab.realnode --watch PID``) does the same if the lab's owner dies without stopping
+and the next start in the same run directory call. A watchdog process (``main`` here,
+``--watch PID``) does the same if the lab's owner dies without stopping
 (SIGKILL): shims and containers are not its children, so they would outlive it.
 """
 
