@@ -55,7 +55,7 @@ test: venv lab-build lab-build-node
 	$(PY) -m pytest tests/unit tests/integration $(PYTEST_ARGS); \
 	  code=$$?; if [ $$code -eq 5 ]; then echo "make test: no tests were collected" >&2; exit 1; fi; exit $$code
 
-run: venv lab-build
+run: venv lab-build lab-build-node
 	$(VENV)/bin/dra-operators demo
 
 # A benchmark, not a test (not part of `make test`): an hour of churn, RSS sampled, end state

@@ -360,7 +360,7 @@ class Lab:
             name = realnode.node_name(i)
             bridge = realnode.bridge_name(self.run_dir, i)
             subnet = realnode.claim_bridge(bridge, self.run_dir, i)
-            files = RealNodeFiles(self.run_dir, name)
+            files = RealNodeFiles(components.real_node_root(self.run_dir, name), name)
             self.real_nodes.append(RealNodeInfo(name=name, root=str(files.root), bridge=bridge, subnet=subnet,
                                                 kubelet_port=ports[2 * i], healthz_port=ports[2 * i + 1]))
         self._start_watchdog()
@@ -386,6 +386,10 @@ class Lab:
 
     def _write_real_node_files(self, info: RealNodeInfo) -> None:
         files = info.files()
+        link = self.run_dir / "nodes" / info.name
+        link.parent.mkdir(exist_ok=True)
+        link.unlink(missing_ok=True)
+        link.symlink_to(files.root)
         for directory in (files.kubelet_root, files.plugins_registry, files.plugins, files.pod_logs, files.cdi,
                           files.cni_conf_dir, files.cni_ipam, files.containerd_root, files.containerd_state):
             directory.mkdir(parents=True, exist_ok=True)

@@ -326,16 +326,25 @@ REAL_NODE_BINARIES = ("kubelet", "containerd", "containerd-shim-runc-v2", "ctr",
                       "cni/bridge", "cni/host-local", "cni/loopback", "busybox")
 
 
+# Real nodes live here, not in the run directory: kubelet's plugin sockets
+# (<root>/kubelet/plugins_registry/<driver>-reg.sock) must fit in 107 characters, which a run
+# directory under a checkout or pytest's temporary directories leaves no room for.
+REAL_NODE_BASE = Path("/run/dra-lab")
+
+
+def real_node_root(run_dir: Path, name: str) -> Path:
+    """``/run/dra-lab/<8 hex of the run directory>/<name>`` (32 characters for lab-real-0)."""
+    import hashlib
+    return REAL_NODE_BASE / hashlib.sha256(str(run_dir).encode()).hexdigest()[:8] / name
+
+
 @dataclass(frozen=True)
 class RealNodeFiles:
-    """Everything of one real node lives under ``<run dir>/nodes/<name>``."""
+    """Everything of one real node lives under ``root`` (``real_node_root``; the run directory's
+    ``nodes/<name>`` links there)."""
 
-    run_dir: Path
+    root: Path
     name: str
-
-    @property
-    def root(self) -> Path:
-        return self.run_dir / "nodes" / self.name
 
     @property
     def kubelet_root(self) -> Path:

@@ -1,7 +1,9 @@
 """Real nodes of a lab: a containerd and a kubelet per node, with runc, the bridge CNI network of
 the node's own pod CIDR, and the lab's local images (``lab up --real-nodes N``).
 
-Everything of node ``lab-real-<i>`` is under ``<run dir>/nodes/lab-real-<i>``; what is not (the
+Everything of node ``lab-real-<i>`` is under ``/run/dra-lab/<hash of the run dir>/lab-real-<i>``
+(short: kubelet's plugin socket paths must fit in 107 characters), linked from
+``<run dir>/nodes/lab-real-<i>``; ``cleanup`` removes it. What is not (the
 bridge device, mounts of container root filesystems, volumes and network namespaces, runc's shims
 and containers) is found from there and removed by ``cleanup``, which ``Lab.stop``, ``lab down``
 and the next start in the same run directory call. A watchdog process (``main`` here,
@@ -48,7 +50,7 @@ class RealNodeInfo:
         return str(next(ipaddress.ip_network(self.subnet).hosts()))
 
     def files(self) -> RealNodeFiles:
-        return RealNodeFiles(Path(self.root).parents[1], self.name)
+        return RealNodeFiles(Path(self.root), self.name)
 
 
 def node_name(index: int) -> str:
@@ -173,6 +175,12 @@ def cleanup(info: RealNodeInfo, runc: Path) -> list[str]:
             pass
     time.sleep(0.2)
     left = unmount_all(files.root)
+    if not left:
+        subprocess.run(["rm", "-rf", "--one-file-system", str(files.root)], capture_output=True)
+        try:
+            files.root.parent.rmdir()  # the lab's directory, once its last node is gone
+        except OSError:
+            pass
     deleted = subprocess.run(["ip", "link", "del", info.bridge], capture_output=True, text=True)
     if deleted.returncode != 0 and "Cannot find device" not in deleted.stderr \
             and "does not exist" not in deleted.stderr:

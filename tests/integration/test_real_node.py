@@ -10,11 +10,11 @@ from upstream's test/e2e/dra kubelet section)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
@@ -148,7 +148,7 @@ def environment(log: str) -> dict[str, str]:
 
 
 async def wait_phase(kube: Kube, ns: str, name: str, phases: tuple[str, ...] = ("Succeeded",),
-                     timeout: float = 120, lab: Lab | None = None) -> dict:
+                     timeout: float = 120) -> dict:
     async def done():
         pod = await kube.get(PODS, name, ns)
         phase = pod.get("status", {}).get("phase")
@@ -276,7 +276,7 @@ async def test_shared_claim_is_unprepared_after_the_last_pod(real_lab, rkube, ag
     assert devices_of(await printed(real_lab, ns, "two")) == {device}
     await rkube.delete(PODS, "one", ns)
     await wait_for(lambda: _gone(rkube, ns, "one"), timeout=90, what="first Pod gone")
-    time.sleep(3)  # kubelet had its chance to unprepare: it must not while "two" still runs
+    await asyncio.sleep(3)  # kubelet had its chance to unprepare: it must not while "two" still runs
     assert agent.spec_path(uid).exists() and uid in agent.checkpoint_uids()
     await delete_and_wait_unprepared(rkube, agent, ns, "two", [uid])
 
@@ -328,7 +328,7 @@ async def test_kubelet_restart_with_a_running_pod(real_lab, rkube, agent, ns):
     real_lab.wait_node_schedulable(NODE)
     # kubelet admits the running Pod again from its own checkpoint (dra_manager_state); a
     # repeated NodePrepareResources, if it makes one, gets the same answer: nothing changes.
-    time.sleep(5)
+    await asyncio.sleep(5)
     pod = await rkube.get(PODS, "r", ns)
     assert pod["status"]["phase"] == "Running"
     assert pod["status"]["containerStatuses"][0]["restartCount"] == 0

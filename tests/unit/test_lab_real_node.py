@@ -14,7 +14,7 @@ from operators.lab.components import Files, Ports, RealNodeFiles
 
 PORTS = Ports(etcd_client=1001, etcd_peer=1002, apiserver=1003, controller_manager=1004,
               scheduler=1005, kwok=1006)
-NODE = RealNodeFiles(Path("/run/lab"), "lab-real-0")
+NODE = RealNodeFiles(Path("/run/lab/nodes/lab-real-0"), "lab-real-0")
 
 
 def test_a_plain_lab_needs_no_real_node_binary_and_keeps_its_apiserver_flags(tmp_path):
@@ -71,6 +71,14 @@ def test_cni_bridge_without_masquerade_and_ipam_under_the_node():
     assert (bridge["type"], bridge["bridge"], bridge["isGateway"], bridge["ipMasq"]) == ("bridge", "labbr", True, False)
     assert bridge["ipam"]["ranges"] == [[{"subnet": "10.88.7.0/24"}]]
     assert bridge["ipam"]["dataDir"] == "/run/lab/nodes/lab-real-0/cni/ipam"
+
+
+def test_node_roots_are_short_enough_for_plugin_sockets_of_long_driver_names():
+    root = components.real_node_root(Path("/work/a/very/long/checkout/.cache/lab/runs/some-lab-name"), "lab-real-0")
+    assert str(root).startswith("/run/dra-lab/") and root.name == "lab-real-0"
+    socket = RealNodeFiles(root, "lab-real-0").plugins_registry / f"{'d' * 40}-reg.sock"
+    assert len(str(socket)) <= 107
+    assert components.real_node_root(Path("/tmp/x"), "lab-real-0") != components.real_node_root(Path("/tmp/y"), "lab-real-0")
 
 
 def test_bridge_names_fit_ifnamsiz_and_differ_per_lab_and_node():
