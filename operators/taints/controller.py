@@ -71,6 +71,9 @@ class TaintsController:
         self.admitted: dict[str, tuple[str, float]] = {}  # pod key -> (uid, monotonic time its rate-limit token is valid)
         self.marked: set[str] = set()                    # UIDs with a "Marking for deletion" Event
         self.evicted = UidCache()
+        # Pods whose eviction request has not returned yet, by UID (with the eviction): pending
+        # until it counts as evicted, even if the Pod is already deleting or gone from the cache.
+        self.in_flight: dict[str, tuple[d.Obj, d.Eviction]] = {}
         self.rule_evictions: dict[str, int] = {}         # rule UID -> Pods evicted since start
         self.rule_problems: dict[str, set[tuple[str, str]]] = {}  # rule name -> (reason, message) to report
         self.events = EventRecorder(kube, d.CONTROLLER_NAME, distinct_messages=True)
@@ -413,6 +416,7 @@ class TaintsController:
                 await self._mark(pod)
                 for budget in budgets:
                     self.attempts[budget] = self.attempts.get(budget, 0) + 1
+                self.in_flight[uid] = (pod, eviction)
                 try:
                     await self.kube.request("POST", PODS.path(namespace, name, "eviction"), body=d.eviction_body(pod))
                 except ApiError as e:
@@ -426,6 +430,7 @@ class TaintsController:
                         return
                     raise RetryableError(f"evict pod {key}: {e}") from e
                 finally:
+                    self.in_flight.pop(uid, None)
                     for budget in budgets:
                         self.attempts[budget] -= 1
                 self._evicted(key, uid, eviction, logger, "Eviction API")
@@ -434,6 +439,7 @@ class TaintsController:
                            max_wait=api_wait)
 
         await self._mark(pod)
+        self.in_flight[uid] = (pod, eviction)
         try:
             if not d.has_pod_condition(pod):
                 await self.kube.patch(PODS, name, d.pod_condition_patch(pod, utcnow()), namespace,
@@ -445,6 +451,8 @@ class TaintsController:
                 self._done(key, uid)
                 return
             raise RetryableError(f"delete pod {key}: {e}") from e
+        finally:
+            self.in_flight.pop(uid, None)
         self._evicted(key, uid, eviction, logger, "delete")
 
     def _unpark(self, key: str) -> None:
@@ -516,13 +524,22 @@ class TaintsController:
 
     def pods_evicted_by(self, rule: d.Obj, rules: list[d.Obj]) -> tuple[list[tuple[d.Obj, d.Eviction]], set[str]]:
         """Pods not yet deleting whose eviction (under ``rules``) has ``rule`` among its reasons."""
-        uid = rule["metadata"].get("uid")
+        rule_uid = rule["metadata"].get("uid")
         found, namespaces = [], set()
         for pod in self.pods.values():
-            if d.is_deleting(pod):
+            # Exact at every instant (so pending + evicted in the rule status adds up): a Pod
+            # whose eviction we finished counts as evicted even before its watch event says it is
+            # deleting, and one whose DELETE is in flight is still pending until it counts.
+            uid = pod["metadata"].get("uid")
+            if uid in self.evicted or (d.is_deleting(pod) and uid not in self.in_flight):
                 continue
             eviction = self.pod_eviction(pod, rules)
-            if eviction is not None and uid in eviction.rule_uids():
+            if eviction is not None and rule_uid in eviction.rule_uids():
+                found.append((pod, eviction))
+                namespaces.add(pod["metadata"]["namespace"])
+        listed = {pod["metadata"].get("uid") for pod, _ in found}
+        for uid, (pod, eviction) in self.in_flight.items():
+            if uid not in listed and rule_uid in eviction.rule_uids():
                 found.append((pod, eviction))
                 namespaces.add(pod["metadata"]["namespace"])
         return found, namespaces

@@ -102,15 +102,16 @@ async def test_200_pods_behind_one_rule_with_a_rate_limit(kube, controllers, uni
         spread = times[-1] - times[0]
         print(f"taints: {count} evictions at {rate}/s spread over {spread:.2f}s; rule status: {messages}")
         assert spread >= 9, f"{count} evictions at {rate}/s took only {spread:.2f}s"
-        # Every status message is upstream's, and pending + evicted add up to all Pods
-        # (an eviction in flight may be counted on neither side for a moment).
+        # Every status message is upstream's, and pending + evicted add up to all Pods at every
+        # moment (upstream's may not: a Pod being deleted is counted on neither side, or on both
+        # until its watch event arrives; ours counts one in flight as pending).
         assert messages[0].startswith("PodsPendingEviction: "), messages
         assert messages[-1] == f"Completed: {count} pods evicted since starting the controller."
         for message in messages[:-1]:
             m = re.fullmatch(r"PodsPendingEviction: (\d+) pods? needs? to be evicted in 1 namespace\."
                              r"(?: (\d+) pods? evicted since starting the controller\.)?", message)
             assert m, message
-            assert count - 2 <= int(m.group(1)) + int(m.group(2) or 0) <= count, message
+            assert int(m.group(1)) + int(m.group(2) or 0) == count, message
         snap = await env.snapshot()
         assert all(p["evicted"] and p["disruption"][0]["reason"] == "DeletionByDeviceTaintManager"
                    for p in snap["pods"].values())
@@ -296,10 +297,12 @@ async def test_preview_matches_what_eviction_then_does(lab, kube, controllers, u
     controllers.use("ours")
     async with TaintsEnv(kube, f"pv{unique}", "ours", nodes=NODES) as env:
         await env.template("none")
-        await env.template("six", [env.toleration(6)])
+        # Long enough that the preview by name (a subprocess, slow on a loaded machine) still
+        # finds "later" pending.
+        await env.template("twenty", [env.toleration(20)])
         await env.template("forever", [env.toleration()])
         await env.pod("now", {"gpu": tmpl("none")}, node=NODES[0])
-        await env.pod("later", {"gpu": tmpl("six")}, node=NODES[0])
+        await env.pod("later", {"gpu": tmpl("twenty")}, node=NODES[0])
         await env.pod("never", {"gpu": tmpl("forever")}, node=NODES[0])
         await env.pod("elsewhere", {"gpu": tmpl("none")}, node=NODES[1])
         await env.wait_running("now", "later", "never", "elsewhere")
@@ -311,7 +314,7 @@ async def test_preview_matches_what_eviction_then_does(lab, kube, controllers, u
         assert result.returncode == 0, result.stderr
         preview = json.loads(result.stdout)
         ours = [p for p in preview["pods"] if p["namespace"] == env.namespace]
-        assert [(p["name"], p["inSeconds"]) for p in ours] == [("now", 0), ("later", 6)], preview
+        assert [(p["name"], p["inSeconds"]) for p in ours] == [("now", 0), ("later", 20)], preview
         assert preview["publishedDevices"] == env.devices and preview["allocatedDevices"] == 3
         table = _preview(lab, str(path)).stdout
         assert "2 pods would be evicted in 1 namespace" in table and "later" in table, table
@@ -321,13 +324,13 @@ async def test_preview_matches_what_eviction_then_does(lab, kube, controllers, u
         added = d.parse_time(rule["spec"]["taint"]["timeAdded"])
         named = json.loads(_preview(lab, rule["metadata"]["name"], "-o", "json").stdout)
         pending = {p["name"]: p["evictAt"] for p in named["pods"] if p["namespace"] == env.namespace}
-        assert pending.get("later") == d.format_time(added + datetime.timedelta(seconds=6)), named
-        await env.wait_evicted("now", "later", timeout=30)
+        assert pending.get("later") == d.format_time(added + datetime.timedelta(seconds=20)), named
+        await env.wait_evicted("now", "later", timeout=60)
         await asyncio.sleep(2)
         snap = await env.snapshot()
         assert {name for name, p in snap["pods"].items() if p["evicted"]} == {p["name"] for p in ours}
         delay = env.watch.deleting_at["later"] - added.timestamp()
-        assert 6 <= delay < 9, delay
+        assert delay >= 20, delay  # not before its time (when after it is the timing tests' job)
 
         # The guard rail users asked for (kubernetes#141422): an empty selector means every device.
         everything = json.loads(_preview(lab, "-o", "json", str(_write(tmp_path / "all.yaml", env.rule_body(
