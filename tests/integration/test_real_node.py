@@ -348,7 +348,7 @@ async def test_emptied_cdi_dir_is_rewritten_when_the_container_restarts(real_lab
     await running(rkube, ns, "rb")
     claim = await rkube.get(RESOURCE_CLAIMS, "reboot", ns)
     uid, device = claim["metadata"]["uid"], claim["status"]["allocation"]["devices"]["results"][0]["device"]
-    assert agent.spec_path(uid).exists()
+    before = agent.spec_path(uid).read_text()
     prepares = agent.process.log.read_text().count('"prepared claim"')
     for path in agent.files.cdi.iterdir():
         path.unlink()
@@ -364,7 +364,7 @@ async def test_emptied_cdi_dir_is_rewritten_when_the_container_restarts(real_lab
         return statuses and statuses[0].get("restartCount", 0) >= 1 and "running" in statuses[0].get("state", {})
     await wait_for(restarted, timeout=120, what="container restarted",
                    describe=lambda: node_story(real_lab, rkube, ns))
-    assert agent.spec_path(uid).exists()
+    assert agent.spec_path(uid).read_text() == before  # rewritten, the same spec
     assert agent.process.log.read_text().count('"prepared claim"') > prepares  # the repeated prepare
     assert devices_of(await printed(real_lab, ns, "rb")) == {device}
     await delete_and_wait_unprepared(rkube, agent, ns, "rb", [uid])
