@@ -28,6 +28,7 @@ from .workqueue import WorkQueue
 log = get_logger(__name__)
 
 WATCHDOG_INTERVAL = 30.0
+API_WAIT = 60.0  # how long a starting operator waits for an API server that does not answer
 
 
 class Runtime:
@@ -39,6 +40,31 @@ class Runtime:
         self.supervisor = supervisor or Supervisor(name)
         self.informers: dict[str, Informer] = {}
         self._cleanups: list[Callable[[], Awaitable[Any]]] = []
+
+    async def wait_for_api(self, timeout: float = API_WAIT) -> None:
+        """Before starting: wait (bounded) for an API server that does not answer yet, as after a
+        node reboot or beside a restarting control plane, instead of exiting at once into
+        kubelet's growing crash-loop back-off. Any answer ends the wait, an error too: the start
+        that follows reports what is wrong."""
+        deadline = asyncio.get_running_loop().time() + timeout
+        delay = 0.5
+        while True:
+            try:
+                await self.kube.request("GET", "/version", retry=False, timeout=10)
+                return
+            except ApiError as e:
+                if e.status not in (429, 500, 502, 503, 504):
+                    return
+                error = f"{e.status}: {e.message[:200]}"
+            except ConnectionLost as e:
+                error = str(e)
+            left = deadline - asyncio.get_running_loop().time()
+            if left <= 0:
+                return
+            log.warning("waiting for the API server", operator=self.name, error=error, retry_in=round(delay, 1),
+                        gives_up_in=round(left))
+            await asyncio.sleep(min(delay, left))
+            delay = min(delay * 2, 5.0)
 
     def informer(self, resource: Resource, store: Store, handler: Handler, **options: Any) -> Informer:
         informer = Informer(self.kube, resource, store, handler, silence=self.watch_silence, **options)
@@ -127,6 +153,7 @@ class Runtime:
 async def start_or_undo(runtime: Runtime, start: Callable[[], Awaitable[None]]) -> None:
     """Run ``start``; if it fails, stop what it started and end the operator with the reason."""
     try:
+        await runtime.wait_for_api()
         await start()
     except asyncio.CancelledError:
         await runtime.stop()

@@ -379,7 +379,7 @@ async def test_node_agent_republishes_after_a_cut_and_keeps_publishing(
         fault_lab.net.heal()
     healed = time.monotonic()
     await wait_for(lambda: _eq(devices(), ["gpu-0", "gpu-1"]), timeout=sync_delay + 90, interval=0.5,
-                   what="slices back after healing")
+                   what="slices back after healing", describe=lambda: asyncio.sleep(0, agent.tail(80)))
     print(f"node agent: slices back {time.monotonic() - healed:.1f}s after healing (sync delay {sync_delay}s)")
     # The publish loop is still alive: a second change is published too.
     inventory.write_text(yaml.safe_dump({"gpus": [{"model": "M", "memory": "8Gi", "count": 3}]}))

@@ -5,6 +5,7 @@ the kustomize RBAC, without a single 403; the node agent's admission policy hold
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -55,14 +56,15 @@ def test_overlay_renders_and_passes_server_side_dry_run(overlay, base, lab):
     assert dry.returncode == 0, dry.stderr
 
 
-async def service_account_kubeconfig(lab, kube: Kube, account: str, path: Path, bound_pod: dict | None = None) -> Path:
+async def service_account_kubeconfig(lab, kube: Kube, account: str, path: Path, bound_pod: dict | None = None,
+                                     namespace: str = NAMESPACE) -> Path:
     """A kubeconfig holding a TokenRequest token of ``account`` (bound to a Pod: then the token
     names the Pod's node, as a DaemonSet Pod's projected token does)."""
     spec: dict = {"expirationSeconds": 3600}
     if bound_pod:
         spec["boundObjectRef"] = {"apiVersion": "v1", "kind": "Pod", "name": bound_pod["metadata"]["name"],
                                   "uid": bound_pod["metadata"]["uid"]}
-    response = await kube.request("POST", f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/{account}/token",
+    response = await kube.request("POST", f"/api/v1/namespaces/{namespace}/serviceaccounts/{account}/token",
                                   body={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec})
     config = {"apiVersion": "v1", "kind": "Config",
               "clusters": [{"name": "lab", "cluster": {"server": lab.server, "certificate-authority": str(lab.pki.ca_cert)}}],
@@ -113,6 +115,7 @@ async def test_node_agent_with_its_own_service_account(base, lab, kube, tmp_path
     node.name = "lab-node-0"
     node.agent.kubeconfig = kubeconfig
     node.agent.extra_env["NODE_NAME"] = "lab-node-0"
+    allowed = allow_driver(lab, node.driver)  # as the policy's comment tells users of another driver
     node.agent.start()
     try:
         await kube.create(DEVICE_CLASSES, objects.device_class(node.driver, node.driver))
@@ -135,10 +138,98 @@ async def test_node_agent_with_its_own_service_account(base, lab, kube, tmp_path
             with pytest.raises(ApiError) as forbidden:
                 await agent_kube.list(PODS, "default")
             assert forbidden.value.status == 403
+            # A slice of a driver the policy does not list: no either.
+            foreign = objects.resource_slice(f"foreign-{unique}", f"other-{unique}.example.com", "lab-node-0",
+                                             [objects.device("gpu-0")])
+            with pytest.raises(ApiError) as denied:
+                await agent_kube.create(RESOURCE_SLICES, foreign)
+            assert f"may not write ResourceSlices of driver other-{unique}.example.com" in denied.value.message
     finally:
         await node.kubelet.close()
         node.agent.stop()
+        allowed.undo()
         await kube.delete(DEVICE_CLASSES, node.driver)
+
+
+POLICY = "dra-operators-nodeagent-own-slices"
+
+
+class allow_driver:
+    """Add ``driver`` to the live admission policy's allowedDrivers (undo() restores it)."""
+
+    def __init__(self, lab, driver: str):
+        self.lab = lab
+        policy = json.loads(lab.kubectl("get", "validatingadmissionpolicy", POLICY, "-o", "json").stdout)
+        [self.variable] = [i for i, v in enumerate(policy["spec"]["variables"]) if v["name"] == "allowedDrivers"]
+        self.original = policy["spec"]["variables"][self.variable]["expression"]
+        drivers = yaml.safe_load(self.original) + [driver]  # a CEL list of strings is a YAML flow list
+        self._set(json.dumps(drivers))
+
+    def _set(self, expression: str) -> None:
+        patch = [{"op": "replace", "path": f"/spec/variables/{self.variable}/expression", "value": expression}]
+        self.lab.kubectl("patch", "validatingadmissionpolicy", POLICY, "--type=json", "-p", json.dumps(patch))
+
+    def undo(self) -> None:
+        self._set(self.original)
+
+
+async def test_admission_policy_holds_in_an_overlay_that_renames_the_namespace(base, lab, kube, tmp_path, unique):
+    """kustomize's ``namespace:`` does not rewrite CEL: the policy must not depend on the
+    namespace. An overlay renames it; its node agent's token is still held to its own node and
+    to the listed drivers."""
+    namespace = f"gpu-system-{unique}"
+
+    def render(name: str, **rename) -> dict:
+        overlay = tmp_path / name
+        overlay.mkdir()
+        (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
+            "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization", **rename,
+            "resources": [os.path.relpath(ROOT / "kustomize" / "overlays" / "simulated-devices", overlay)]}))
+        return {(d["kind"], d["metadata"]["name"]): d
+                for d in yaml.safe_load_all(lab.kubectl("kustomize", str(overlay)).stdout)}
+
+    # kustomize's plain `namespace:` leaves ServiceAccount subjects of role bindings behind (it
+    # moves only those named "default"): the README's rename uses the NamespaceTransformer.
+    plain = render("plain", namespace=namespace)
+    assert plain["ClusterRoleBinding", "dra-operators:nodeagent"]["subjects"][0]["namespace"] == NAMESPACE
+    rendered = render("renamed", transformers=[yaml.safe_dump({
+        "apiVersion": "builtin", "kind": "NamespaceTransformer", "metadata": {"name": "rename", "namespace": namespace},
+        "setRoleBindingSubjects": "allServiceAccounts", "unsetOnly": False})], patches=[{
+        "target": {"kind": "Namespace", "name": NAMESPACE},
+        "patch": json.dumps([{"op": "replace", "path": "/metadata/name", "value": namespace}])}])
+    assert rendered["ServiceAccount", "dra-nodeagent"]["metadata"]["namespace"] == namespace
+    policy = rendered["ValidatingAdmissionPolicy", POLICY]
+    live = json.loads(lab.kubectl("get", "validatingadmissionpolicy", POLICY, "-o", "json").stdout)
+    assert policy["spec"]["matchConditions"] == live["spec"]["matchConditions"], "the overlay's policy is the base's"
+    assert "dra-operators" not in json.dumps(policy["spec"]["matchConditions"])
+    # The renamed overlay's node agent identity: its namespace, ServiceAccount and role binding
+    # (under a name of this test's own, beside the base's).
+    binding = rendered["ClusterRoleBinding", "dra-operators:nodeagent"]
+    binding["metadata"]["name"] = f"dra-operators:nodeagent-{unique}"
+    assert binding["subjects"][0]["namespace"] == namespace
+    for obj in (rendered["Namespace", namespace], rendered["ServiceAccount", "dra-nodeagent"], binding):
+        applied = lab.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump(obj), check=False)
+        assert applied.returncode == 0, applied.stderr
+    try:
+        pod = await kube.create(PODS, {**objects.pod("agent", {}), "spec": {
+            "serviceAccountName": "dra-nodeagent", "nodeName": "lab-node-0",
+            "containers": [{"name": "agent", "image": "busybox:1.37"}]}}, namespace)
+        kubeconfig = await service_account_kubeconfig(lab, kube, "dra-nodeagent", tmp_path / "renamed.kubeconfig",
+                                                      pod, namespace=namespace)
+        async with Kube(await _client(kubeconfig)) as agent_kube:
+            def slice_(name: str, driver: str, node: str) -> dict:
+                return objects.resource_slice(f"{name}-{unique}", driver, node, [objects.device("gpu-0")])
+            with pytest.raises(ApiError) as denied:
+                await agent_kube.create(RESOURCE_SLICES, slice_("other-node", "gpu.sim.dra-operators.dev", "lab-node-1"))
+            assert "may not write ResourceSlices of node lab-node-1" in denied.value.message
+            with pytest.raises(ApiError) as denied:
+                await agent_kube.create(RESOURCE_SLICES, slice_("other-driver", f"x{unique}.example.com", "lab-node-0"))
+            assert f"may not write ResourceSlices of driver x{unique}.example.com" in denied.value.message
+            own = await agent_kube.create(RESOURCE_SLICES, slice_("own", "gpu.sim.dra-operators.dev", "lab-node-0"))
+            await agent_kube.delete(RESOURCE_SLICES, own["metadata"]["name"])
+    finally:
+        lab.kubectl("delete", "clusterrolebinding", binding["metadata"]["name"], "--ignore-not-found", check=False)
+        lab.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
 
 
 async def _client(kubeconfig: Path):

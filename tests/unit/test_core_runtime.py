@@ -3,11 +3,26 @@ import asyncio
 import kopf
 import pytest
 
+from operators.core.kube import ApiError, ConnectionLost
 from operators.core.runtime import Runtime, start_or_undo
 from operators.core.supervisor import Supervisor
 
 
 class NoApi:
+    """An API server that answers /version (or fails as told, one answer per call)."""
+
+    def __init__(self, answers=()):
+        self.answers = list(answers)
+        self.calls = 0
+
+    async def request(self, method, path, **_):
+        self.calls += 1
+        if self.answers:
+            answer = self.answers.pop(0)
+            if isinstance(answer, BaseException):
+                raise answer
+        return {"gitVersion": "v1.37.1"}
+
     async def close(self):
         pass
 
@@ -34,3 +49,25 @@ async def test_a_failed_start_stops_what_it_started_and_ends_with_the_reason():
     with pytest.raises(kopf.PermanentError, match="could not start: ConnectionRefusedError"):
         await start_or_undo(runtime, start)
     assert stopped == ["grpc server"] and runtime.supervisor.running() == []
+
+
+async def test_a_starting_operator_waits_for_an_api_server_that_does_not_answer_yet(monkeypatch):
+    sleeps = []
+
+    async def sleep(seconds):
+        sleeps.append(seconds)
+    api = NoApi([ConnectionLost("GET", "/version", OSError("refused"))] * 3 + [ApiError(503, "starting")])
+    runtime = Runtime("t", api, supervisor=Supervisor("t", on_dead=lambda reason: None))
+    monkeypatch.setattr(asyncio, "sleep", sleep)
+    await runtime.wait_for_api(timeout=60)
+    assert api.calls == 5 and sleeps == [0.5, 1.0, 2.0, 4.0]
+
+
+async def test_the_wait_for_the_api_server_is_bounded_and_ends_at_any_other_answer():
+    api = NoApi([ConnectionLost("GET", "/version", OSError("refused"))] * 100)
+    runtime = Runtime("t", api, supervisor=Supervisor("t", on_dead=lambda reason: None))
+    await runtime.wait_for_api(timeout=0.6)  # gives up; the start then reports the unreachable server
+    assert 1 < api.calls < 5
+    forbidden = NoApi([ApiError(403, "forbidden")])
+    await Runtime("t", forbidden, supervisor=Supervisor("t", on_dead=lambda reason: None)).wait_for_api()
+    assert forbidden.calls == 1
