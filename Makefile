@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 LAB_BIN := .cache/lab/bin
 PYTEST_ARGS ?=
 
-.PHONY: help venv lab-modules lab-build lab-build-node test unit integration run soak lab-up lab-down protos clean
+.PHONY: help venv lab-modules lab-build lab-build-node image test unit integration run soak lab-up lab-down protos clean
 
 help:
 	@echo "make run           the whole suite on a lab (or \$$KUBECONFIG): operators, node agents, examples, live table"
@@ -15,6 +15,7 @@ help:
 	@echo "make soak          one-hour churn soak of the four operators (SOAK_SECONDS, SOAK_WARMUP); bench/RESULTS.md"
 	@echo "make lab-build     build etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kubectl, kwok, toxiproxy"
 	@echo "make lab-build-node  build what real nodes need: kubelet, containerd, runc, CNI plugins, busybox"
+	@echo "make image         the container image with buildah (no Docker engine), as .cache/image/dra-operators-<version>.tar"
 	@echo "make lab-up        start a lab in the background (dra-operators lab up)"
 	@echo "make lab-down      stop it"
 	@echo "make lab-modules   regenerate lab/*/go.mod from lab/versions.env"
@@ -43,6 +44,13 @@ lab-build:
 # libseccomp-dev and pkg-config when missing. A lab without real nodes never needs these.
 lab-build-node:
 	lab/build.sh --node $(LAB_BIN)
+
+# The container image without a Docker engine (buildah, root; apt-get installs buildah and
+# debootstrap when missing): a docker-archive .cache/image/dra-operators-<version>.tar naming
+# docker.io/library/dra-operators:<version>. The base is Debian's python3 from debootstrap, built
+# once per machine (cached in ~/.cache/dra-operators/image); IMAGE_BASE=python:3.11-slim pulls one.
+image:
+	image/build.sh
 
 unit: venv
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
