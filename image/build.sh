@@ -49,6 +49,11 @@ apt_install() {
     { apt-get update >/dev/null && apt-get install -y --no-install-recommends "${missing[@]}" >/dev/null; }
 }
 apt_install buildah debootstrap
+if ! err=$(buildah info 2>&1 >/dev/null); then
+  echo "image: buildah cannot use its storage: ${err##*$'\n'}" >&2
+  echo "image: where overlay does not work, STORAGE_DRIVER=vfs make image uses the slower vfs driver" >&2
+  exit 1
+fi
 
 mkdir -p "$cache" "$out_dir"
 # One build at a time on this machine (two test sessions, two clones): they share the base cache
@@ -134,7 +139,7 @@ ca_args=()
 previous=$(buildah inspect --type image --format '{{.FromImageID}}' "$image" 2>/dev/null || true)
 echo "image: building $image from $base (buildah bud --layers) ..."
 start=$SECONDS
-buildah bud --layers --isolation "${BUILDAH_ISOLATION:-chroot}" --network host "${ca_args[@]}" \
+buildah bud --layers --force-rm --isolation "${BUILDAH_ISOLATION:-chroot}" --network host "${ca_args[@]}" \
   --build-arg "BASE=$base" --build-arg "VERSION=$version" \
   --tag "$image" --file "$checkout/Dockerfile" "$checkout"
 echo "image: built $image in $((SECONDS - start))s"
