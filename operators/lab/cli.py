@@ -52,11 +52,16 @@ def lab() -> None:
                    "kube-controller-manager (the reference to compare the operators against).")
 @click.option("--scheduler-config", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="A KubeSchedulerConfiguration file (for example DynamicResources bindingTimeout).")
+@click.option("--deploy", is_flag=True,
+              help="Then deploy the project onto the real nodes as on kind: build and import the image "
+                   "(make image), apply config/deviceclasses and the kind overlay, wait for the rollout.")
 @click.option("--foreground", is_flag=True, help="Stay attached; Ctrl-C tears the lab down.")
 @click.option("--timeout", default=180.0, show_default=True, help="Seconds to wait for readiness.")
 def up(name: str, run_dir: Path | None, nodes: int, real_nodes: int, upstream_controllers: bool,
-       scheduler_config: Path | None, foreground: bool, timeout: float) -> None:
+       scheduler_config: Path | None, deploy: bool, foreground: bool, timeout: float) -> None:
     """Start a lab and wait until Pods can be scheduled on its Nodes."""
+    if deploy and not real_nodes:
+        raise click.UsageError("--deploy runs the operators as Pods, which needs real nodes: add --real-nodes 2")
     options = LabOptions(name=name, nodes=nodes, upstream_controllers=upstream_controllers, real_nodes=real_nodes,
                          run_dir=run_dir, startup_timeout=timeout,
                          scheduler_config=yaml.safe_load(scheduler_config.read_text()) if scheduler_config else None)
@@ -73,22 +78,42 @@ def up(name: str, run_dir: Path | None, nodes: int, real_nodes: int, upstream_co
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, lambda *_: stop.set())
         lab_ = Lab(options, log=lambda m: click.echo(m, err=True))
-        threading.Thread(target=_announce, args=(lab_, stop), daemon=True).start()
+        threading.Thread(target=_announce, args=(lab_, stop, deploy, options), daemon=True).start()
         sys.exit(run(lab_, stop))
-    _up_detached(options, timeout)
+    state = _up_detached(options, timeout)
+    if deploy:
+        _deploy(state, options)
+    click.echo(f"export KUBECONFIG={state.kubeconfig}")
 
 
-def _announce(lab_: Lab, stop: threading.Event) -> None:
+def _deploy(state: LabState, options: LabOptions) -> None:
+    from .deploy import DeployError, Target, deploy as deploy_onto
+
+    try:
+        deploy_onto(Target.of(state, options.resolved_bin_dir()), progress=lambda m: click.echo(m, err=True))
+    except (DeployError, OSError, subprocess.CalledProcessError) as e:
+        raise click.ClickException(f"deploying onto lab {options.name!r} failed (the lab keeps running; "
+                                   f"`dra-operators lab down` stops it): {e}") from None
+
+
+def _announce(lab_: Lab, stop: threading.Event, deploy: bool, options: LabOptions) -> None:
     while not stop.is_set():
         state = LabState.load(lab_.run_dir)
         if state and state.ready:
+            if deploy:
+                try:
+                    _deploy(state, options)
+                except click.ClickException as e:
+                    e.show()
+                    stop.set()
+                    return
             click.echo(f"export KUBECONFIG={state.kubeconfig}")
             click.echo("lab: Ctrl-C to stop", err=True)
             return
         time.sleep(0.3)
 
 
-def _up_detached(options: LabOptions, timeout: float) -> None:
+def _up_detached(options: LabOptions, timeout: float) -> LabState:
     run_dir = options.resolved_run_dir()
     existing = LabState.load(run_dir)
     if existing and existing.supervisor_pid and process.alive(existing.supervisor_pid):
@@ -121,7 +146,7 @@ def _up_detached(options: LabOptions, timeout: float) -> None:
     except KeyboardInterrupt:
         process.terminate(supervisor.pid, timeout=30)
         raise
-    click.echo(f"export KUBECONFIG={state.kubeconfig}")
+    return state
 
 
 @lab.command("down")

@@ -23,7 +23,7 @@ import yaml
 
 from . import components, control, images, paths, process, realnode
 from .components import Files, Ports, RealNodeFiles
-from .netfault import NetProxy, proxy_config
+from .netfault import NetProxy, node_api_proxy, proxy_config
 from .pki import Pki
 from .realnode import RealNodeInfo
 
@@ -348,13 +348,9 @@ class Lab:
                 return info
         raise LabError(f"unknown component {name!r}")
 
-    def _start_real_nodes(self) -> None:
-        """A containerd per node (with the lab's images imported), then a kubelet per node; return
-        when every real Node is Ready and schedulable. A watchdog cleans up if this process dies."""
-        started = time.monotonic()
-        archives = images.archives(self.bin_dir)
-        kubelet_help = subprocess.run([str(self.bin_dir / "kubelet"), "--help"], capture_output=True, text=True)
-        self._kubelet_gates = components.dra_feature_gates(kubelet_help.stdout)
+    def _claim_real_nodes(self) -> None:
+        """Each real node's bridge, pod CIDR and ports, before the certificates and toxiproxy's
+        configuration (both name the nodes' addresses). A watchdog cleans up if this process dies."""
         ports = free_ports(2 * self.options.real_nodes)
         for i in range(self.options.real_nodes):
             name = realnode.node_name(i)
@@ -364,6 +360,14 @@ class Lab:
             self.real_nodes.append(RealNodeInfo(name=name, root=str(files.root), bridge=bridge, subnet=subnet,
                                                 kubelet_port=ports[2 * i], healthz_port=ports[2 * i + 1]))
         self._start_watchdog()
+
+    def _start_real_nodes(self) -> None:
+        """A containerd per node (with the lab's images imported), then a kubelet per node; return
+        when every real Node is Ready and schedulable."""
+        started = time.monotonic()
+        archives = images.archives(self.bin_dir)
+        kubelet_help = subprocess.run([str(self.bin_dir / "kubelet"), "--help"], capture_output=True, text=True)
+        self._kubelet_gates = components.dra_feature_gates(kubelet_help.stdout)
         self._save_state(ready=False)
         for info in self.real_nodes:
             self._write_real_node_files(info)
@@ -508,9 +512,14 @@ class Lab:
                 subprocess.run(["rm", "-rf", str(target)], check=True)
         self.files.logs.mkdir(exist_ok=True)
         self.ports = Ports(*free_ports(8))
+        if self.options.real_nodes:
+            self._claim_real_nodes()
         # Each real node's kubelet has its own identity, so the Node authorizer and NodeRestriction apply.
+        # Pods on a real node reach kube-apiserver at the node's address (toxiproxy forwards it;
+        # there is no kube-proxy), so the serving certificate names every node's address.
         self.pki.create({**IDENTITIES, **{realnode.node_name(i): (f"system:node:{realnode.node_name(i)}", "system:nodes")
-                                         for i in range(self.options.real_nodes)}})
+                                         for i in range(self.options.real_nodes)}},
+                        server_ips=[n.node_ip for n in self.real_nodes])
         self._net = NetProxy(self.ports.toxiproxy, self.ports.apiserver_proxy)
 
     def _write_configs(self) -> None:
@@ -521,7 +530,8 @@ class Lab:
             self.files.kubeconfig_via_proxy(identity).write_text(yaml.safe_dump(
                 components.build_kubeconfig(self.proxy_server, self.pki.ca_cert, cert, key)))
         self.files.toxiproxy_config.write_text(json.dumps(
-            proxy_config(self.ports.apiserver_proxy, self.ports.apiserver)))
+            proxy_config(self.ports.apiserver_proxy, self.ports.apiserver)
+            + [node_api_proxy(n.name, n.node_ip, self.ports.apiserver) for n in self.real_nodes]))
         self._write_scheduler_config()
         self.files.kwok_stages.write_text(yaml.safe_dump_all(components.build_kwok_lab_stages()))
         self._save_state(ready=False)

@@ -53,6 +53,14 @@ def proxy_config(listen_port: int, upstream_port: int, name: str = PROXY_NAME) -
              "upstream": f"127.0.0.1:{upstream_port}", "enabled": True}]
 
 
+def node_api_proxy(node: str, node_ip: str, upstream_port: int) -> dict[str, Any]:
+    """kube-apiserver at a real node's address (its bridge's gateway), for the node's Pods: with no
+    kube-proxy, in-cluster clients are pointed here (``KUBERNETES_SERVICE_HOST`` = the node's
+    address, as the lab's deploy overlay sets it). Not faulted by ``lab net``."""
+    return {"name": f"kube-apiserver-{node}", "listen": f"{node_ip}:{upstream_port}",
+            "upstream": f"127.0.0.1:{upstream_port}", "enabled": True}
+
+
 def black_hole_toxics() -> list[dict[str, Any]]:
     """Data in both directions dropped; timeout 0: the connection is never closed by the toxic."""
     return [{"name": name, "type": "timeout", "stream": stream, "toxicity": 1.0,

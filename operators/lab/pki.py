@@ -48,8 +48,9 @@ class Pki:
     def client(self, name: str) -> tuple[Path, Path]:
         return self.dir / f"{name}.crt", self.dir / f"{name}.key"
 
-    def create(self, clients: dict[str, tuple[str, str | None]]) -> None:
-        """``clients`` maps a file name to (CommonName = user, Organization = group)."""
+    def create(self, clients: dict[str, tuple[str, str | None]], server_ips: list[str] = ()) -> None:
+        """``clients`` maps a file name to (CommonName = user, Organization = group);
+        ``server_ips``: addresses the serving certificate names besides 127.0.0.1."""
         self.dir.mkdir(parents=True, exist_ok=True)
         now = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(hours=1)
         ca_key = _key()
@@ -78,6 +79,7 @@ class Pki:
                     x509.DNSName("kubernetes.default"), x509.DNSName("kubernetes.default.svc"),
                     x509.DNSName("kubernetes.default.svc.cluster.local"),
                     x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+                    *(x509.IPAddress(ipaddress.ip_address(ip)) for ip in server_ips),
                 ]), critical=False).add_extension(
                     x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
             else:

@@ -1,0 +1,267 @@
+"""The project deployed as users deploy it: the image (``make image``) on a lab's two real nodes,
+the kind overlay applied with kubectl (``lab up --real-nodes 2 --deploy``, operators/lab/deploy.py),
+upstream's two DRA controllers off. Every operator runs as a Pod under its kustomize
+ServiceAccount, RBAC and admission policy; the examples run on the nodes with their devices; the
+README's kind walkthrough prints what it says."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from operators.core.kube import ApiError, Kube
+from operators.core.resources import (LEASES, NAMESPACES, PODS, RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS,
+                                      RESOURCE_SLICES, SERVICE_ACCOUNTS)
+from operators.lab import Lab, LabOptions, paths
+from operators.lab.cluster import LabState
+from operators.lab.deploy import DAEMONSET, DEPLOYMENTS, NAMESPACE, Target, deploy
+
+from . import objects
+from .waiting import describe_namespace, wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "config" / "examples"
+DRIVER = "gpu.sim.dra-operators.dev"
+NODES = ("lab-real-0", "lab-real-1")
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="real nodes need root (mounts, bridges, cgroups)")
+
+
+@pytest.fixture(scope="module")
+def deployed() -> Lab:
+    """Two real Nodes, no kwok Node, and the project deployed onto them."""
+    missing = paths.missing_real_node_binaries(paths.bin_dir())
+    assert not missing, f"real-node binaries missing: {missing}; run `make lab-build-node`"
+    run_dir = Path(tempfile.mkdtemp(prefix="dp-", dir="/tmp"))
+    lab = Lab(LabOptions(name=f"pytest-{os.getpid()}-deploy", nodes=0, real_nodes=2, run_dir=run_dir),
+              log=lambda message: print(message, flush=True))
+    lab.start()
+    try:
+        deploy(Target.of(LabState.load(lab.run_dir), lab.bin_dir), progress=lambda m: print(m, flush=True))
+        yield lab
+    finally:
+        lab.stop()
+
+
+@pytest.fixture(scope="module")
+async def dkube(deployed: Lab) -> Kube:
+    client = await Kube.connect(str(deployed.kubeconfig))
+    try:
+        yield client
+    finally:
+        await client.close()
+
+
+async def operator_pods(kube: Kube) -> list[dict]:
+    return await kube.list(PODS, NAMESPACE)
+
+
+def logs(lab: Lab, namespace: str, pod: str, *args: str) -> str:
+    result = lab.kubectl("logs", "-n", namespace, pod, *args, check=False)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+async def test_every_workload_runs_from_the_image_on_the_real_nodes_as_its_user(deployed, dkube):
+    pods = await operator_pods(dkube)
+    by_app = {}
+    for pod in pods:
+        by_app.setdefault(pod["metadata"]["labels"]["app.kubernetes.io/name"], []).append(pod)
+    assert {name: len(by_app.get(name, [])) for name in (*DEPLOYMENTS, DAEMONSET)} == {
+        "dra-claims": 2, "dra-taints": 2, "dra-binding": 2, "dra-nodeagent": 2}
+    assert sorted(p["spec"]["nodeName"] for p in by_app[DAEMONSET]) == list(NODES)
+    for pod in pods:
+        assert pod["status"]["phase"] == "Running", pod["metadata"]["name"]
+        [status] = pod["status"]["containerStatuses"]
+        assert status["ready"] and status["image"].endswith("dra-operators:0.1.0"), status
+        uid = deployed.kubectl("exec", "-n", NAMESPACE, pod["metadata"]["name"], "--", "id", "-u").stdout.strip()
+        assert uid == ("0" if pod in by_app[DAEMONSET] else "65532"), (pod["metadata"]["name"], uid)
+
+
+async def test_one_leader_per_operator(deployed, dkube):
+    pods = {p["metadata"]["name"]: p for p in await operator_pods(dkube)}
+    for operator in ("claims", "taints", "binding"):
+        async def held():
+            lease = await dkube.get_or_none(LEASES, f"dra-operators-{operator}", NAMESPACE)
+            return lease and lease["spec"].get("holderIdentity")
+        holder = await wait_for(held, timeout=60, what=f"the {operator} Lease held")
+        replicas = [name for name, p in pods.items() if p["metadata"]["labels"]["app.kubernetes.io/name"] == f"dra-{operator}"]
+        leading = [name for name in replicas if "became leader" in logs(deployed, NAMESPACE, name)]
+        assert len(leading) == 1 and leading[0] in holder, (operator, holder, leading)
+
+
+async def test_the_node_agents_publish_their_real_nodes_devices(deployed, dkube):
+    async def published():
+        slices = await dkube.list(RESOURCE_SLICES, field_selector=f"spec.driver={DRIVER}")
+        return sorted({s["spec"]["nodeName"] for s in slices}) == list(NODES)
+    await wait_for(published, timeout=60, what="slices of both real nodes")
+
+
+async def _namespace(kube: Kube, name: str) -> str:
+    await kube.create(NAMESPACES, {"metadata": {"name": name}})
+    await wait_for(lambda: kube.get_or_none(SERVICE_ACCOUNTS, "default", name), what=f"{name}/default ServiceAccount")
+    return name
+
+
+async def _running(kube: Kube, namespace: str, name: str, timeout: float = 120) -> dict:
+    async def check():
+        pod = await kube.get_or_none(PODS, name, namespace)
+        return pod if pod and pod["status"].get("phase") == "Running" else None
+    return await wait_for(check, timeout=timeout, what=f"Pod {namespace}/{name} Running",
+                          describe=lambda: describe_namespace(kube, namespace))
+
+
+async def _printed(lab: Lab, namespace: str, pod: str) -> dict[str, str]:
+    """The DRA_DEVICE_ environment the example's container printed, through kubelet."""
+    async def check():
+        text = lab.kubectl("logs", "-n", namespace, pod, check=False).stdout
+        return text if "DRA_DEVICE_" in text else None
+    text = await wait_for(check, timeout=60, what=f"{pod} printed its devices")
+    return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+
+
+# example folder -> the Pods it runs (binding-conditions needs a kubelet plugin for its fabric
+# driver, which nothing here serves: it is left to the binding example of a later issue).
+EXAMPLE_PODS = {
+    "basic-template": ["basic"], "shared-claim": ["shared-a", "shared-b"], "cel-selector": None,
+    "prioritized-list": None, "consumable-capacity": ["capacity-small", "capacity-large"],
+    "taints-tolerations": ["tolerating"],
+}
+
+
+def _pods_of(example: str) -> list[str]:
+    text = (EXAMPLES / example / "example.yaml").read_text()
+    return re.findall(r"kind: Pod\nmetadata:\n  name: (\S+)", text)
+
+
+@pytest.mark.parametrize("example", sorted(EXAMPLE_PODS))
+async def test_example_runs_on_a_real_node_with_its_devices(deployed, dkube, unique, example):
+    namespace = await _namespace(dkube, f"ex-{example[:20]}-{unique}")
+    try:
+        applied = deployed.kubectl("apply", "-n", namespace, "-f", str(EXAMPLES / example), check=False)
+        assert applied.returncode == 0, applied.stderr
+        for name in EXAMPLE_PODS[example] or _pods_of(example):
+            pod = await _running(dkube, namespace, name)
+            assert pod["spec"]["nodeName"] in NODES
+            printed = await _printed(deployed, namespace, name)
+            claims = {s["resourceClaimName"] for s in pod["status"].get("resourceClaimStatuses") or []}
+            claims |= {c["resourceClaimName"] for c in pod["spec"]["resourceClaims"] if c.get("resourceClaimName")}
+            devices = set()
+            for claim_name in claims:
+                claim = await dkube.get(RESOURCE_CLAIMS, claim_name, namespace)
+                devices |= {r["device"] for r in claim["status"]["allocation"]["devices"]["results"]
+                            if r["pool"] == pod["spec"]["nodeName"]}
+            assert devices and devices <= {v for k, v in printed.items() if re.fullmatch(r"DRA_DEVICE_\w+_\d+", k)}, \
+                (printed, devices)
+    finally:
+        await dkube.delete(NAMESPACES, namespace)
+        deployed.kubectl("delete", "devicetaintrules", "--all", check=False)
+
+
+async def test_admin_access_example(deployed, dkube):
+    applied = deployed.kubectl("apply", "-f", str(EXAMPLES / "admin-access"), check=False)
+    assert applied.returncode == 0, applied.stderr
+    try:
+        await _running(dkube, "dra-example-admin", "gpu-monitor")
+        printed = await _printed(deployed, "dra-example-admin", "gpu-monitor")
+        assert any(k.endswith("_ADMIN_ACCESS") and v == "true" for k, v in printed.items()), printed
+    finally:
+        await dkube.delete(NAMESPACES, "dra-example-admin")
+
+
+async def test_the_admission_policy_holds_for_the_deployed_agents_token(deployed, dkube, unique, tmp_path):
+    """The node agent Pod's own token (projected, bound to the Pod and so to its node)."""
+    [agent] = [p for p in await operator_pods(dkube)
+               if p["metadata"]["name"].startswith("dra-nodeagent-") and p["spec"]["nodeName"] == "lab-real-0"]
+    token = deployed.kubectl("exec", "-n", NAMESPACE, agent["metadata"]["name"], "--",
+                             "cat", "/var/run/secrets/kubernetes.io/serviceaccount/token").stdout.strip()
+    async with Kube.with_token(deployed.server, token, str(deployed.pki.ca_cert)) as agent_kube:
+        for node, driver, message in (
+                ("lab-real-1", DRIVER, "may not write ResourceSlices of node lab-real-1"),
+                ("lab-real-0", f"x{unique}.example.com", f"may not write ResourceSlices of driver x{unique}.example.com")):
+            with pytest.raises(ApiError) as denied:
+                await agent_kube.create(RESOURCE_SLICES, objects.resource_slice(
+                    f"intruder-{unique}-{node}", driver, node, [objects.device("gpu-0")]))
+            assert message in denied.value.message
+
+
+async def test_a_replaced_node_agent_pod_registers_again_and_prepares(deployed, dkube, unique):
+    [agent] = [p for p in await operator_pods(dkube)
+               if p["metadata"]["name"].startswith("dra-nodeagent-") and p["spec"]["nodeName"] == "lab-real-0"]
+    await dkube.delete(PODS, agent["metadata"]["name"], NAMESPACE)
+
+    async def replaced():
+        pods = [p for p in await operator_pods(dkube) if p["metadata"]["name"].startswith("dra-nodeagent-")
+                and p["spec"]["nodeName"] == "lab-real-0" and p["metadata"]["uid"] != agent["metadata"]["uid"]]
+        return pods and all(c["ready"] for p in pods for c in p["status"].get("containerStatuses") or [{"ready": False}])
+    await wait_for(replaced, timeout=120, what="the DaemonSet's new node agent Pod on lab-real-0 ready")
+    namespace = await _namespace(dkube, f"re-{unique}")
+    try:
+        pod = objects.pod("after", {"gpu": {"resourceClaimTemplateName": "one"}})
+        pod["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "lab-real-0"}
+        pod["spec"]["containers"] = [{"name": "main", "image": "busybox:1.37",
+                                      "command": ["sh", "-c", "env | grep ^DRA_DEVICE_ ; sleep 3600"],
+                                      "resources": {"claims": [{"name": "gpu"}]}}]
+        await dkube.create(RESOURCE_CLAIM_TEMPLATES, {
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate", "metadata": {"name": "one"},
+            "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": DRIVER}}]}}}},
+            namespace)
+        await dkube.create(PODS, pod, namespace)
+        await _running(dkube, namespace, "after")
+        printed = await _printed(deployed, namespace, "after")
+        assert any(re.fullmatch(r"DRA_DEVICE_GPU_\d+", k) and v.startswith("gpu-") for k, v in printed.items()), printed
+    finally:
+        await dkube.delete(NAMESPACES, namespace)
+
+
+def _readme_walkthrough() -> tuple[list[str], list[str]]:
+    """The README's kind walkthrough: its commands from the example on, and the lines it shows
+    `kubectl logs basic` printing."""
+    text = (ROOT / "README.md").read_text()
+    block = re.search(r"## Run on kind\n.*?```\n(.*?)```", text, re.S).group(1)
+    commands, shown = [], []
+    for line in block.splitlines():
+        if line.startswith("#   DRA_"):
+            shown.append(line[4:].strip())
+        elif line.startswith("kubectl") and (commands or "config/examples" in line):
+            commands.append(line.split("#")[0].strip())
+    return commands, shown
+
+
+async def test_the_readme_kind_walkthrough_prints_what_it_shows(deployed, dkube):
+    commands, shown = _readme_walkthrough()
+    assert commands[-1] == "kubectl logs basic" and shown
+    try:
+        for command in commands:  # as written, from the checkout
+            result = subprocess.run([str(deployed.bin_dir / "kubectl"), f"--kubeconfig={deployed.kubeconfig}",
+                                     *command.split()[1:]], cwd=ROOT, capture_output=True, text=True)
+            assert result.returncode == 0, (command, result.stderr)
+        # The variables are named after the device (gpu-0 in the README; whichever is free here).
+        printed = [re.sub(r"GPU_\d+|=gpu-\d+$", lambda m: m.group(0).rstrip("0123456789") + "N", line)
+                   for line in result.stdout.splitlines()]
+        shown = [re.sub(r"GPU_\d+|=gpu-\d+$", lambda m: m.group(0).rstrip("0123456789") + "N", line) for line in shown]
+        assert [line.split("=")[0] for line in printed] == [line.split("=")[0] for line in shown], (printed, shown)
+        got, want = dict(p.split("=", 1) for p in printed), dict(s.split("=", 1) for s in shown)
+        for key, value in want.items():
+            if key.endswith("_RESOURCE_CLAIM"):
+                assert re.fullmatch(r"[0-9a-f-]{36}", got[key]), (key, got[key])
+            elif key.endswith("_CLAIM"):
+                assert re.fullmatch(r"default/basic-gpu-[a-z0-9]{5}", got[key]), (key, got[key])
+            else:
+                assert got[key] == value, (key, got[key], value)
+    finally:
+        deployed.kubectl("delete", "-f", str(EXAMPLES / "basic-template"), "--wait=false", check=False)
+
+
+async def test_the_operators_logs_show_no_denied_request(deployed, dkube):
+    denied = re.compile(r"(?<![\d.])403(?!\d)|forbidden", re.I)
+    for pod in await operator_pods(dkube):
+        text = logs(deployed, NAMESPACE, pod["metadata"]["name"])
+        assert not [line for line in text.splitlines() if denied.search(line)], pod["metadata"]["name"]
