@@ -89,7 +89,7 @@ local_base() {
     rm -f "$stamp"
     "$here/base.sh" "$SUITE" "$PACKAGES" "$MIRROR" "$tarball"
     printf '%s\n' "$stamp_text" > "$stamp"
-    echo "image: base root filesystem done in $((SECONDS - start))s ($(du -m "$tarball" | cut -f1) MB, $tarball)"
+    echo "image: base root filesystem done in $((SECONDS - start))s ($(du -m "$tarball" | cut -f1) MiB, $tarball)"
   fi
   if have_image "$LOCAL_BASE" && [[ "$(buildah inspect --type image \
        --format '{{index .OCIv1.Config.Labels "dra-operators.base.recipe"}}' "$LOCAL_BASE")" == "$want" ]]; then
@@ -153,7 +153,8 @@ fi
 echo "image: exporting $archive_name ..."
 start=$SECONDS
 rm -f "$archive.tmp"
-buildah push --quiet "$image" "docker-archive:$archive.tmp:$archive_name"
+# By ID: pushed by name, buildah 1.28 also writes localhost/dra-operators into the archive's RepoTags.
+buildah push --quiet "$current" "docker-archive:$archive.tmp:$archive_name"
 mv "$archive.tmp" "$archive"
 echo "image: exported in $((SECONDS - start))s"
-echo "image: $archive ($(du -m "$archive" | cut -f1) MB) as $archive_name, total $((SECONDS - total))s"
+echo "image: $archive ($(du -m "$archive" | cut -f1) MiB) as $archive_name, total $((SECONDS - total))s"
