@@ -10,7 +10,8 @@ its claim stays reserved and its device leaks until a restart.
 How we get the same guarantee under kopf (the design section of the README says more):
 
 1. ``prime`` is the one LIST at start-up, before any worker runs.
-2. The first type-None event opens a relist *epoch*: the store's stamp counter is read, and
+2. The first type-None event, or the end of a listing (even an empty one: ``kopflistings``),
+   opens a relist *epoch*: the store's stamp counter is read, and
    every object kopf lists, or that is stored for any other reason after that moment, is known
    to exist. When no listed object has arrived for ``settle`` seconds the epoch closes.
 3. Objects stored before the epoch and not heard of since are *suspects*. Each is checked with
@@ -99,12 +100,20 @@ class Informer:
     def _deliver(self, obj: Obj, deleted: bool) -> None:
         self.handler(obj, deleted)
 
-    def _listed(self, key: str) -> None:
+    def on_listed(self) -> None:
+        """kopf finished a listing (``kopflistings``): an empty one delivers no object at all, so
+        this opens the relist epoch too; the listed objects' own events may still follow (kopf
+        hands them to per-object workers), which the settle time and the GET check allow for."""
+        if self.primed:
+            self._listed(None)
+
+    def _listed(self, key: str | None) -> None:
         if self._epoch is None:
             self._epoch = (self.store.next_stamp(), set())
             self.relists += 1
             self.log.info("watch relisted, checking for objects deleted while not watching")
-        self._epoch[1].add(key)
+        if key is not None:
+            self._epoch[1].add(key)
         if self._settle_timer is not None:
             self._settle_timer.cancel()
         self._settle_timer = asyncio.get_running_loop().call_later(self.settle, self._close_epoch)

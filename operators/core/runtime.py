@@ -14,7 +14,7 @@ from typing import Any, Awaitable, Callable
 
 import kopf
 
-from . import diagnose
+from . import diagnose, kopflistings
 from .informer import Handler, Informer
 from .kube import ApiError, ConnectionLost, Kube
 from .leader import act_when_leader
@@ -69,6 +69,8 @@ class Runtime:
     def informer(self, resource: Resource, store: Store, handler: Handler, **options: Any) -> Informer:
         informer = Informer(self.kube, resource, store, handler, silence=self.watch_silence, **options)
         self.informers[resource.plural] = informer
+        self.on_cleanup(lambda undo=kopflistings.listen(resource.group, resource.plural, informer.on_listed):
+                        asyncio.sleep(0, undo()))
         return informer
 
     async def use_watch_list(self, settings: kopf.OperatorSettings) -> bool:

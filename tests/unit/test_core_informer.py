@@ -192,3 +192,28 @@ async def test_a_quiet_resource_is_not_stale_and_a_compacted_probe_says_nothing(
 
 if __name__ == "__main__":
     pytest.main([__file__])
+
+
+async def test_an_empty_relisting_still_finds_the_objects_deleted_meanwhile():
+    """kopf delivers no event at all for a listing that finds nothing; the end of the listing
+    (kopflistings) is what tells the informer to check."""
+    api = Api([pod("a", "1"), pod("b", "2")])
+    informer, store, handler = make(api)
+    await informer.prime()
+    api.objects.clear()  # both deleted while the watch was away
+    informer.on_listed()
+    await wait_for(lambda: informer._epoch is None and not informer._verifying)
+    assert sorted(handler.calls[-2:]) == [("a", "1", True), ("b", "2", True)] and len(store) == 0
+    assert informer.deletions_found == 2
+
+
+async def test_the_end_of_a_listing_before_its_objects_events_keeps_the_listed_objects():
+    api = Api([pod("a", "1"), pod("b", "2")])
+    informer, store, handler = make(api)
+    await informer.prime()
+    del api.objects["ns/b"]
+    informer.on_listed()  # kopf's workers deliver the listed objects a moment later
+    informer.on_event({"type": None, "object": pod("a", "1", rv=2)})
+    await wait_for(lambda: informer._epoch is None and not informer._verifying)
+    assert ("b", "2", True) in handler.calls and ("a", "1", True) not in handler.calls
+    assert list(store.keys()) == ["ns/a"]

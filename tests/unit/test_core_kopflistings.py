@@ -1,0 +1,36 @@
+"""The hook on kopf's private watch API: it must still be where kopf calls it, and pass the end of
+every listing on to the resource's listeners."""
+
+import inspect
+
+from kopf._cogs.clients import watching
+from kopf._core.reactor import queueing
+
+from operators.core import kopflistings
+
+
+def test_kopf_still_starts_its_watches_through_the_wrapped_name():
+    assert hasattr(watching, "infinite_watch") and watching.Bookmark.LISTED
+    assert "watching.infinite_watch(" in inspect.getsource(queueing.watcher)
+
+
+class Res:
+    group, plural = "resource.k8s.io", "resourceslices"
+
+
+async def test_listeners_hear_the_end_of_each_listing_even_an_empty_one(monkeypatch):
+    async def original(*, settings, resource, namespace, **_):
+        yield watching.Bookmark.LISTED           # an empty listing
+        yield {"type": "ADDED", "object": {}}
+        yield watching.Bookmark.LISTED           # a relisting
+    monkeypatch.setattr(kopflistings, "_original", original)
+    heard, other = [], []
+    undo = kopflistings.listen("resource.k8s.io", "resourceslices", lambda: heard.append(1))
+    undo_other = kopflistings.listen("", "pods", lambda: other.append(1))
+    try:
+        assert watching.infinite_watch is kopflistings._infinite_watch
+        events = [e async for e in watching.infinite_watch(settings=None, resource=Res(), namespace=None)]
+        assert len(events) == 3 and heard == [1, 1] and other == []
+    finally:
+        undo()
+        undo_other()
