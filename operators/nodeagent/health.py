@@ -5,8 +5,12 @@ or None for XIDs known to be application errors rather than hardware faults; a l
 ``<driver>/gpu-lost``. ECC errors: double-bit ``<driver>/ecc=double-bit`` NoSchedule,
 single-bit ``<driver>/ecc=single-bit`` None (informational).
 
-What no other driver does: a tainted device that passes its health check again and has had no
-event for ``quiet_period`` loses its taints.
+What no other driver does: a tainted device loses its taints when it passes its health check
+again, has had no event for ``quiet_period`` (counted from what this agent saw: an adopted taint's
+quiet period starts when the agent starts, not at its old ``timeAdded``), and every taint it has may
+recover by itself: XIDs per NVIDIA's catalogue (``xid_policy``), single-bit ECC, a lost GPU that
+answers again. Double-bit ECC (XID 48's workflow) and XIDs that need a GPU reset stay until a
+reboot: taints of that kind added before the node's boot (``booted_at``) are not adopted.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import datetime
 from dataclasses import dataclass, field
 
 from ..core.metatime import format_time, parse_time, utcnow
+from . import xid_policy
 
 # Application-caused XIDs (NVIDIA's driver ignores them for health): graphics engine exception,
 # GPU memory page fault, GPU stopped processing, preemptive cleanup, video processor exception,
@@ -41,8 +46,9 @@ class _DeviceHealth:
 
 class HealthTracker:
     def __init__(self, driver: str, ignored_xids: tuple[int, ...] = DEFAULT_IGNORED_XIDS,
-                 quiet_period: float = 300.0):
+                 quiet_period: float = 300.0, booted_at: datetime.datetime | None = None):
         self.driver = driver
+        self.booted_at = booted_at
         self.ignored_xids = set(ignored_xids)
         self.quiet_period = datetime.timedelta(seconds=quiet_period)
         self._devices: dict[str, _DeviceHealth] = {}
@@ -53,6 +59,18 @@ class HealthTracker:
         if event.kind == ECC:
             return NO_SCHEDULE if event.value == "double-bit" else NONE
         return NO_SCHEDULE
+
+    def recovers(self, taint: dict) -> bool:
+        """Whether this taint may go by itself (a passing check and a quiet period), or needs a reset."""
+        kind = taint["key"][len(self.driver) + 1:]
+        if kind == XID:
+            try:
+                return xid_policy.recovers(int(taint.get("value") or 0))
+            except ValueError:
+                return False
+        if kind == ECC:
+            return taint.get("value") != "double-bit"
+        return kind == LOST
 
     def record(self, event: HealthEvent) -> bool:
         """Apply an event; True when the device's taints changed."""
@@ -78,6 +96,8 @@ class HealthTracker:
         for device, state in list(self._devices.items()):
             if not state.taints or (state.last_event and now - state.last_event < self.quiet_period):
                 continue
+            if not all(self.recovers(t) for t in state.taints.values()):
+                continue  # needs a GPU reset: never untainted by waiting
             if passes_check(device):
                 del self._devices[device]
                 recovered.append(device)
@@ -90,18 +110,22 @@ class HealthTracker:
     def tainted_devices(self) -> list[str]:
         return sorted(d for d, s in self._devices.items() if s.taints)
 
-    def adopt(self, published_devices: list[dict]) -> None:
-        """Take over the health taints already published (an agent restart keeps them, with
-        their timeAdded, and their quiet period counts from that time)."""
+    def adopt(self, published_devices: list[dict], now: datetime.datetime | None = None) -> None:
+        """Take over the health taints already published (an agent restart keeps them, with their
+        timeAdded). Their quiet period counts from ``now``, the adoption: this agent has not seen
+        the device quiet before. Taints that needed a reset and predate the node's boot are dropped."""
+        now = now or utcnow()
         prefix = f"{self.driver}/"
         for device in published_devices:
             for taint in device.get("taints") or []:
                 if not taint.get("key", "").startswith(prefix) or not taint.get("timeAdded"):
                     continue
-                added = parse_time(taint["timeAdded"])
+                adopted = {k: taint.get(k, "") for k in ("key", "value", "effect", "timeAdded")}
+                if self.booted_at and parse_time(taint["timeAdded"]) < self.booted_at and not self.recovers(adopted):
+                    continue  # the reboot since then reset the GPU
                 state = self._devices.setdefault(device["name"], _DeviceHealth())
-                state.taints[taint["key"]] = {k: taint.get(k, "") for k in ("key", "value", "effect", "timeAdded")}
-                state.last_event = max(filter(None, (state.last_event, added)))
+                state.taints[taint["key"]] = adopted
+                state.last_event = max(filter(None, (state.last_event, now)))
 
     def apply(self, devices: list[dict]) -> list[dict]:
         """The devices with their health taints added (devices without any are unchanged)."""

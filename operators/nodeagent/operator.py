@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime
+
 import kopf
 
 from ..core.kopfsettings import quiet
@@ -17,6 +19,18 @@ from .metrics import Metrics
 from .plugin.server import KubeletPlugin
 
 DEFAULT_DRIVERS = {"nvml": "gpu.nvidia.com", "simulated": "gpu.sim.dra-operators.dev"}
+
+
+def boot_time(proc: str = "/proc") -> datetime.datetime | None:
+    """When this node booted (``btime`` in /proc/stat); None where that cannot be read."""
+    try:
+        with open(f"{proc}/stat") as f:
+            for line in f:
+                if line.startswith("btime "):
+                    return datetime.datetime.fromtimestamp(int(line.split()[1]), datetime.timezone.utc)
+    except (OSError, ValueError):
+        return None
+    return None
 
 
 def driver_name(config: Settings) -> str:
@@ -54,7 +68,8 @@ async def start_nodeagent(settings: kopf.OperatorSettings, memo: kopf.Memo, **_)
         ignored = tuple(int(x) for x in config.nodeagent_ignored_xids.split(",") if x.strip())
         agent = NodeAgent(kube, memo.nodeagent_backend, node_name=config.node_name, driver=driver,
                           sync_delay=config.nodeagent_sync_delay, metrics=metrics,
-                          health=HealthTracker(driver, ignored, config.nodeagent_health_quiet_period))
+                          health=HealthTracker(driver, ignored, config.nodeagent_health_quiet_period,
+                                               booted_at=boot_time()))
         runtime.on_cleanup(agent.stop)
         runtime.informer(NODES, agent.nodes, agent.on_node, field_selector=f"metadata.name={config.node_name}",
                          kind="Node")
