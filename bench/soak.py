@@ -42,7 +42,6 @@ import datetime
 import json
 import os
 import platform
-import re
 import shutil
 import signal
 import subprocess
@@ -60,6 +59,7 @@ if str(ROOT) not in sys.path:
 
 import yaml  # noqa: E402
 
+from operators.core.metrics import samples  # noqa: E402
 from operators.core.kube import MERGE_PATCH, ApiError, Kube  # noqa: E402
 from operators.core.resources import (DEVICE_CLASSES, DEVICE_TAINT_RULES, NAMESPACES, PODS,  # noqa: E402
                                       RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS, RESOURCE_SLICES,
@@ -185,35 +185,13 @@ def taint_rule(name: str, effect: str, node: str, device: str) -> dict[str, Any]
 
 def metric_sum(text: str, name: str, **labels: str) -> float:
     """The sum of the samples of ``name`` whose labels include ``labels``."""
-    total = 0.0
-    for line in text.splitlines():
-        if line.startswith("#") or not line.startswith(name):
-            continue
-        sample, _, value = line.rpartition(" ")
-        if sample.split("{")[0] != name:
-            continue
-        found = dict(re.findall(r'(\w+)="([^"]*)"', sample))
-        if all(found.get(k) == v for k, v in labels.items()):
-            try:
-                total += float(value)
-            except ValueError:
-                pass
-    return total
+    return sum(value for _, value in samples(text, name, **labels))
 
 
 def metric_by_label(text: str, name: str, label: str) -> dict[str, float]:
     out: Counter = Counter()
-    for line in text.splitlines():
-        if line.startswith("#") or not line.startswith(name):
-            continue
-        sample, _, value = line.rpartition(" ")
-        if sample.split("{")[0] != name:
-            continue
-        found = dict(re.findall(r'(\w+)="([^"]*)"', sample))
-        try:
-            out[found.get(label, "")] += float(value)
-        except ValueError:
-            pass
+    for labels, value in samples(text, name):
+        out[labels.get(label, "")] += value
     return dict(out)
 
 

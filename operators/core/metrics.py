@@ -19,3 +19,13 @@ def serve(registry: CollectorRegistry, port: int, address: str = "0.0.0.0") -> N
         return
     start_http_server(port, addr=address, registry=registry)
     _served[(address, port)] = registry
+
+
+def samples(text: str, name: str, **labels: str) -> list[tuple[dict[str, str], float]]:
+    """The samples named ``name`` whose labels include ``labels``, from a Prometheus text
+    exposition (an operator's ``/metrics``), parsed by prometheus_client's own parser."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return [(sample.labels, sample.value)
+            for family in text_string_to_metric_families(text) for sample in family.samples
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items())]

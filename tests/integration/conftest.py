@@ -5,7 +5,6 @@ kwok manages the lab's Nodes; they carry no kwok taint, so test Pods need no tol
 
 from __future__ import annotations
 
-import os
 import uuid
 from pathlib import Path
 
@@ -13,8 +12,9 @@ import pytest
 
 from operators.core.kube import ApiError, Kube
 from operators.core.resources import NAMESPACES, SERVICE_ACCOUNTS, Resource
-from operators.lab import Lab, LabOptions
+from operators.lab import Lab
 
+from .labs import client_of, running_lab
 from .operator_process import OperatorProcess
 
 from .waiting import wait_for
@@ -25,14 +25,8 @@ LAB_NODES = 2
 @pytest.fixture(scope="session")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Lab:
     """A lab of our own for this session, torn down at the end (and killed with pytest if it dies)."""
-    run_dir = tmp_path_factory.mktemp("lab")
-    lab = Lab(LabOptions(name=f"pytest-{os.getpid()}", nodes=LAB_NODES, run_dir=run_dir),
-              log=lambda message: print(message, flush=True))
-    lab.start()
-    try:
+    with running_lab("", tmp_path_factory.mktemp("lab"), nodes=LAB_NODES) as lab:
         yield lab
-    finally:
-        lab.stop()
 
 
 @pytest.fixture(scope="module")
@@ -51,23 +45,14 @@ def fault_lab(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureR
     One Node (``lab-node-0``); the lab, and any fault a test leaves behind, ends with the module.
     """
     module = request.module.__name__.rsplit(".", 1)[-1].removeprefix("test_")
-    lab = Lab(LabOptions(name=f"pytest-{os.getpid()}-{module}", nodes=1,
-                         run_dir=tmp_path_factory.mktemp(f"fault-lab-{module}")),
-              log=lambda message: print(message, flush=True))
-    lab.start()
-    try:
+    with running_lab(f"-{module}", tmp_path_factory.mktemp(f"fault-lab-{module}"), nodes=1) as lab:
         yield lab
-    finally:
-        lab.stop()
 
 
 @pytest.fixture(scope="session")
 async def kube(lab: Lab) -> Kube:
-    client = await Kube.connect(str(lab.kubeconfig))
-    try:
+    async with client_of(lab) as client:
         yield client
-    finally:
-        await client.close()
 
 
 @pytest.fixture

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 import time
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from operators.binding import decisions as bd
 from operators.binding import rbac
 from operators.core.kube import APPLY_PATCH, ApiError, Kube
 from operators.core.metatime import format_time, utcnow
+from operators.core.metrics import samples
 from operators.core.resources import (DEVICE_CLASSES, EVENTS, LEASES, NAMESPACES, PODS, RESOURCE_CLAIM_TEMPLATES,
                                       RESOURCE_CLAIMS, RESOURCE_SLICES, SERVICE_ACCOUNTS, Resource)
 
@@ -41,16 +41,8 @@ SHORT_BINDING_TIMEOUT = 10
 
 def metric(text: str, name: str, **labels: str) -> float:
     """The value of one sample in a Prometheus text exposition (0 when absent)."""
-    for line in text.splitlines():
-        if line.startswith("#") or not line.startswith(name):
-            continue
-        sample, _, value = line.rpartition(" ")
-        if sample.split("{")[0] != name:
-            continue
-        found = dict(re.findall(r'(\w+)="([^"]*)"', sample))
-        if all(found.get(k) == v for k, v in labels.items()):
-            return float(value)
-    return 0.0
+    found = samples(text, name, **labels)
+    return found[0][1] if found else 0.0
 
 
 class BindingEnv:

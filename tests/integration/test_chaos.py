@@ -20,11 +20,12 @@ import yaml
 
 from operators.claims.decisions import POD_CLAIM_ANNOTATION
 from operators.core.kube import ApiError, ConnectionLost, Kube
-from operators.core.resources import (DEVICE_CLASSES, DEVICE_TAINT_RULES, LEASES, NAMESPACES, PODS,
+from operators.core.resources import (DEVICE_TAINT_RULES, LEASES, NAMESPACES, PODS,
                                       RESOURCE_CLAIMS, RESOURCE_SLICES)
 
 from . import objects
 from .claims_env import ClaimsEnv
+from .labs import client_of
 from .operator_process import OperatorProcess
 from .waiting import wait_for
 
@@ -37,11 +38,8 @@ def tmpl(name: str) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 async def fkube(fault_lab) -> Kube:
-    client = await Kube.connect(str(fault_lab.kubeconfig))
-    try:
+    async with client_of(fault_lab) as client:
         yield client
-    finally:
-        await client.close()
 
 
 @pytest.fixture

@@ -6,12 +6,9 @@ README's kind walkthrough prints what it says."""
 
 from __future__ import annotations
 
-import asyncio
-import json
 import os
 import re
 import subprocess
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -19,11 +16,12 @@ import pytest
 from operators.core.kube import ApiError, Kube
 from operators.core.resources import (LEASES, NAMESPACES, PODS, RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS,
                                       RESOURCE_SLICES, SERVICE_ACCOUNTS)
-from operators.lab import Lab, LabOptions, paths
+from operators.lab import Lab
 from operators.lab.cluster import LabState
 from operators.lab.deploy import DAEMONSET, DEPLOYMENTS, NAMESPACE, Target, deploy
 
 from . import objects
+from .labs import client_of, running_lab, short_run_dir
 from .waiting import describe_namespace, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,26 +35,15 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="real nodes need root 
 @pytest.fixture(scope="module")
 def deployed() -> Lab:
     """Two real Nodes, no kwok Node, and the project deployed onto them."""
-    missing = paths.missing_real_node_binaries(paths.bin_dir())
-    assert not missing, f"real-node binaries missing: {missing}; run `make lab-build-node`"
-    run_dir = Path(tempfile.mkdtemp(prefix="dp-", dir="/tmp"))
-    lab = Lab(LabOptions(name=f"pytest-{os.getpid()}-deploy", nodes=0, real_nodes=2, run_dir=run_dir),
-              log=lambda message: print(message, flush=True))
-    lab.start()
-    try:
+    with running_lab("-deploy", short_run_dir("dp-"), nodes=0, real_nodes=2, remove_run_dir=True) as lab:
         deploy(Target.of(LabState.load(lab.run_dir), lab.bin_dir), progress=lambda m: print(m, flush=True))
         yield lab
-    finally:
-        lab.stop()
 
 
 @pytest.fixture(scope="module")
 async def dkube(deployed: Lab) -> Kube:
-    client = await Kube.connect(str(deployed.kubeconfig))
-    try:
+    async with client_of(deployed) as client:
         yield client
-    finally:
-        await client.close()
 
 
 async def operator_pods(kube: Kube) -> list[dict]:

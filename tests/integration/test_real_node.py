@@ -13,8 +13,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -23,11 +21,12 @@ import yaml
 from operators.core.kube import MERGE_PATCH, Kube
 from operators.core.resources import (DEVICE_CLASSES, EVENTS, NAMESPACES, NODES, PODS, RESOURCE_CLAIM_TEMPLATES,
                                       RESOURCE_CLAIMS, RESOURCE_SLICES, SERVICE_ACCOUNTS)
-from operators.lab import Lab, LabOptions, paths
+from operators.lab import Lab
 from operators.nodeagent.backends.simulated import PREPARE_FAILURE_ANNOTATION
 
 from . import objects
 from .fake_kubelet import FakeKubelet
+from .labs import client_of, running_lab, short_run_dir
 from .operator_process import OperatorProcess
 from .waiting import describe_namespace, wait_for
 
@@ -39,27 +38,15 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="real nodes need root 
 
 @pytest.fixture(scope="module")
 def real_lab() -> Lab:
-    """One kwok Node and one real Node, in a short run directory (socket paths)."""
-    missing = paths.missing_real_node_binaries(paths.bin_dir())
-    assert not missing, f"real-node binaries missing: {missing}; run `make lab-build-node`"
-    run_dir = Path(tempfile.mkdtemp(prefix="rn-", dir="/tmp"))
-    lab = Lab(LabOptions(name=f"pytest-{os.getpid()}-real", nodes=1, real_nodes=1, run_dir=run_dir),
-              log=lambda message: print(message, flush=True))
-    lab.start()
-    try:
+    """One kwok Node and one real Node."""
+    with running_lab("-real", short_run_dir("rn-"), nodes=1, real_nodes=1, remove_run_dir=True) as lab:
         yield lab
-    finally:
-        lab.stop()
-        shutil.rmtree(run_dir, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
 async def rkube(real_lab: Lab) -> Kube:
-    client = await Kube.connect(str(real_lab.kubeconfig))
-    try:
+    async with client_of(real_lab) as client:
         yield client
-    finally:
-        await client.close()
 
 
 class Agent:
