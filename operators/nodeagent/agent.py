@@ -224,7 +224,11 @@ class NodeAgent:
             await self._report(problems)
         desired = split_into_slices(self.health.apply(valid), self.inventory.counter_sets)
         owner = {"name": self.node["metadata"]["name"], "uid": self.node["metadata"]["uid"]}
-        result = await self.publisher.publish(desired, owner)
+        # Devices that went or came (MIG reconfigured, a GPU off the bus or back): a new pool
+        # generation, even where one slice changes in place.
+        published = {d["name"] for s in self.publisher.existing() for d in s["spec"].get("devices") or []}
+        hardware_changed = bool(published) and published != {d["name"] for d in valid}
+        result = await self.publisher.publish(desired, owner, new_generation=hardware_changed)
         self.metrics.devices.labels(self.driver).set(len(valid))
         self.metrics.slices.labels(self.driver).set(len(desired))
         if result.deleted or result.updated or result.created:

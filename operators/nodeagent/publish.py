@@ -105,12 +105,13 @@ class PoolPlan:
 
 
 def plan_pool(existing: list[dict], desired: list[dict], *, driver: str, pool: str,
-              node_name: str, owner: dict[str, str]) -> PoolPlan:
+              node_name: str, owner: dict[str, str], new_generation: bool = False) -> PoolPlan:
     """What to delete, update and create so that the pool's slices equal ``desired``.
 
     ``desired`` holds slice specs with ``devices`` or ``sharedCounters``; ``owner`` is the Node
     ({name, uid}). Generation: the highest existing one, bumped by one when more than one slice
-    changes or any slice is added, so consumers never see a half-updated pool as complete.
+    changes or any slice is added, so consumers never see a half-updated pool as complete, and
+    always when ``new_generation`` asks for it (the node's hardware changed: devices went or came).
     """
     generation = max((s["spec"]["pool"].get("generation", 0) for s in existing), default=0)
     length = index_length(len(desired))
@@ -137,7 +138,7 @@ def plan_pool(existing: list[dict], desired: list[dict], *, driver: str, pool: s
             changed.add(index)
 
     new_slices = len(desired) - len(matched)
-    bumped = not (new_slices == 0 and len(changed) <= 1)
+    bumped = not (new_slices == 0 and len(changed) <= 1) or (new_generation and bool(changed or new_slices))
     if bumped:
         generation += 1
     desired_pool["generation"] = generation
@@ -201,9 +202,9 @@ class PoolPublisher:
         return [s for s in self.store.values()
                 if s["spec"].get("driver") == self.driver and s["spec"].get("pool", {}).get("name") == self.node_name]
 
-    async def publish(self, desired: list[dict], owner: dict[str, str]) -> PublishResult:
+    async def publish(self, desired: list[dict], owner: dict[str, str], new_generation: bool = False) -> PublishResult:
         plan = plan_pool(self.existing(), desired, driver=self.driver, pool=self.node_name,
-                         node_name=self.node_name, owner=owner)
+                         node_name=self.node_name, owner=owner, new_generation=new_generation)
         # Obsolete slices go first, and only the version we judged (uid and resourceVersion).
         for old in plan.obsolete:
             meta = old["metadata"]

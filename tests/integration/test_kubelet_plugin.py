@@ -18,7 +18,7 @@ from operators.nodeagent.backends.nvml import NvmlBackend
 from operators.nodeagent.health import HealthTracker
 from operators.nodeagent.plugin.server import KubeletPlugin
 
-from ..fakenvml import eight_gpu_machine
+from ..nvmlmodel import eight_gpu_machine
 from . import objects
 from .fake_kubelet import FakeKubelet
 from .operator_process import OperatorProcess

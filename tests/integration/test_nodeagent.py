@@ -23,7 +23,7 @@ from operators.nodeagent.backends.nvml import NvmlBackend
 from operators.nodeagent.backends.simulated import HEALTH_ANNOTATION
 from operators.nodeagent.health import HealthTracker
 
-from ..fakenvml import eight_gpu_machine
+from ..nvmlmodel import dgx_a100_mixed_mig, eight_gpu_machine, h100_box
 from . import objects
 from .operator_process import OperatorProcess
 from .waiting import wait_for
@@ -150,16 +150,18 @@ async def test_golden_simulated_inventory(kube, golden_node, agents):
     assert_golden("simulated-slices.yaml", normalise(slices, node, driver, node_uid))
 
 
-async def test_golden_fake_nvml_eight_gpus_one_with_mig(kube, node, driver):
-    agent = NodeAgent(kube, NvmlBackend(driver, nvml=eight_gpu_machine()), node_name=node, driver=driver,
+async def test_golden_dgx_a100_mixed_mig(kube, node, driver):
+    """The strict NVML model playing a DGX A100 with MIG in mixed mode
+    (input dgx-a100-mixed-mig.input.yaml): NVIDIA's device names, attributes and capacities."""
+    agent = NodeAgent(kube, NvmlBackend(driver, nvml=dgx_a100_mixed_mig()), node_name=node, driver=driver,
                       sync_delay=1, health=HealthTracker(driver))
     await agent.start()
     try:
-        slices = await wait_pool(kube, driver, node, complete(devices=10), "published pool")
+        slices = await wait_pool(kube, driver, node, complete(devices=12), "published pool")
     finally:
         await agent.stop()
     node_uid = (await kube.get(NODES, node))["metadata"]["uid"]
-    assert_golden("nvml-8gpu-slices.yaml", normalise(slices, node, driver, node_uid))
+    assert_golden("dgx-a100-mixed-mig.slices.yaml", normalise(slices, node, driver, node_uid))
 
 
 async def test_scheduler_allocates_published_devices_on_the_right_nodes(kube, lab, unique, driver, agents,
@@ -289,10 +291,10 @@ async def test_health_taint_recovery_and_ignorable_xid(kube, node, driver, agent
     def taints(slices, device):
         return next(d.get("taints") or [] for s in slices for d in s["spec"]["devices"] if d["name"] == device)
 
-    await annotate("gpu-1=xid:79,gpu-2=xid:13")
+    await annotate("gpu-1=xid:94,gpu-2=xid:13")  # 94: contained ECC error, restart the app
     slices = await wait_pool(kube, driver, node, lambda s: s and taints(s, "gpu-1") and taints(s, "gpu-2"), "tainted")
     [critical] = taints(slices, "gpu-1")
-    assert (critical["key"], critical["value"], critical["effect"]) == (f"{driver}/xid", "79", "NoSchedule")
+    assert (critical["key"], critical["value"], critical["effect"]) == (f"{driver}/xid", "94", "NoSchedule")
     assert critical["timeAdded"].endswith("Z")
     assert taints(slices, "gpu-2")[0]["effect"] == "None"
     assert taints(slices, "gpu-0") == []
@@ -302,12 +304,16 @@ async def test_health_taint_recovery_and_ignorable_xid(kube, node, driver, agent
     await asyncio.sleep(4)
     assert taints(await pool_slices(kube, driver, node), "gpu-1")[0]["timeAdded"] == critical["timeAdded"]
 
-    await annotate("gpu-2=xid:13")  # gpu-1 passes its health check again
-    await wait_pool(kube, driver, node, lambda s: s and not taints(s, "gpu-1"), "gpu-1 recovered", timeout=20)
+    await annotate("gpu-2=xid:13,gpu-0=xid:79")  # gpu-1 passes its health check again; 79: off the bus
+    await wait_pool(kube, driver, node, lambda s: s and not taints(s, "gpu-1") and taints(s, "gpu-0"),
+                    "gpu-1 recovered, gpu-0 tainted", timeout=20)
+    await annotate("gpu-2=xid:13")  # gpu-0 passes its check too, but XID 79 needs a reboot: it stays
+    await asyncio.sleep(5)
+    assert taints(await pool_slices(kube, driver, node), "gpu-0")[0]["value"] == "79"
     events = [e for e in await kube.list(EVENTS, "default") if e["involvedObject"].get("name") == node]
     assert {"DeviceUnhealthy", "DeviceRecovered"} <= {e["reason"] for e in events}
     metrics = agent.metrics()
-    assert f'dra_nodeagent_health_events_total{{driver="{driver}",kind="xid",value="79"}} 1.0' in metrics
+    assert f'dra_nodeagent_health_events_total{{driver="{driver}",kind="xid",value="94"}} 1.0' in metrics
     assert f'dra_nodeagent_health_recoveries_total{{driver="{driver}"}} 1.0' in metrics
     # kopf only watched: nothing of it on the Node or the slices.
     node_obj = await kube.get(NODES, node)
@@ -377,8 +383,9 @@ async def test_fake_nvml_xid_taints_the_published_device(kube, node, driver):
     await agent.start()
     try:
         await wait_pool(kube, driver, node, complete(devices=10), "published pool")
-        fake.inject_xid(3, 79)
-        fake.inject_xid(7, 43, gi=1, ci=0)  # an application error on a MIG device: effect None
+        await asyncio.sleep(0.5)  # the event thread registers
+        fake.xid(3, 79)
+        fake.xid(7, 43, gi=1, ci=0)  # an application error on a MIG device: effect None
         slices = await wait_pool(kube, driver, node, lambda s: s and sum(
             len(d.get("taints") or []) for x in s for d in x["spec"].get("devices") or []) == 2, "two taints")
     finally:
@@ -389,3 +396,68 @@ async def test_fake_nvml_xid_taints_the_published_device(kube, node, driver):
     assert devices["gpu-7-mig-9-0-4"]["taints"][0]["effect"] == "None"
     # 64 devices per slice once a device has taints: still one slice for ten devices.
     assert len(slices) == 1
+
+
+def _generation(slices) -> int:
+    return max(s["spec"]["pool"]["generation"] for s in slices)
+
+
+def _device_taints(slices, name):
+    return next((d.get("taints") or [] for s in slices for d in s["spec"].get("devices") or [] if d["name"] == name),
+                None)
+
+
+async def test_strict_nvml_gpu_lost_then_back_is_tainted_then_published_again(kube, node, driver):
+    """The strict NVML model loses GPU 2 (nvmlEventSetWait raises GpuIsLost, the GPU answers
+    nothing), then brings it back; then GPU 5 falls off the bus for good and returns."""
+    model = h100_box()
+    backend = NvmlBackend(driver, nvml=model, refresh_interval=0.3)
+    agent = NodeAgent(kube, backend, node_name=node, driver=driver, sync_delay=1,
+                      health=HealthTracker(driver, quiet_period=1))
+    await agent.start()
+    try:
+        slices = await wait_pool(kube, driver, node, complete(devices=8), "published pool")
+        await asyncio.sleep(0.5)
+        model.lose(2)
+        slices = await wait_pool(kube, driver, node, lambda s: s and _device_taints(s, "gpu-2"), "gpu-2 tainted")
+        assert [t["key"] for t in _device_taints(slices, "gpu-2")] == [f"{driver}/gpu-lost"]
+        assert sum(len(d.get("taints") or []) for s in slices for d in s["spec"]["devices"]) == 1
+        model.restore(2)
+        await wait_pool(kube, driver, node, lambda s: s and _device_taints(s, "gpu-2") == [], "gpu-2 untainted",
+                        timeout=30)
+        before = _generation(await pool_slices(kube, driver, node))
+        model.remove(5)
+        slices = await wait_pool(kube, driver, node, lambda s: s and _device_taints(s, "gpu-5") is None,
+                                 "gpu-5 unpublished", timeout=30)
+        assert _generation(slices) == before + 1
+        model.restore(5)
+        slices = await wait_pool(kube, driver, node, complete(devices=8), "gpu-5 published again", timeout=30)
+        assert _generation(slices) == before + 2
+    finally:
+        await agent.stop()
+
+
+async def test_strict_nvml_mig_reconfigured_is_republished_with_a_new_generation(kube, node, driver):
+    from ..nvmlmodel.model import MigInstance
+    import pynvml
+    model = dgx_a100_mixed_mig()
+    agent = NodeAgent(kube, NvmlBackend(driver, nvml=model, refresh_interval=0.3), node_name=node, driver=driver,
+                      sync_delay=1, health=HealthTracker(driver))
+    await agent.start()
+    try:
+        slices = await wait_pool(kube, driver, node, complete(devices=12), "published pool")
+        generation = _generation(slices)
+        model.reconfigure(7, [MigInstance(gi_id=0, ci_id=0, profile_index=pynvml.NVML_GPU_INSTANCE_PROFILE_7_SLICE,
+                                          placement_start=0, placement_size=8,
+                                          uuid="MIG-77777777-0000-4000-8000-000000000007")])
+        slices = await wait_pool(kube, driver, node, lambda s: s and _device_taints(s, "gpu-7-mig-0-0-8") is not None,
+                                 "the 7g.40gb instance published", timeout=30)
+        assert _generation(slices) == generation + 1
+        names = {d["name"] for s in slices for d in s["spec"]["devices"]}
+        assert not {n for n in names if n.startswith("gpu-7-mig-") and n != "gpu-7-mig-0-0-8"}
+        model.reconfigure(6, [], mig_enabled=False)
+        slices = await wait_pool(kube, driver, node, lambda s: s and _device_taints(s, "gpu-6") is not None,
+                                 "GPU 6 published whole", timeout=30)
+        assert _generation(slices) == generation + 2
+    finally:
+        await agent.stop()

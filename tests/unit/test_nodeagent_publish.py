@@ -88,3 +88,14 @@ def test_taint_time_added_is_kept():
 
 def test_index_length_grows_past_five_hex_digits():
     assert index_length(1) == 5 and index_length(0x100000) == 5 and index_length(0x100001) == 6
+
+
+def test_devices_that_went_or_came_get_a_new_generation_even_in_one_slice():
+    """A MIG reconfiguration changes one slice in place: upstream's rule alone would keep the
+    generation; the agent asks for a new one when the hardware changed."""
+    existing = published(plan_pool([], [{"devices": [dev("a"), dev("b")]}], **KW).creates)
+    same_rule = plan_pool(existing, [{"devices": [dev("a"), dev("c")]}], **KW)
+    assert same_rule.generation == 1
+    bumped = plan_pool(existing, [{"devices": [dev("a"), dev("c")]}], **KW, new_generation=True)
+    assert bumped.generation == 2 and len(bumped.updates) == 1
+    assert plan_pool(existing, [{"devices": [dev("a"), dev("b")]}], **KW, new_generation=True).empty

@@ -1,68 +1,60 @@
 """NVIDIA GPUs through NVML (nvidia-ml-py, imported as ``pynvml``).
 
-Devices and attributes follow NVIDIA's DRA driver, so CEL written for it works unchanged:
-``gpu-<minor>`` with type, uuid, productName, brand, architecture, cudaComputeCapability,
-driverVersion, cudaDriverVersion (versions), ``resource.kubernetes.io/pciBusID`` (and ``pcieRoot`` where sysfs shows it), capacity
-``memory``; with MIG on, ``gpu-<minor>-mig-<profileId>-<placementStart>-<placementSize>`` with
-type "mig", uuid, parentUUID, profile and the parent's attributes.
+Devices and attributes follow NVIDIA's DRA driver (k8s-dra-driver-gpu cmd/gpu-kubelet-plugin,
+``deviceinfo.go`` GetDevice and ``nvlib.go`` getGpuInfo/getMigDevices), so CEL written for it works
+unchanged: ``gpu-<minor>`` with type, uuid, productName, brand, architecture, cudaComputeCapability,
+driverVersion, cudaDriverVersion (versions), ``resource.kubernetes.io/pciBusID`` (and ``pcieRoot``
+where sysfs shows it), capacity ``memory``; with MIG on, ``gpu-<minor>-mig-<profileId>-<start>-<size>``
+with type "mig", uuid, parentUUID, profile and the parent's attributes, capacities memory,
+multiprocessors, copyEngines, decoders, encoders, jpegEngines, ofaEngines and one
+``memorySlice<i>`` per memory slice it spans. A GPU with MIG on is not published whole.
 
-NVML is initialised once; its blocking event wait runs in a thread of its own. Any object with
-pynvml's function names can stand in for the library (the tests use a fake).
+MIG profiles are read as NVIDIA's driver reads them: ``nvmlDeviceGetGpuInstanceProfileInfo`` over
+every profile *index* (NVML_GPU_INSTANCE_PROFILE_*), skipping NotSupported/InvalidArgument, and a
+MIG device's GPU instance matched by the profile *ID* the call returns.
+
+NVML is initialised once; its blocking event wait runs in a thread of its own (``nvml_events``).
+Any object with pynvml's function names can stand in for the library (the tests use a strict model
+of NVML, tests/nvmlmodel).
 """
 
 from __future__ import annotations
 
 import asyncio
-import math
 import os
-import re
 import threading
+from dataclasses import dataclass, field
 from typing import Any
 
-from ..health import ECC, LOST, XID, HealthEvent
+import structlog
+
+from ..health import HealthEvent
+from . import nvml_names
 from .base import BackendError, Inventory
+from .nvml_events import EventMonitor, GpuView
 
-_WAIT_MS = 1000
-_ARCHITECTURES = {"KEPLER": "Kepler", "MAXWELL": "Maxwell", "PASCAL": "Pascal", "VOLTA": "Volta",
-                  "TURING": "Turing", "AMPERE": "Ampere", "ADA": "Ada Lovelace", "HOPPER": "Hopper",
-                  "BLACKWELL": "Blackwell", "RUBIN": "Rubin"}
+log = structlog.stdlib.get_logger("operators.nodeagent.nvml")
 
-
-def semver(text: str) -> str:
-    """"550.54.15" -> "550.54.15", "12.4" -> "12.4.0", "9.0" -> "9.0.0" (NVIDIA normalises the same way)."""
-    parts = [str(int(p)) for p in re.findall(r"\d+", text)[:3]]
-    return ".".join((parts + ["0", "0", "0"])[:3])
+# Re-exported for callers of the old module layout.
+semver = nvml_names.semver
+pcie_root = nvml_names.pcie_root
 
 
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
+@dataclass
+class _Discovery:
+    """What one discovery found: device details for CDI and health, GPU views for the event loop."""
 
-
-def pcie_root(bus_id: str, sysfs: str = "/sys") -> str | None:
-    """The PCIe root complex of a device (``pci0000:00``) from sysfs, as Kubernetes'
-    standard attribute names it; None where sysfs does not show it (the attribute is omitted)."""
-    try:
-        path = os.path.realpath(os.path.join(sysfs, "bus", "pci", "devices", bus_id))
-    except OSError:
-        return None
-    for part in path.split(os.sep):
-        if re.fullmatch(r"pci[0-9a-f]{4}:[0-9a-f]{2}", part):
-            return part
-    return None
-
-
-def profile_name(profile: Any) -> str:
-    """``3g.40gb``: NVML's own profile name where it has one, else slices and memory rounded up."""
-    name = _text(getattr(profile, "name", "") or "")
-    if name:
-        return name.removeprefix("MIG ").strip()
-    return f"{profile.sliceCount}g.{math.ceil(profile.memorySizeMB / 1024)}gb"
+    info: dict[str, dict[str, Any]] = field(default_factory=dict)   # device name -> minor, uuid, index, gi, ci
+    gpus: dict[str, GpuView] = field(default_factory=dict)          # GPU UUID -> view
+    devices_by_index: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+    fingerprint: Any = None
 
 
 class NvmlBackend:
     name = "nvml"
 
-    def __init__(self, driver: str, nvml: Any = None, dev_root: str = "/dev", proc_root: str = "/proc"):
+    def __init__(self, driver: str, nvml: Any = None, dev_root: str = "/dev", proc_root: str = "/proc",
+                 refresh_interval: float = 30.0):
         if nvml is None:
             import pynvml as nvml  # the real library; fails only without the package
         self.nvml = nvml
@@ -76,95 +68,162 @@ class NvmlBackend:
                 "backend with DRA_NODEAGENT_BACKEND=simulated") from e
         self.dev_root = dev_root
         self.proc_root = proc_root
+        self.refresh_interval = refresh_interval
         self._stop = threading.Event()
-        self._info: dict[str, dict[str, Any]] = {}      # device name -> minor, uuid, gi, ci
-        self._gpu_uuids: dict[str, str] = {}            # device name -> GPU UUID (health checks)
-        self._names_by_uuid: dict[str, str] = {}
-        self._mig_by_instance: dict[tuple[str, int, int], str] = {}
+        self._state = _Discovery()
 
     # -- discovery ---------------------------------------------------------------------------
 
-    def _brand(self, handle: Any) -> str:
-        value = self.nvml.nvmlDeviceGetBrand(handle)
-        for name in dir(self.nvml):
-            if name.startswith("NVML_BRAND_") and name != "NVML_BRAND_COUNT" and getattr(self.nvml, name) == value:
-                return name[len("NVML_BRAND_"):].replace("_", " ").title().replace(" ", "")
-        return "Unknown"
+    def _mig_enabled(self, handle: Any) -> bool:
+        """go-nvlib (*device).IsMigEnabled: NotSupported means a GPU that cannot do MIG."""
+        try:
+            current, _pending = self.nvml.nvmlDeviceGetMigMode(handle)
+        except self.nvml.NVMLError_NotSupported:
+            return False
+        return current == self.nvml.NVML_DEVICE_MIG_ENABLE
 
-    def _architecture(self, handle: Any) -> str:
-        value = self.nvml.nvmlDeviceGetArchitecture(handle)
-        for key, label in _ARCHITECTURES.items():
-            if getattr(self.nvml, f"NVML_DEVICE_ARCH_{key}", None) == value:
-                return label
-        return "Unknown"
+    def _profiles(self, handle: Any) -> dict[int, tuple[int, Any]]:
+        """Profile ID -> (profile index, GpuInstanceProfileInfo) for every profile this GPU offers."""
+        nvml = self.nvml
+        profiles = {}
+        for index in range(nvml.NVML_GPU_INSTANCE_PROFILE_COUNT):
+            try:
+                info = nvml.nvmlDeviceGetGpuInstanceProfileInfo(handle, index)
+            except (nvml.NVMLError_NotSupported, nvml.NVMLError_InvalidArgument):
+                continue
+            profiles[info.id] = (index, info)
+        return profiles
+
+    def _mig_handles(self, handle: Any) -> list[tuple[int, Any]]:
+        nvml = self.nvml
+        found = []
+        for mig_index in range(nvml.nvmlDeviceGetMaxMigDeviceCount(handle)):
+            try:
+                found.append((mig_index, nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, mig_index)))
+            except (nvml.NVMLError_NotFound, nvml.NVMLError_InvalidArgument):
+                continue  # an empty MIG slot
+        return found
+
+    def _read_gpu(self, index: int, handle: Any, driver_version: str, cuda_version: str,
+                  state: _Discovery, inventory: Inventory) -> list[dict[str, Any]]:
+        nvml = self.nvml
+        text = nvml_names.text
+        minor = nvml.nvmlDeviceGetMinorNumber(handle)
+        gpu_uuid = text(nvml.nvmlDeviceGetUUID(handle))
+        major, minor_cc = nvml.nvmlDeviceGetCudaComputeCapability(handle)
+        bus_id = text(nvml.nvmlDeviceGetPciInfo_v3(handle).busId).lower()[-12:]  # 0000:3b:00.0
+        memory = nvml.nvmlDeviceGetMemoryInfo(handle).total
+        common = {
+            "productName": {"string": text(nvml.nvmlDeviceGetName(handle))},
+            "brand": {"string": nvml_names.brand(nvml.nvmlDeviceGetBrand(handle))},
+            "architecture": {"string": nvml_names.architecture(nvml.nvmlDeviceGetArchitecture(handle))},
+            "cudaComputeCapability": {"version": nvml_names.semver(f"{major}.{minor_cc}")},
+            "driverVersion": {"version": driver_version},
+            "cudaDriverVersion": {"version": cuda_version},
+            "resource.kubernetes.io/pciBusID": {"string": bus_id},
+        }
+        if root := nvml_names.pcie_root(bus_id):
+            common["resource.kubernetes.io/pcieRoot"] = {"string": root}
+        name = f"gpu-{minor}"
+        if not self._mig_enabled(handle):
+            state.info[name] = {"minor": minor, "uuid": gpu_uuid, "index": index}
+            state.gpus[gpu_uuid] = GpuView(uuid=gpu_uuid, index=index, minor=minor, mig=False, devices=[name])
+            return [{"name": name,
+                     "attributes": {"type": {"string": "gpu"}, "uuid": {"string": gpu_uuid}, **common},
+                     "capacity": {"memory": {"value": str(memory)}}}]
+        view = GpuView(uuid=gpu_uuid, index=index, minor=minor, mig=True, devices=[])
+        profiles = self._profiles(handle)
+        devices = []
+        for mig_index, mig in self._mig_handles(handle):
+            gi_id = nvml.nvmlDeviceGetGpuInstanceId(mig)
+            ci_id = nvml.nvmlDeviceGetComputeInstanceId(mig)
+            gi = nvml.nvmlGpuInstanceGetInfo(nvml.nvmlDeviceGetGpuInstanceById(handle, gi_id))
+            mig_uuid = text(nvml.nvmlDeviceGetUUID(mig))
+            if gi.profileId not in profiles:
+                inventory.errors.append(f"MIG device {mig_uuid} on {name}: GPU instance profile ID {gi.profileId} "
+                                        "is none of the profiles NVML lists for this GPU; not published")
+                continue
+            profile_index, profile = profiles[gi.profileId]
+            start, size = gi.placement.start, gi.placement.size
+            mig_name = f"{name}-mig-{gi.profileId}-{start}-{size}"
+            capacity = {
+                "multiprocessors": {"value": str(profile.multiprocessorCount)},
+                "copyEngines": {"value": str(profile.copyEngineCount)},
+                "decoders": {"value": str(profile.decoderCount)},
+                "encoders": {"value": str(profile.encoderCount)},
+                "jpegEngines": {"value": str(profile.jpegCount)},
+                "ofaEngines": {"value": str(profile.ofaCount)},
+                "memory": {"value": str(profile.memorySizeMB * 2**20)},
+                **{f"memorySlice{i}": {"value": "1"} for i in range(start, start + size)},
+            }
+            devices.append({
+                "name": mig_name,
+                "attributes": {"type": {"string": "mig"}, "uuid": {"string": mig_uuid},
+                               "parentUUID": {"string": gpu_uuid},
+                               "profile": {"string": nvml_names.mig_profile_name(profile_index, profile.memorySizeMB,
+                                                                                 memory)},
+                               **common},
+                "capacity": capacity,
+            })
+            view.devices.append(mig_name)
+            view.instances[(gi_id, ci_id)] = mig_name
+            state.info[mig_name] = {"minor": minor, "uuid": mig_uuid, "index": index, "mig_index": mig_index,
+                                    "gi": gi_id, "ci": ci_id, "parent_uuid": gpu_uuid}
+        state.gpus[gpu_uuid] = view
+        return devices
 
     def discover(self) -> Inventory:
         nvml = self.nvml
         inventory = Inventory()
-        driver_version = semver(_text(nvml.nvmlSystemGetDriverVersion()))
+        driver_version = nvml_names.semver(nvml_names.text(nvml.nvmlSystemGetDriverVersion()))
         cuda = nvml.nvmlSystemGetCudaDriverVersion_v2()
         cuda_version = f"{cuda // 1000}.{(cuda % 1000) // 10}.0"
+        previous = self._state
+        state = _Discovery()
         for index in range(nvml.nvmlDeviceGetCount()):
-            handle = nvml.nvmlDeviceGetHandleByIndex(index)
-            minor = nvml.nvmlDeviceGetMinorNumber(handle)
-            gpu_uuid = _text(nvml.nvmlDeviceGetUUID(handle))
-            major, minor_cc = nvml.nvmlDeviceGetCudaComputeCapability(handle)
-            bus_id = _text(nvml.nvmlDeviceGetPciInfo_v3(handle).busId).lower()[-12:]  # 0000:3b:00.0
-            common = {
-                "productName": {"string": _text(nvml.nvmlDeviceGetName(handle))},
-                "brand": {"string": self._brand(handle)},
-                "architecture": {"string": self._architecture(handle)},
-                "cudaComputeCapability": {"version": semver(f"{major}.{minor_cc}")},
-                "driverVersion": {"version": driver_version},
-                "cudaDriverVersion": {"version": cuda_version},
-                "resource.kubernetes.io/pciBusID": {"string": bus_id},
-            }
-            if root := pcie_root(bus_id):
-                common["resource.kubernetes.io/pcieRoot"] = {"string": root}
-            name = f"gpu-{minor}"
-            self._gpu_uuids[name] = gpu_uuid
-            self._names_by_uuid[gpu_uuid] = name
-            mig_current, _ = nvml.nvmlDeviceGetMigMode(handle)
-            self._info[name] = {"minor": minor, "uuid": gpu_uuid}
-            if mig_current != nvml.NVML_DEVICE_MIG_ENABLE:
-                inventory.devices.append({
-                    "name": name,
-                    "attributes": {"type": {"string": "gpu"}, "uuid": {"string": gpu_uuid}, **common},
-                    "capacity": {"memory": {"value": str(nvml.nvmlDeviceGetMemoryInfo(handle).total)}},
-                })
-                continue
-            for mig_index in range(nvml.nvmlDeviceGetMaxMigDeviceCount(handle)):
-                try:
-                    mig = nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, mig_index)
-                except nvml.NVMLError:
-                    continue  # an empty MIG slot
-                gi_id = nvml.nvmlDeviceGetGpuInstanceId(mig)
-                ci_id = nvml.nvmlDeviceGetComputeInstanceId(mig)
-                info = nvml.nvmlGpuInstanceGetInfo(nvml.nvmlDeviceGetGpuInstanceById(handle, gi_id))
-                profile = nvml.nvmlDeviceGetGpuInstanceProfileInfo(handle, info.profileId)
-                mig_name = f"{name}-mig-{info.profileId}-{info.placement.start}-{info.placement.size}"
-                mig_uuid = _text(nvml.nvmlDeviceGetUUID(mig))
-                self._gpu_uuids[mig_name] = gpu_uuid
-                self._mig_by_instance[(gpu_uuid, gi_id, ci_id)] = mig_name
-                self._info[mig_name] = {"minor": minor, "uuid": mig_uuid, "gi": gi_id, "ci": ci_id}
-                inventory.devices.append({
-                    "name": mig_name,
-                    "attributes": {"type": {"string": "mig"}, "uuid": {"string": mig_uuid},
-                                   "parentUUID": {"string": gpu_uuid},
-                                   "profile": {"string": profile_name(profile)}, **common},
-                    "capacity": {"memory": {"value": str(profile.memorySizeMB * 2**20)},
-                                 "multiprocessors": {"value": str(profile.multiprocessorCount)}},
-                })
+            try:
+                handle = nvml.nvmlDeviceGetHandleByIndex(index)
+                devices = self._read_gpu(index, handle, driver_version, cuda_version, state, inventory)
+            except nvml.NVMLError_GpuIsLost:
+                # Lost but still on the bus: keep what was known of it (tainted gpu-lost by the
+                # event loop) until it answers again or leaves the bus.
+                devices = previous.devices_by_index.get(index, [])
+                for device in devices:
+                    state.info[device["name"]] = previous.info[device["name"]]
+                for view in previous.gpus.values():
+                    if view.index == index:
+                        state.gpus[view.uuid] = view
+                log.warning("GPU lost; keeping its devices from the last discovery", index=index,
+                            devices=[d["name"] for d in devices])
+            state.devices_by_index[index] = devices
+            inventory.devices.extend(devices)
+        state.fingerprint = self.fingerprint()
+        self._state = state
         return inventory
+
+    def fingerprint(self) -> tuple:
+        """What changes when GPUs leave or join the bus or MIG is reconfigured (cheap NVML calls)."""
+        nvml = self.nvml
+        seen = []
+        for index in range(nvml.nvmlDeviceGetCount()):
+            try:
+                handle = nvml.nvmlDeviceGetHandleByIndex(index)
+                uuid = nvml_names.text(nvml.nvmlDeviceGetUUID(handle))
+                migs = tuple(nvml_names.text(nvml.nvmlDeviceGetUUID(m)) for _, m in self._mig_handles(handle)) \
+                    if self._mig_enabled(handle) else ()
+            except nvml.NVMLError_GpuIsLost:
+                uuid, migs = f"lost:{index}", ()
+            seen.append((uuid, migs))
+        return tuple(seen)
 
     # -- health ------------------------------------------------------------------------------
 
     def healthy(self, device: str) -> bool:
-        gpu_uuid = self._gpu_uuids.get(device)
-        if gpu_uuid is None:
+        info = self._state.info.get(device)
+        if info is None:
             return False
         try:
-            handle = self.nvml.nvmlDeviceGetHandleByUUID(gpu_uuid)
+            handle = self.nvml.nvmlDeviceGetHandleByUUID(info.get("parent_uuid", info["uuid"]))
             self.nvml.nvmlDeviceGetMemoryInfo(handle)
             return True
         except self.nvml.NVMLError:
@@ -172,6 +231,24 @@ class NvmlBackend:
 
     def observe_node(self, node: dict[str, Any]) -> None:
         pass
+
+    # -- CDI -----------------------------------------------------------------------------------
+
+    def _char_major(self, name: str) -> int | None:
+        """The character device major of a driver from /proc/devices (``nvidia-caps``)."""
+        try:
+            with open(os.path.join(self.proc_root, "devices")) as f:
+                in_char = False
+                for line in f:
+                    if line.startswith("Character devices"):
+                        in_char = True
+                    elif line.startswith("Block devices"):
+                        in_char = False
+                    elif in_char and line.split()[1:] == [name]:
+                        return int(line.split()[0])
+        except (OSError, ValueError, IndexError):
+            return None
+        return None
 
     def _capability_minor(self, minor: int, *parts: str) -> int | None:
         """MIG access capabilities: ``DeviceFileMinor: N`` in
@@ -188,16 +265,36 @@ class NvmlBackend:
 
     def container_edits(self, device: str, claim: dict[str, str], share_id: str | None,
                         admin_access: bool) -> dict[str, Any]:
-        """The GPU's /dev/nvidia<minor>; for a MIG device also its GPU and compute instance
-        capability nodes; NVIDIA_VISIBLE_DEVICES naming the GPU or MIG UUID."""
-        info = self._info[device]
-        nodes = [{"path": f"/dev/nvidia{info['minor']}"}]
+        """The GPU's /dev/nvidia<minor> (major 195, as the NVIDIA driver registers it); for a MIG
+        device also its GPU and compute instance capability nodes, with the ``nvidia-caps``
+        major from /proc/devices and the minors from /proc/driver/nvidia/capabilities. The
+        visible-devices variable is set once per claim (``claim_edits``)."""
+        info = self._state.info[device]
+        nodes = [{"path": f"/dev/nvidia{info['minor']}", "type": "c", "major": 195, "minor": info["minor"]}]
         if "gi" in info:
+            caps_major = self._char_major("nvidia-caps")
             for parts in ((f"gi{info['gi']}",), (f"gi{info['gi']}", f"ci{info['ci']}")):
                 cap = self._capability_minor(info["minor"], *parts)
-                if cap is not None:
-                    nodes.append({"path": f"/dev/nvidia-caps/nvidia-cap{cap}"})
-        return {"env": [f"NVIDIA_VISIBLE_DEVICES={info['uuid']}"], "deviceNodes": nodes}
+                if cap is None:
+                    continue
+                node = {"path": f"/dev/nvidia-caps/nvidia-cap{cap}"}
+                if caps_major is not None:
+                    node.update(type="c", major=caps_major, minor=cap)
+                nodes.append(node)
+        return {"deviceNodes": nodes}
+
+    def claim_edits(self, devices: list[str]) -> dict[str, Any] | None:
+        """``NVIDIA_VISIBLE_DEVICES`` naming every GPU and MIG UUID of one claim, once (CDI keeps
+        only the last value of a variable set more than once)."""
+        uuids = [self._state.info[d]["uuid"] for d in devices if d in self._state.info]
+        return {"env": [f"NVIDIA_VISIBLE_DEVICES={','.join(uuids)}"]} if uuids else None
+
+    def toolkit_names(self, device: str) -> list[str]:
+        """The names the NVIDIA Container Toolkit's CDI spec may give this device: its UUID, then
+        its index (``<gpu>`` or ``<gpu>:<mig>``), as ``nvidia-ctk cdi generate`` names them."""
+        info = self._state.info[device]
+        index = f"{info['index']}:{info['mig_index']}" if "mig_index" in info else str(info["index"])
+        return [info["uuid"], index]
 
     def common_edits(self) -> dict[str, Any] | None:
         """The control device nodes present on the host."""
@@ -205,52 +302,19 @@ class NvmlBackend:
                    if os.path.exists(os.path.join(self.dev_root, name))]
         return {"deviceNodes": [{"path": f"/dev/{name}"} for name in present]} if present else None
 
-    def _event_loop(self, put) -> None:
-        nvml = self.nvml
-        event_set = nvml.nvmlEventSetCreate()
-        mask = (nvml.nvmlEventTypeXidCriticalError | nvml.nvmlEventTypeDoubleBitEccError
-                | nvml.nvmlEventTypeSingleBitEccError)
-        try:
-            for gpu_uuid in sorted(set(self._gpu_uuids.values())):
-                try:
-                    handle = nvml.nvmlDeviceGetHandleByUUID(gpu_uuid)
-                    nvml.nvmlDeviceRegisterEvents(handle, mask, event_set)
-                except nvml.NVMLError:
-                    put(HealthEvent(self._names_by_uuid.get(gpu_uuid, gpu_uuid), LOST))
-            while not self._stop.is_set():
-                try:
-                    event = nvml.nvmlEventSetWait_v2(event_set, _WAIT_MS)
-                except nvml.NVMLError as e:
-                    if isinstance(e, getattr(nvml, "NVMLError_Timeout", ())):
-                        continue
-                    if isinstance(e, getattr(nvml, "NVMLError_GpuIsLost", ())):
-                        for name in self._gpu_uuids:
-                            put(HealthEvent(name, LOST))
-                    continue
-                gpu_uuid = _text(nvml.nvmlDeviceGetUUID(event.device))
-                device = self._mig_by_instance.get((gpu_uuid, event.gpuInstanceId, event.computeInstanceId)) \
-                    or self._names_by_uuid.get(gpu_uuid)
-                if device is None:
-                    continue
-                if event.eventType == nvml.nvmlEventTypeXidCriticalError:
-                    put(HealthEvent(device, XID, str(event.eventData)))
-                elif event.eventType == nvml.nvmlEventTypeDoubleBitEccError:
-                    put(HealthEvent(device, ECC, "double-bit"))
-                elif event.eventType == nvml.nvmlEventTypeSingleBitEccError:
-                    put(HealthEvent(device, ECC, "single-bit"))
-        finally:
-            nvml.nvmlEventSetFree(event_set)
+    # -- events --------------------------------------------------------------------------------
 
     async def watch(self, events: asyncio.Queue[HealthEvent], changed: asyncio.Event) -> None:
         loop = asyncio.get_running_loop()
-
-        def put(event: HealthEvent) -> None:
-            loop.call_soon_threadsafe(events.put_nowait, event)
-
         self._stop.clear()
-        thread = asyncio.to_thread(self._event_loop, put)
+        monitor = EventMonitor(
+            self.nvml, gpus=lambda: self._state.gpus, fingerprint=self.fingerprint,
+            known_fingerprint=lambda: self._state.fingerprint,
+            put=lambda event: loop.call_soon_threadsafe(events.put_nowait, event),
+            changed=lambda: loop.call_soon_threadsafe(changed.set),
+            stop=self._stop, refresh_interval=self.refresh_interval)
         try:
-            await thread
+            await asyncio.to_thread(monitor.run)
         finally:
             self._stop.set()
 
