@@ -121,6 +121,11 @@ class BindingController:
         if claim is not None:
             await self._report_bad_records(claim)
             self._adopt(claim, tracked)
+            for record in d.records_without_finalizer(claim, self.drivers):
+                if not await self._apply_record(key, claim, record.ref, record):
+                    break
+            claim = self.claims.get(key)
+        if claim is not None:
             for t in tracked.values():
                 if t.prep.claim_uid == claim["metadata"]["uid"]:
                     t.pods = tuple(d.consumer_pods(claim))

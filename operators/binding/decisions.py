@@ -31,6 +31,10 @@ API_VERSION = "resource.k8s.io/v1"
 DOMAIN = "binding.dra-operators.dev"
 FIELD_MANAGER = "dra-operators-binding"
 RECORD_ANNOTATION_PREFIX = f"{DOMAIN}/prep-"
+# Held while a claim carries a preparation record: a claim deleted while the operator is away
+# (down, failing over) stays until its preparations are undone, instead of taking the only trace
+# of an attachment with it. Each device's field manager co-owns it beside its record annotation.
+FINALIZER = f"{DOMAIN}/preparations"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY = "dra-operators-binding"
 DRIVER_LABEL = f"{DOMAIN}/driver"
@@ -321,17 +325,34 @@ def record_problems(claim: Obj | None) -> list[tuple[str, str]]:
 
 
 def record_apply(claim: Obj, ref: DeviceRef, record: Record | None) -> Obj:
-    """Apply body for one record annotation; ``None`` removes it (the field manager stops owning it)."""
+    """Apply body for one record annotation and the finalizer that keeps the claim while it is
+    there; ``None`` removes both (the device's field manager stops owning them; the finalizer
+    goes with the claim's last record)."""
     meta = claim_ref(claim)
     if record is not None:
         meta["annotations"] = {ref.record_annotation: record.to_json()}
+        meta["finalizers"] = [FINALIZER]
     return {"apiVersion": API_VERSION, "kind": "ResourceClaim", "metadata": meta}
+
+
+def has_finalizer(claim: Obj | None) -> bool:
+    return FINALIZER in (((claim or {}).get("metadata") or {}).get("finalizers") or ())
 
 
 def has_record(claim: Obj | None, ref: DeviceRef, record: Record | None) -> bool:
     annotations = ((claim or {}).get("metadata") or {}).get("annotations") or {}
     current = annotations.get(ref.record_annotation)
-    return current == record.to_json() if record is not None else current is None
+    if record is None:
+        return current is None
+    return current == record.to_json() and has_finalizer(claim)
+
+
+def records_without_finalizer(claim: Obj | None, drivers: DriverFilter) -> list[Record]:
+    """Records written before the finalizer existed (an upgrade): each is applied again, with it.
+    Not on a claim being deleted, which may no longer gain finalizers."""
+    if has_finalizer(claim) or ((claim or {}).get("metadata") or {}).get("deletionTimestamp"):
+        return []
+    return records(claim, drivers)
 
 
 # -- the plan for one claim --------------------------------------------------------------------

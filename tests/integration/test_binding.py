@@ -610,6 +610,49 @@ async def test_preparations_deallocated_while_the_operator_was_down_are_undone_a
         assert not env.operator.errors(), env.operator.errors()[:5]
 
 
+async def test_a_claim_deleted_while_the_operator_is_down_waits_for_the_undo(kube, lab, controllers, unique, log_dir):
+    """The finalizer keeps a claim with preparation records until they are undone: the operator
+    SIGKILLed, the Pod (and so its generated claim) deleted, the operator back: undone, finalizer
+    removed, claim gone. A record without the finalizer (written by an older version) gets it."""
+    controllers.use("ours")
+    async with BindingEnv(kube, lab, log_dir, f"fz{unique}", {"lab-node-0": 1}) as env:
+        await env.pod("app")
+        await env.running("app")
+        claim = await env.claim_of("app")
+        name = claim["metadata"]["name"]
+        served = bd.DriverFilter.parse(env.driver)
+        assert bd.has_finalizer(claim) and len(bd.records(claim, served)) == 1
+
+        # An older version's record: no finalizer. The running operator adds it.
+        index = claim["metadata"]["finalizers"].index(bd.FINALIZER)
+        await kube.request("PATCH", RESOURCE_CLAIMS.path(env.namespace, name), content_type="application/json-patch+json",
+                           body=[{"op": "test", "path": f"/metadata/finalizers/{index}", "value": bd.FINALIZER},
+                                 {"op": "remove", "path": f"/metadata/finalizers/{index}"}])
+        await env.wait(lambda: _has_finalizer(kube, env.namespace, name), "the finalizer applied again")
+
+        env.operator.kill()
+        await env.delete_pod("app")
+
+        async def held():
+            c = await kube.get_or_none(RESOURCE_CLAIMS, name, env.namespace)
+            return c if c and c["metadata"].get("deletionTimestamp") and not bd.allocation(c) else None
+        claim = await env.wait(held, "the claim deleted and deallocated, kept by the finalizer")
+        assert claim["metadata"]["finalizers"] == [bd.FINALIZER] and bd.records(claim, served)
+
+        await asyncio.to_thread(env.operator.start)
+        await env.wait_metric("dra_operators_binding_undos_total", 1, result="success")
+        await env.wait(lambda: _gone(kube, env.namespace, name), "the claim gone after the undo")
+        assert not env.operator.errors(), env.operator.errors()[:5]
+
+
+async def _has_finalizer(kube, namespace, name):
+    return bd.has_finalizer(await kube.get(RESOURCE_CLAIMS, name, namespace))
+
+
+async def _gone(kube, namespace, name):
+    return await kube.get_or_none(RESOURCE_CLAIMS, name, namespace) is None
+
+
 # -- the example -------------------------------------------------------------------------------
 
 async def test_example_runs_as_its_readme_says(kube, lab, controllers, unique, log_dir):

@@ -175,11 +175,20 @@ def test_records_round_trip_and_filtering():
     c = claim(annotations=annotations)
     assert d.records(c, SERVES) == [record]
     assert d.records(c, d.DriverFilter.parse("*")) == sorted([record, other], key=lambda r: r.ref.record_annotation)
-    assert d.has_record(c, ref, record) and not d.has_record(c, ref, None)
+    # Written before the finalizer existed: not the full record, and applied again (with it).
+    assert not d.has_record(c, ref, record) and not d.has_record(c, ref, None)
+    assert d.records_without_finalizer(c, SERVES) == [record]
+    c["metadata"]["finalizers"] = [d.FINALIZER]
+    assert d.has_record(c, ref, record) and d.records_without_finalizer(c, SERVES) == []
     body = d.record_apply(c, ref, record)
     assert body["metadata"]["annotations"] == {ref.record_annotation: record.to_json()}
-    assert "annotations" not in d.record_apply(c, ref, None)["metadata"]    # apply without it: removed
+    assert body["metadata"]["finalizers"] == [d.FINALIZER]
+    removed = d.record_apply(c, ref, None)["metadata"]
+    assert "annotations" not in removed and "finalizers" not in removed   # apply without them: removed
     assert d.has_record(claim(), ref, None)
+    deleting = claim(annotations=annotations)
+    deleting["metadata"]["deletionTimestamp"] = "2026-01-01T12:00:00Z"
+    assert d.records_without_finalizer(deleting, SERVES) == []  # a deleting claim gains no finalizer
 
 
 # -- the plan ----------------------------------------------------------------------------------
