@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 LAB_BIN := .cache/lab/bin
 PYTEST_ARGS ?=
 
-.PHONY: help venv lab-modules lab-build lab-build-node image test unit integration run soak lab-up lab-down protos clean
+.PHONY: help venv lab-modules lab-build lab-build-node image test-prerequisites test unit integration run soak lab-up lab-down protos clean
 
 help:
 	@echo "make run           the whole suite on a lab (or \$$KUBECONFIG): operators, node agents, examples, live table"
@@ -58,8 +58,14 @@ unit: venv
 integration: venv lab-build lab-build-node
 	$(PY) -m pytest tests/integration $(PYTEST_ARGS)
 
+# Everything the tests need, built side by side: the image's build waits mostly on downloads and
+# disk (debootstrap, pip, buildah), the lab's on the CPU (Go).
+# (The image needs root, as the real-node tests that use it; as another user both are skipped.)
+test-prerequisites:
+	$(MAKE) --no-print-directory -j3 venv lab-build lab-build-node $(if $(filter 0,$(shell id -u)),image)
+
 # pytest exits 5 when it collected nothing: that is a failure here, never a pass.
-test: venv lab-build lab-build-node
+test: test-prerequisites
 	$(PY) -m pytest tests/unit tests/integration $(PYTEST_ARGS); \
 	  code=$$?; if [ $$code -eq 5 ]; then echo "make test: no tests were collected" >&2; exit 1; fi; exit $$code
 

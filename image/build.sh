@@ -45,8 +45,9 @@ apt_install() {
   for p in "$@"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p"); done
   [[ ${#missing[@]} -eq 0 ]] && return
   echo "image: installing Debian packages ${missing[*]} (apt-get)"
-  apt-get install -y --no-install-recommends "${missing[@]}" >/dev/null 2>&1 ||
-    { apt-get update >/dev/null && apt-get install -y --no-install-recommends "${missing[@]}" >/dev/null; }
+  # One apt-get at a time: `make test` builds the lab (which installs libseccomp-dev) beside this.
+  flock /tmp/dra-operators-apt.lock sh -c 'apt-get install -y --no-install-recommends "$@" >/dev/null 2>&1 ||
+    { apt-get update >/dev/null && apt-get install -y --no-install-recommends "$@" >/dev/null; }' sh "${missing[@]}"
 }
 apt_install buildah debootstrap
 if ! err=$(buildah info 2>&1 >/dev/null); then

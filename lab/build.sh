@@ -53,8 +53,9 @@ apt_install() {
   [[ ${#missing[@]} -eq 0 ]] && return
   echo "lab-build: installing Debian packages ${missing[*]} (apt-get)"
   local sudo=""; [[ $(id -u) -eq 0 ]] || sudo=sudo
-  $sudo apt-get install -y --no-install-recommends "${missing[@]}" >/dev/null 2>&1 ||
-    { $sudo apt-get update >/dev/null && $sudo apt-get install -y --no-install-recommends "${missing[@]}" >/dev/null; }
+  # One apt-get at a time: `make test` builds the image (which installs buildah) beside this.
+  $sudo flock /tmp/dra-operators-apt.lock sh -c 'apt-get install -y --no-install-recommends "$@" >/dev/null 2>&1 ||
+    { apt-get update >/dev/null && apt-get install -y --no-install-recommends "$@" >/dev/null; }' sh "${missing[@]}"
 }
 
 if $node; then
