@@ -8,6 +8,7 @@ import click
 
 from .core.logging import configure_logging
 from .core.settings import Settings, SettingsError
+from . import kubectl
 from .lab.cli import lab
 
 OPERATORS = ("claims", "nodeagent", "binding", "taints",)
@@ -88,33 +89,6 @@ def start_failures(error: BaseException) -> list[str]:
             if getattr(outcome, "exception", None) is not None]
 
 
-@main.command("devices")
-@click.option("--watch", "-w", is_flag=True, help="Refresh every --interval seconds until Ctrl-C.")
-@click.option("--interval", default=2.0, show_default=True)
-def devices(watch: bool, interval: float) -> None:
-    """Which Pod holds which device on which node, with claim state (any cluster, KUBECONFIG)."""
-    import asyncio
-
-    from .core.kube import Kube
-    from .devices import snapshot
-
-    async def show() -> None:
-        async with await Kube.connect() as kube:
-            while True:
-                text, _ = await snapshot(kube)
-                if watch:
-                    click.clear()
-                click.echo(text)
-                if not watch:
-                    return
-                await asyncio.sleep(interval)
-
-    try:
-        asyncio.run(show())
-    except KeyboardInterrupt:
-        pass
-
-
 @main.command("demo")
 @click.option("--nodes", default=2, show_default=True, help="kwok Nodes of the lab (ignored with KUBECONFIG).")
 @click.option("--interval", default=2.0, show_default=True, help="Seconds between table refreshes.")
@@ -144,6 +118,10 @@ def taints(args: tuple[str, ...]) -> None:
 
 
 main.add_command(lab)
+# The kubectl plugin's commands (operators/kubectl.py), the same flags here and there.
+main.add_command(kubectl.explain)
+main.add_command(kubectl.devices)
+main.add_command(kubectl.preview)
 
 if __name__ == "__main__":
     main()

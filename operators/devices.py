@@ -1,18 +1,30 @@
-"""``dra-operators devices``: which Pod holds which device on which node, with claim state.
+"""``devices``: which Pod holds which device on which node, with claim state, and what is free.
 
-Works on any cluster (KUBECONFIG). ``build_rows`` is pure; the command only fetches and prints.
+Works on any cluster (KUBECONFIG). ``build_rows``, ``free_capacity`` and the renderers are pure;
+``snapshot`` only fetches. States come from operators.core.claimstate (``binding`` while the
+scheduler waits for binding conditions, although it already wrote ``reservedFor``); free
+devices follow the allocator's rules (operators.core.pools, devicefit): a device is free when a
+plain request (no tolerations, no admin access, no capacity named) could get it now.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from .core.capacity import Amounts, add, q, show
+from .core.claimstate import claim_state
+from .core.devicefit import counters_problem
 from .core.kube import Kube
-from .core.resourceclaim import allocation_results, extended_claim_name, is_allocated, known_claim_name, pod_claims
+from .core.pools import all_pools, allocated_state, available_counters
+from .core.resourceclaim import allocation_results, extended_claim_name, known_claim_name, pod_claims
 from .core.resources import PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
+from .core.tolerations import untolerated
+
+__all__ = ["HEADER", "Row", "build_rows", "claim_state", "free_capacity", "free_devices", "render", "snapshot"]
 
 HEADER = ("NAMESPACE", "POD", "PHASE", "CLAIM", "STATE", "DEVICES", "NODE")
+WIDE_ATTRIBUTES = ("model", "productName", "uuid")
 
 
 @dataclass(frozen=True)
@@ -24,80 +36,195 @@ class Row:
     state: str
     devices: str
     node: str
+    attributes: str = ""
 
-    def cells(self) -> tuple[str, ...]:
-        return (self.namespace, self.pod, self.phase, self.claim, self.state, self.devices, self.node)
+    def cells(self, wide: bool = False) -> tuple[str, ...]:
+        cells = (self.namespace, self.pod, self.phase, self.claim, self.state, self.devices, self.node)
+        return cells + ((self.attributes or "-",) if wide else ())
 
-
-def claim_state(claim: dict[str, Any] | None) -> str:
-    if claim is None:
-        return "missing"
-    status = claim.get("status") or {}
-    if claim["metadata"].get("deletionTimestamp"):
-        return "deleting"
-    if not is_allocated(claim):
-        return "pending"
-    conditions = [c for d in status.get("devices") or [] for c in d.get("conditions") or []]
-    if status.get("reservedFor"):
-        return "reserved"
-    if conditions and not all(c.get("status") == "True" for c in conditions):
-        return "binding"
-    return "allocated"
+    def to_json(self) -> dict[str, str]:
+        return {"namespace": self.namespace, "pod": self.pod, "phase": self.phase, "claim": self.claim,
+                "state": self.state, "devices": self.devices, "node": self.node, "attributes": self.attributes}
 
 
-def build_rows(pods: list[dict[str, Any]], claims: list[dict[str, Any]]) -> list[Row]:
+def _device_index(slices: list[dict[str, Any]]) -> dict[tuple[str, str, str], dict[str, Any]]:
+    return {(p.driver, p.name, d["name"]): d for p in all_pools(slices) for _, d in p.device_entries()}
+
+
+def _attributes(device: dict[str, Any] | None) -> str:
+    if not device:
+        return ""
+    attributes = device.get("attributes") or {}
+    values = []
+    for name in WIDE_ATTRIBUTES:
+        value = attributes.get(name)
+        if value:
+            values.append(f"{name}={next(iter(value.values()))}")
+    return " ".join(values)
+
+
+def build_rows(pods: list[dict[str, Any]], claims: list[dict[str, Any]],
+               slices: list[dict[str, Any]] | None = None, namespace: str | None = None) -> list[Row]:
     """One row per claim of every Pod that uses DRA (scheduler-made extended-resource claims
-    included), sorted by namespace, Pod and claim."""
+    included), sorted by namespace, Pod and claim; with ``slices`` the devices' attributes."""
     by_key = {(c["metadata"]["namespace"], c["metadata"]["name"]): c for c in claims}
+    devices = _device_index(slices) if slices is not None else {}
     rows = []
     for pod in pods:
         meta, status = pod["metadata"], pod.get("status") or {}
+        if namespace and meta["namespace"] != namespace:
+            continue
         names = [(c["name"], known_claim_name(pod, c)) for c in pod_claims(pod)]
         if extended := extended_claim_name(pod):
             names.append(("extended-resources", extended))
         for pod_claim, claim_name in names:
             claim = by_key.get((meta["namespace"], claim_name)) if claim_name else None
             results = allocation_results(claim) if claim else []
-            devices = ", ".join(f"{r['driver']}/{r['pool']}/{r['device']}" + (f" (share {r['shareID'][:8]})" if r.get("shareID") else "")
-                                + (" [admin]" if r.get("adminAccess") else "") for r in results)
+            text = ", ".join(f"{r['driver']}/{r['pool']}/{r['device']}" + (f" (share {r['shareID'][:8]})" if r.get("shareID") else "")
+                             + (" [admin]" if r.get("adminAccess") else "") for r in results)
+            attributes = "; ".join(a for r in results if (a := _attributes(devices.get((r["driver"], r["pool"], r["device"])))))
             rows.append(Row(meta["namespace"], meta["name"], status.get("phase", ""),
                             claim_name or f"({pod_claim}: not created yet)", claim_state(claim) if claim_name else "waiting",
-                            devices or "-", (pod.get("spec") or {}).get("nodeName") or "-"))
+                            text or "-", (pod.get("spec") or {}).get("nodeName") or "-", attributes))
     return sorted(rows, key=lambda r: (r.namespace, r.pod, r.claim))
 
 
+# -- what is free ----------------------------------------------------------------------------
+
+
+@dataclass
+class NodeFree:
+    """Devices of one node (the newest generation of complete pools) by what keeps them."""
+    total: int = 0
+    free: int = 0
+    in_use: int = 0
+    tainted: int = 0
+    counters: int = 0                  # a device sharing its counters is in use (partitions)
+    incomplete: int = 0                # pool being updated
+    admin: int = 0                     # also used with admin access (still free)
+    shared: dict[str, Amounts] = field(default_factory=dict)   # device -> capacity left
+    shared_total: dict[str, Amounts] = field(default_factory=dict)
+
+    def text(self) -> str:
+        parts = [f"{self.free} free of {self.total}"]
+        details = [f"{n} {what}" for n, what in ((self.in_use, "in use"), (self.counters, "counters used up"),
+                                                 (self.tainted, "tainted"), (self.incomplete, "pool updating"),
+                                                 (self.admin, "with admin access")) if n]
+        for device, left in sorted(self.shared.items()):
+            total = self.shared_total[device]
+            details.append(f"{device} shared: " + ", ".join(f"{name} {show(left[name])}/{show(total[name])} left"
+                                                             for name in sorted(total)))
+        return parts[0] + (f" ({', '.join(details)})" if details else "")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"total": self.total, "free": self.free, "inUse": self.in_use, "tainted": self.tainted,
+                "countersUsedUp": self.counters, "poolUpdating": self.incomplete, "adminAccess": self.admin,
+                "shared": {d: {n: show(v) for n, v in left.items()} for d, left in sorted(self.shared.items())}}
+
+
+def free_capacity(slices: list[dict[str, Any]], claims: list[dict[str, Any]]) -> dict[str, NodeFree]:
+    """Per node, devices free for a plain request, and why the others are not. Order of the
+    checks is the allocator's: in use, capacity, counters, taints."""
+    state = allocated_state(claims)
+    admin = {(r["driver"], r["pool"], r["device"]) for c in claims for r in allocation_results(c) if r.get("adminAccess")}
+    out: dict[str, NodeFree] = {}
+    for pool in all_pools(slices):
+        available = available_counters(pool, state) if pool.counter_sets else {}
+        for s, d in pool.device_entries():
+            node = s["spec"].get("nodeName") or d.get("nodeName") or "(not node-local)"
+            free = out.setdefault(node, NodeFree())
+            free.total += 1
+            device = (pool.driver, pool.name, d["name"])
+            name = "/".join(device[1:]) if pool.name != node else d["name"]
+            if pool.incomplete or pool.invalid:
+                free.incomplete += 1
+                continue
+            if device in state.devices:
+                free.in_use += 1
+                continue
+            if d.get("allowMultipleAllocations"):
+                total = {n: q(c.get("value", "0")) for n, c in (d.get("capacity") or {}).items()}
+                left = dict(total)
+                add(left, state.capacity.get(device, {}), -1)
+                free.shared[name], free.shared_total[name] = left, total
+                if any(v <= 0 for v in left.values()):
+                    free.in_use += 1
+                    continue
+            shared_in_use = d.get("allowMultipleAllocations") and state.is_allocated(device)
+            if d.get("consumesCounters") and not shared_in_use and counters_problem(pool, d, available):
+                free.counters += 1
+                continue
+            if untolerated(d.get("taints") or [], []):
+                free.tainted += 1
+                continue
+            free.free += 1
+            if device in admin:
+                free.admin += 1
+    return dict(sorted(out.items()))
+
+
 def free_devices(slices: list[dict[str, Any]], claims: list[dict[str, Any]]) -> dict[str, int]:
-    """Devices per node that no claim holds (newest pool generation only)."""
-    newest: dict[tuple[str, str], int] = {}
-    for s in slices:
-        key = (s["spec"]["driver"], s["spec"]["pool"]["name"])
-        newest[key] = max(newest.get(key, 0), s["spec"]["pool"].get("generation", 0))
-    used = {(r["driver"], r["pool"], r["device"]) for c in claims for r in allocation_results(c)}
-    free: dict[str, int] = {}
-    for s in slices:
-        spec = s["spec"]
-        if spec["pool"].get("generation", 0) != newest[(spec["driver"], spec["pool"]["name"])]:
-            continue
-        node = spec.get("nodeName") or "(not node-local)"
-        free[node] = free.get(node, 0) + sum(1 for d in spec.get("devices") or []
-                                             if (spec["driver"], spec["pool"]["name"], d["name"]) not in used)
-    return dict(sorted(free.items()))
+    """Devices per node a plain request could get now."""
+    return {node: f.free for node, f in free_capacity(slices, claims).items()}
 
 
-def render(rows: list[Row], free: dict[str, int] | None = None) -> str:
-    table = [HEADER, *(r.cells() for r in rows)]
-    widths = [max(len(row[i]) for row in table) for i in range(len(HEADER))]
+# -- rendering --------------------------------------------------------------------------------
+
+
+def table_lines(rows: list[Row], wide: bool = False) -> list[str]:
+    header = HEADER + (("ATTRIBUTES",) if wide else ())
+    table = [header, *(r.cells(wide) for r in rows)]
+    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in table]
     if not rows:
         lines.append("(no Pod uses a ResourceClaim)")
+    return lines
+
+
+def render(rows: list[Row], free: dict[str, Any] | None = None, wide: bool = False) -> str:
+    lines = table_lines(rows, wide)
     if free is not None:
         lines.append("")
-        lines.append("free devices: " + (", ".join(f"{node} {count}" for node, count in free.items()) or "none published"))
+        if free and all(isinstance(v, int) for v in free.values()):
+            lines.append("free devices: " + ", ".join(f"{node} {count}" for node, count in free.items()))
+        elif free:
+            lines.append("free devices:")
+            lines += [f"  {node}: {f.text()}" for node, f in free.items()]
+        else:
+            lines.append("free devices: none published")
     return "\n".join(lines)
 
 
-async def snapshot(kube: Kube) -> tuple[str, list[Row]]:
+def to_json(rows: list[Row], free: dict[str, NodeFree]) -> dict[str, Any]:
+    return {"claims": [r.to_json() for r in rows], "free": {node: f.to_json() for node, f in free.items()}}
+
+
+def rich_table(rows: list[Row], free: dict[str, NodeFree], wide: bool = False, title: str = ""):
+    """The same table for ``--watch`` (a rich renderable, refreshed in place by rich.live)."""
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(title=title or None, box=None, header_style="bold", pad_edge=False)
+    for column in HEADER + (("ATTRIBUTES",) if wide else ()):
+        table.add_column(column, overflow="fold")
+    styles = {"binding": "yellow", "binding-failed": "red", "pending": "yellow", "missing": "red",
+              "waiting": "yellow", "deleting": "magenta", "reserved": "green", "allocated": "cyan"}
+    for r in rows:
+        cells = list(r.cells(wide))
+        cells[4] = Text(r.state, style=styles.get(r.state, ""))
+        table.add_row(*cells)
+    footer = Text("\n".join(["free devices:"] + [f"  {node}: {f.text()}" for node, f in free.items()])
+                  if free else "free devices: none published")
+    return Group(table, Text(""), footer)
+
+
+async def fetch(kube: Kube) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    return await kube.list(PODS), await kube.list(RESOURCE_CLAIMS), await kube.list(RESOURCE_SLICES)
+
+
+async def snapshot(kube: Kube, namespace: str | None = None, wide: bool = False) -> tuple[str, list[Row]]:
     """The rendered table and its rows."""
-    pods, claims, slices = await kube.list(PODS), await kube.list(RESOURCE_CLAIMS), await kube.list(RESOURCE_SLICES)
-    rows = build_rows(pods, claims)
-    return render(rows, free_devices(slices, claims)), rows
+    pods, claims, slices = await fetch(kube)
+    rows = build_rows(pods, claims, slices, namespace)
+    return render(rows, free_capacity(slices, claims), wide), rows

@@ -23,7 +23,7 @@ def taints() -> None:
     """Tools of the taints operator (they only read the cluster)."""
 
 
-def _rule_from_file(path: str) -> d.Obj:
+def rule_from_file(path: str) -> d.Obj:
     try:
         text = sys.stdin.read() if path == "-" else Path(path).read_text()
         documents = list(yaml.safe_load_all(text))
@@ -46,7 +46,7 @@ def preview(rule: str, output: str) -> None:
     # The rule's problems are part of the output; the controller's own log lines would repeat them.
     configure_logging("ERROR", "console")
     from_file = rule == "-" or Path(rule).is_file()
-    body = _rule_from_file(rule) if from_file else None
+    body = rule_from_file(rule) if from_file else None
 
     async def run() -> str:
         kube = await Kube.connect(Settings.from_env().kubeconfig)

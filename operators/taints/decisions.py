@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator, Sequence
 
 from ..core.metatime import format_time, parse_time, utcnow
+from ..core.tolerations import tolerates  # noqa: F401 - part of this module's vocabulary (tests, preview)
 from ..core.resourceclaim import (Obj, allocation_results, is_allocated, is_for_pod, is_reserved_for_pod,
                                   pod_claim_names)
 
@@ -149,18 +150,6 @@ def modified_devices(before: dict[str, list[tuple]], after: dict[str, list[tuple
 
 
 # -- tolerations and rules ---------------------------------------------------------------------
-
-
-def tolerates(toleration: Obj, taint: Obj) -> bool:
-    """``resourceclaim.ToleratesTaint``."""
-    if toleration.get("effect") and toleration["effect"] != taint.get("effect"):
-        return False
-    if toleration.get("key") and toleration["key"] != taint.get("key"):
-        return False
-    operator = toleration.get("operator") or "Equal"
-    if operator == "Equal":
-        return (toleration.get("value") or "") == (taint.get("value") or "")
-    return operator == "Exists"
 
 
 def rule_taint(rule: Obj) -> Obj:

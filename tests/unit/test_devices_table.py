@@ -1,4 +1,4 @@
-from operators.devices import build_rows, claim_state, free_devices, render
+from operators.devices import build_rows, claim_state, free_capacity, free_devices, render
 
 
 def claim(name, results=(), reserved=(), ns="ns"):
@@ -37,10 +37,80 @@ def test_rows_name_pod_claim_state_devices_and_node():
     assert text.endswith("free devices: n1 3")
 
 
+def slice_(name, devices, node="n1", generation=1, count=1, pool=None, **spec):
+    return {"metadata": {"name": name}, "spec": {"driver": "d", "nodeName": node, "pool": {
+        "name": pool or node, "generation": generation, "resourceSliceCount": count}, "devices": devices, **spec}}
+
+
 def test_states_and_free_devices():
     assert claim_state(None) == "missing" and claim_state(claim("x")) == "pending"
-    slices = [{"spec": {"driver": "d", "nodeName": "n1", "pool": {"name": "n1", "generation": 2},
-                        "devices": [{"name": "gpu-0"}, {"name": "gpu-1"}]}},
-              {"spec": {"driver": "d", "nodeName": "n1", "pool": {"name": "n1", "generation": 1},
-                        "devices": [{"name": "old"}]}}]
+    slices = [slice_("new", [{"name": "gpu-0"}, {"name": "gpu-1"}], generation=2),
+              slice_("old", [{"name": "old"}], generation=1)]
     assert free_devices(slices, [claim("a", [RESULT])]) == {"n1": 1}
+
+
+def test_binding_shows_while_conditions_pend_although_reserved():
+    """kube-scheduler writes reservedFor before its PreBind wait: the state is binding."""
+    result = dict(RESULT, bindingConditions=["Attached"], bindingFailureConditions=["AttachFailed"])
+    waiting = claim("w", [result], [{"name": "p", "resource": "pods"}])
+    assert claim_state(waiting) == "binding"
+    waiting["status"]["devices"] = [{"driver": "d", "pool": "n1", "device": "gpu-0",
+                                     "conditions": [{"type": "Attached", "status": "False"}]}]
+    assert claim_state(waiting) == "binding"
+    waiting["status"]["devices"][0]["conditions"] = [{"type": "Attached", "status": "True"}]
+    assert claim_state(waiting) == "reserved"
+    waiting["status"]["devices"][0]["conditions"].append({"type": "AttachFailed", "status": "True"})
+    assert claim_state(waiting) == "binding-failed"
+    done = claim("x", [result])
+    done["status"]["devices"] = [{"driver": "d", "pool": "n1", "device": "gpu-0",
+                                  "conditions": [{"type": "Attached", "status": "True"}]}]
+    assert claim_state(done) == "allocated"
+
+
+def partitioned():
+    """One 80Gi GPU offered whole or as two halves (shared counters, as the node agent publishes)."""
+    counters = slice_("n1-counters", [], count=2, sharedCounters=[{"name": "gpu-0-counters", "counters": {"memory": {"value": "80Gi"}}}])
+    del counters["spec"]["devices"]
+
+    def consumes(amount):
+        return [{"counterSet": "gpu-0-counters", "counters": {"memory": {"value": amount}}}]
+    devices = slice_("n1-devices", [{"name": "gpu-0", "consumesCounters": consumes("80Gi")},
+                                    {"name": "gpu-0-part-0", "consumesCounters": consumes("40Gi")},
+                                    {"name": "gpu-0-part-1", "consumesCounters": consumes("40Gi")}], count=2)
+    return [counters, devices]
+
+
+def test_free_counts_partitions_through_shared_counters():
+    slices = partitioned()
+    assert free_devices(slices, []) == {"n1": 3}
+    # One half in use: the whole GPU's counters are used up, the other half is free.
+    free = free_capacity(slices, [claim("a", [dict(RESULT, device="gpu-0-part-0")])])["n1"]
+    assert (free.free, free.in_use, free.counters) == (1, 1, 1)
+    # The whole GPU in use: both halves are blocked.
+    free = free_capacity(slices, [claim("a", [RESULT])])["n1"]
+    assert (free.free, free.in_use, free.counters) == (0, 1, 2)
+    assert "counters used up" in free.text()
+
+
+def test_free_counts_shared_capacity_taints_and_admin_access():
+    shared = {"name": "gpu-9", "allowMultipleAllocations": True, "capacity": {"memory": {"value": "48Gi"}}}
+    tainted = {"name": "gpu-1", "taints": [{"key": "xid", "value": "79", "effect": "NoSchedule"}]}
+    harmless = {"name": "gpu-2", "taints": [{"key": "note", "effect": "None"}]}
+    slices = [slice_("s", [{"name": "gpu-0"}, tainted, harmless, shared])]
+    share = dict(RESULT, device="gpu-9", shareID="1234", consumedCapacity={"memory": "40Gi"})
+    admin = dict(RESULT, adminAccess=True)
+    free = free_capacity(slices, [claim("a", [share]), claim("b", [admin])])["n1"]
+    # gpu-0 is only watched with admin access (it holds nothing), gpu-1 is tainted, gpu-2's
+    # effect None keeps nobody away, gpu-9 has 8Gi left.
+    assert (free.total, free.free, free.tainted, free.in_use, free.admin) == (4, 3, 1, 0, 1)
+    assert "gpu-9 shared: memory 8Gi/48Gi left" in free.text()
+    full = dict(share, consumedCapacity={"memory": "48Gi"})
+    assert free_capacity(slices, [claim("a", [full])])["n1"].in_use == 1
+
+
+def test_wide_rows_carry_model_and_uuid():
+    slices = [slice_("s", [{"name": "gpu-0", "attributes": {"model": {"string": "H100"}, "uuid": {"string": "GPU-1"}}}])]
+    pods = [pod("a", [{"name": "gpu", "resourceClaimName": "c"}])]
+    [row] = build_rows(pods, [claim("c", [RESULT])], slices)
+    assert row.attributes == "model=H100 uuid=GPU-1"
+    assert render([row], wide=True).splitlines()[0].split()[-1] == "ATTRIBUTES"
