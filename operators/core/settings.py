@@ -103,6 +103,15 @@ class Settings:
                                          "nodeagent: kubelet's plugins directory (DRA socket, checkpoint)")
     nodeagent_cdi_root: str = setting("/var/run/cdi", "DRA_NODEAGENT_CDI_ROOT",
                                       "nodeagent: where CDI specs of prepared claims are written")
+    nodeagent_toolkit_cdi_dirs: str = setting("/etc/cdi,/var/run/cdi", "DRA_NODEAGENT_TOOLKIT_CDI_DIRS",
+                                              "nodeagent: where the NVIDIA Container Toolkit's CDI spec is looked for "
+                                              "(comma-separated)")
+    nodeagent_nvidia_container_runtime: bool = setting(False, "DRA_NODEAGENT_NVIDIA_CONTAINER_RUNTIME",
+                                                       "nodeagent: nvidia-container-runtime is the node's runtime, "
+                                                       "so claims may be prepared without the toolkit's CDI spec")
+    nodeagent_nvml_refresh: float = setting(30.0, "DRA_NODEAGENT_NVML_REFRESH",
+                                            "nodeagent: seconds between checks for GPUs gone or back and MIG changes "
+                                            "(nvml backend)", minimum=0.1)
     # -- binding -----------------------------------------------------------------------------
     binding_drivers: str = setting("", "DRA_BINDING_DRIVERS",
                                    "binding: drivers served, comma-separated names or patterns (* = all; "

@@ -43,7 +43,8 @@ def preflight(config: Settings, memo: kopf.Memo) -> None:
         raise BackendError("NODE_NAME is not set: the node agent must know its Node "
                            "(the DaemonSet passes spec.nodeName through the downward API)")
     memo.nodeagent_backend = create_backend(config.nodeagent_backend, node_name=config.node_name,
-                                            driver=driver_name(config), inventory_path=config.nodeagent_inventory)
+                                            driver=driver_name(config), inventory_path=config.nodeagent_inventory,
+                                            refresh_interval=config.nodeagent_nvml_refresh)
 
 
 @kopf.on.startup(errors=kopf.ErrorsMode.PERMANENT)  # start-up is all-or-nothing: any failure ends the process
@@ -79,8 +80,11 @@ async def start_nodeagent(settings: kopf.OperatorSettings, memo: kopf.Memo, **_)
         await agent.start(runtime.supervisor, primed=True)
         memo.nodeagent = agent
         if config.nodeagent_kubelet_plugin:
-            plugin = KubeletPlugin(agent, kube, registry_dir=config.nodeagent_registry_dir,
-                                   plugins_dir=config.nodeagent_plugins_dir, cdi_root=config.nodeagent_cdi_root)
+            plugin = KubeletPlugin(
+                agent, kube, registry_dir=config.nodeagent_registry_dir, plugins_dir=config.nodeagent_plugins_dir,
+                cdi_root=config.nodeagent_cdi_root,
+                toolkit_cdi_dirs=tuple(d.strip() for d in config.nodeagent_toolkit_cdi_dirs.split(",") if d.strip()),
+                nvidia_runtime=config.nodeagent_nvidia_container_runtime)
             runtime.on_cleanup(plugin.stop)
             await plugin.start(runtime.supervisor)
             memo.nodeagent_plugin = plugin

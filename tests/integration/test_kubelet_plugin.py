@@ -265,10 +265,16 @@ async def test_fake_nvml_cdi_names_gpu_and_mig_device_nodes(lab, kube, namespace
         access = proc.joinpath("driver", "nvidia", "capabilities", "gpu7", "mig", *parts, "access")
         access.parent.mkdir(parents=True, exist_ok=True)
         access.write_text(f"DeviceFileMinor: {minor}\nDeviceFileMode: 292\n")
-    agent = NodeAgent(kube, NvmlBackend(driver, nvml=eight_gpu_machine(), dev_root=str(dev), proc_root=str(proc)),
+    model = eight_gpu_machine()
+    agent = NodeAgent(kube, NvmlBackend(driver, nvml=model, dev_root=str(dev), proc_root=str(proc)),
                       node_name=name, driver=driver, sync_delay=1, health=HealthTracker(driver))
     root = Path(tempfile.mkdtemp(prefix="nv-"))
-    plugin = KubeletPlugin(agent, kube, registry_dir=str(root / "r"), plugins_dir=str(root / "p"), cdi_root=str(root / "c"))
+    # A stand-in for the NVIDIA Container Toolkit's generated spec (devices by UUID).
+    (root / "tk").mkdir()
+    (root / "tk" / "nvidia.yaml").write_text(json.dumps({"cdiVersion": "0.5.0", "kind": "nvidia.com/gpu", "devices": [
+        {"name": u, "containerEdits": {}} for g in model.gpus for u in [g.uuid, *(m.uuid for m in g.instances)]]}))
+    plugin = KubeletPlugin(agent, kube, registry_dir=str(root / "r"), plugins_dir=str(root / "p"), cdi_root=str(root / "c"),
+                           toolkit_cdi_dirs=(str(root / "tk"),))
     await agent.start()
     await plugin.start()
     kubelet = FakeKubelet(root / "r")
@@ -292,12 +298,17 @@ async def test_fake_nvml_cdi_names_gpu_and_mig_device_nodes(lab, kube, namespace
             jsonschema.validate(spec, SCHEMA)
             assert spec["containerEdits"]["deviceNodes"] == [{"path": "/dev/nvidiactl"}, {"path": "/dev/nvidia-uvm"}]
         [gpu_edits] = [d["containerEdits"] for d in gpu_spec["devices"]]
-        assert gpu_edits["deviceNodes"] == [{"path": f"/dev/{gpu_device.replace('gpu-', 'nvidia')}"}]
-        assert gpu_edits["env"][0].startswith("NVIDIA_VISIBLE_DEVICES=GPU-")
+        minor = int(gpu_device.removeprefix("gpu-"))
+        assert gpu_edits["deviceNodes"] == [{"path": f"/dev/nvidia{minor}", "type": "c", "major": 195, "minor": minor}]
+        assert gpu_spec["containerEdits"]["env"] == [f"NVIDIA_VISIBLE_DEVICES={model.gpu(minor).uuid}"]
         [mig_edits] = [d["containerEdits"] for d in mig_spec["devices"]]
-        assert mig_edits["deviceNodes"] == [{"path": "/dev/nvidia7"}, {"path": "/dev/nvidia-caps/nvidia-cap84"},
+        assert mig_edits["deviceNodes"] == [{"path": "/dev/nvidia7", "type": "c", "major": 195, "minor": 7},
+                                            {"path": "/dev/nvidia-caps/nvidia-cap84"},
                                             {"path": "/dev/nvidia-caps/nvidia-cap85"}]
-        assert mig_edits["env"] == ["NVIDIA_VISIBLE_DEVICES=MIG-70000000-0000-4000-8000-000000000009"]
+        assert mig_spec["containerEdits"]["env"] == ["NVIDIA_VISIBLE_DEVICES=MIG-70000000-0000-4000-8000-000000000009"]
+        ids = [list(d.cdi_device_ids) for e in response.claims.values() for d in e.devices]
+        assert sorted(i[0] for i in ids) == sorted([f"nvidia.com/gpu={model.gpu(minor).uuid}",
+                                                    "nvidia.com/gpu=MIG-70000000-0000-4000-8000-000000000009"])
     finally:
         await kubelet.close()
         await plugin.stop()

@@ -6,7 +6,7 @@ __all__ = ["BackendError", "DeviceBackend", "Inventory", "create_backend"]
 
 
 def create_backend(name: str, *, node_name: str, driver: str, inventory_path: str | None = None,
-                   nvml_module=None) -> DeviceBackend:
+                   nvml_module=None, refresh_interval: float = 30.0) -> DeviceBackend:
     """The backend named in the settings (``simulated`` or ``nvml``)."""
     if name == "simulated":
         from .simulated import SimulatedBackend
@@ -15,5 +15,5 @@ def create_backend(name: str, *, node_name: str, driver: str, inventory_path: st
         return SimulatedBackend(inventory_path, node_name=node_name, driver=driver)
     if name == "nvml":
         from .nvml import NvmlBackend
-        return NvmlBackend(driver=driver, nvml=nvml_module)
+        return NvmlBackend(driver=driver, nvml=nvml_module, refresh_interval=refresh_interval)
     raise BackendError(f"unknown device backend {name!r}: choose 'nvml' or 'simulated' (DRA_NODEAGENT_BACKEND)")

@@ -18,6 +18,8 @@ Inventory format (one file for every node, optionally with per-node overrides)::
       attributes: {type: {string: fpga}}
     nodes:                      # optional: a whole inventory per node name, replacing the above
       node-a: {gpus: [...]}
+    nvidiaContainerToolkit: true   # optional: prepared GPUs also get the NVIDIA Container Toolkit's
+                                # CDI device named by their uuid (tests the runtime's injection)
 
 Health is injected through the agent's own Node: the annotation
 ``nodeagent.dra-operators.dev/simulated-health: "gpu-0=xid:79,gpu-3=lost,gpu-5=ecc:double-bit"``
@@ -204,6 +206,7 @@ class SimulatedBackend:
         self._prepare_failures: set[str] = set()
         self._events: asyncio.Queue[HealthEvent] | None = None
         self._mtime = self._stat()
+        self._toolkit_names: dict[str, str] | None = None
 
     def _stat(self) -> float | None:
         try:
@@ -221,7 +224,17 @@ class SimulatedBackend:
             raise BackendError(f"inventory {self.path} does not parse: {e}") from e
         except UnicodeDecodeError as e:
             raise BackendError(f"inventory {self.path} is not UTF-8 text: {e}") from e
-        return build_inventory(document, self.node_name, self.driver)
+        inventory = build_inventory(document, self.node_name, self.driver)
+        toolkit = isinstance(document, dict) and document.get("nvidiaContainerToolkit") is True
+        self._toolkit_names = {d["name"]: d["attributes"]["uuid"]["string"] for d in inventory.devices
+                               if "uuid" in (d.get("attributes") or {})} if toolkit else None
+        return inventory
+
+    def toolkit_names(self, device: str) -> list[str] | None:
+        """With ``nvidiaContainerToolkit: true``: the device's uuid, as the toolkit's CDI spec names it."""
+        if self._toolkit_names is None:
+            return None
+        return [self._toolkit_names[device]] if device in self._toolkit_names else None
 
     def healthy(self, device: str) -> bool:
         return device not in self._failing

@@ -67,6 +67,15 @@ def minimum_version(spec: dict[str, Any]) -> str:
     return ".".join(map(str, version))
 
 
+def merge_edits(*edits: dict[str, Any] | None) -> dict[str, Any] | None:
+    """containerEdits one after the other (lists appended), or None when all are empty."""
+    merged: dict[str, Any] = {}
+    for e in edits:
+        for key, value in (e or {}).items():
+            merged[key] = [*merged.get(key, []), *value] if isinstance(value, list) else value
+    return merged or None
+
+
 def build_claim_spec(driver: str, claim: dict[str, str], devices: list[dict[str, Any]],
                      common_edits: dict[str, Any] | None = None) -> dict[str, Any]:
     """``claim``: {uid, namespace, name}; ``devices``: {cdi_name, edits, record} where

@@ -21,7 +21,7 @@ from ...core.events import WARNING, EventRecorder
 from ...core.kube import ApiError, Kube
 from ...core.resources import RESOURCE_CLAIMS
 from ..backends.base import BackendError
-from . import cdi, checkpoint
+from . import cdi, checkpoint, coexistence, toolkit
 from .checkpoint import PreparedClaim, PreparedDevice
 from .kubeletapi import (dra_v1_pb2, dra_v1_pb2_grpc, dra_v1beta1_pb2, dra_v1beta1_pb2_grpc,
                          pluginregistration_v1_pb2, pluginregistration_v1_pb2_grpc)
@@ -39,7 +39,8 @@ MAX_SOCKET_PATH = 107  # grpcio's limit (sun_path is 108 bytes with the terminat
 
 
 class KubeletPlugin:
-    def __init__(self, agent: Any, kube: Kube, *, registry_dir: str, plugins_dir: str, cdi_root: str):
+    def __init__(self, agent: Any, kube: Kube, *, registry_dir: str, plugins_dir: str, cdi_root: str,
+                 toolkit_cdi_dirs: tuple[str, ...] = ("/etc/cdi", "/var/run/cdi"), nvidia_runtime: bool = False):
         self.agent = agent
         self.kube = kube
         self.driver = agent.driver
@@ -49,6 +50,8 @@ class KubeletPlugin:
         self.registration_socket = Path(registry_dir) / f"{self.driver}-reg.sock"
         self.cdi_root = Path(cdi_root)
         self.checkpoint_path = self.data_dir / "checkpoint.json"
+        self.toolkit_cdi_dirs = list(toolkit_cdi_dirs)
+        self.nvidia_runtime = nvidia_runtime
         self.prepared: dict[str, PreparedClaim] = {}
         self.registration: tuple[bool, str] | None = None
         self.events = EventRecorder(kube, "dra-nodeagent")
@@ -63,6 +66,8 @@ class KubeletPlugin:
             if len(str(path)) > MAX_SOCKET_PATH:
                 raise ValueError(f"socket path {path} is longer than {MAX_SOCKET_PATH} characters; "
                                  "choose shorter kubelet directories or a shorter driver name")
+        # Never take over another driver's directory (NVIDIA's uses the same name by default).
+        coexistence.check(self.driver, self.checkpoint_path, [self.dra_socket, self.registration_socket])
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.registration_socket.parent.mkdir(parents=True, exist_ok=True)
         await self._load_checkpoint()
@@ -166,13 +171,31 @@ class KubeletPlugin:
         devices = []
         for a in allocations:
             name = cdi.device_name(requested["uid"], a.device, a.share_id)
+            # The toolkit's device first, ours last: CDI applies edits in this order and the last
+            # value of a variable wins, so the claim's NVIDIA_VISIBLE_DEVICES overrides the toolkit's.
+            ids = [*self._toolkit_ids(a.device), cdi.qualified_id(self.driver, name)]
             devices.append(PreparedDevice(pool=a.pool, device=a.device, requestNames=[a.request],
-                                          shareID=a.share_id, adminAccess=a.admin_access,
-                                          cdiDeviceIDs=[cdi.qualified_id(self.driver, name)]))
+                                          shareID=a.share_id, adminAccess=a.admin_access, cdiDeviceIDs=ids))
         record = PreparedClaim(uid=requested["uid"], namespace=requested["namespace"], name=requested["name"],
                                devices=devices)
         self._write_spec(record)
         return record
+
+    def _toolkit_ids(self, device: str) -> list[str]:
+        """The NVIDIA Container Toolkit's CDI ID for a device of a backend that needs the toolkit."""
+        names_of = getattr(self.agent.backend, "toolkit_names", None)
+        candidates = names_of(device) if names_of else None
+        if candidates is None:
+            return []  # this backend's devices need nothing of the toolkit
+        names = toolkit.device_names(self.toolkit_cdi_dirs)
+        if names is None:
+            if self.nvidia_runtime:
+                return []  # nvidia-container-runtime injects the driver for NVIDIA_VISIBLE_DEVICES
+            raise PrepareError(toolkit.missing_message(self.toolkit_cdi_dirs))
+        try:
+            return [toolkit.toolkit_id(candidates, names, device)]
+        except toolkit.ToolkitMissing as e:
+            raise PrepareError(str(e)) from e
 
     def _spec_path(self, uid: str) -> Path:
         return self.cdi_root / cdi.spec_file_name(self.driver, uid)
@@ -194,8 +217,14 @@ class KubeletPlugin:
             raise PrepareError(f"device {e} is not known to the {self.agent.backend.name} backend") from e
         except BackendError as e:
             raise PrepareError(f"the {self.agent.backend.name} backend cannot prepare: {e}") from e
-        spec = cdi.build_claim_spec(self.driver, claim, devices, self.agent.backend.common_edits())
+        spec = cdi.build_claim_spec(self.driver, claim, devices, cdi.merge_edits(
+            self.agent.backend.common_edits(), self._claim_edits([d.device for d in record.devices])))
         cdi.write_spec(self.cdi_root, cdi.spec_file_name(self.driver, record.uid), spec)
+
+    def _claim_edits(self, devices: list[str]) -> dict[str, Any] | None:
+        """What the backend sets once per claim (NVIDIA_VISIBLE_DEVICES with all its devices)."""
+        claim_edits = getattr(self.agent.backend, "claim_edits", None)
+        return claim_edits(devices) if claim_edits else None
 
     async def unprepare(self, claims: list[dict[str, str]]) -> dict[str, str]:
         """uid -> error ("" = done) for every requested claim; unknown claims are fine."""
