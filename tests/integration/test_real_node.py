@@ -54,14 +54,21 @@ class Agent:
 
     def __init__(self, lab: Lab, log_dir: Path):
         self.files = lab.real_node(NODE)
-        inventory = log_dir / "inventory.yaml"
-        inventory.write_text(yaml.safe_dump({"gpus": [{"model": "RealLabGPU", "memory": "16Gi", "count": 4}]}))
+        self.inventory = inventory = log_dir / "inventory.yaml"
+        self.write_inventory()
         self.process = OperatorProcess(["nodeagent"], lab.kubeconfig, log_dir, env={
             "NODE_NAME": NODE, "DRA_NODEAGENT_BACKEND": "simulated", "DRA_NODEAGENT_INVENTORY": str(inventory),
             "DRA_NODEAGENT_DRIVER": DRIVER, "DRA_NODEAGENT_SYNC_DELAY": "1",
             "DRA_NODEAGENT_REGISTRY_DIR": str(self.files.plugins_registry),
             "DRA_NODEAGENT_PLUGINS_DIR": str(self.files.plugins),
-            "DRA_NODEAGENT_CDI_ROOT": str(self.files.cdi)})
+            "DRA_NODEAGENT_CDI_ROOT": str(self.files.cdi),
+            # A stand-in NVIDIA Container Toolkit spec is looked for where containerd reads CDI specs.
+            "DRA_NODEAGENT_TOOLKIT_CDI_DIRS": str(self.files.cdi)})
+
+    def write_inventory(self, **extra) -> None:
+        """The simulated inventory (the agent re-reads it when it changes)."""
+        gpus = {"model": "RealLabGPU", "memory": "16Gi", "count": 4, **extra.pop("gpu", {})}
+        self.inventory.write_text(yaml.safe_dump({"gpus": [gpus], **extra}))
 
     def spec_path(self, uid: str) -> Path:
         return self.files.cdi / f"k8s.{DRIVER}-claim_{uid}.json"
@@ -405,3 +412,61 @@ async def test_stale_prepare_after_unprepare_does_not_bring_the_claim_back(real_
         await kubelet.close()
     assert response.claims[uid].error, response
     assert uid not in agent.checkpoint_uids() and not agent.spec_path(uid).exists()
+
+
+# -- the NVIDIA Container Toolkit's CDI devices, resolved and injected by containerd ------------------
+
+MARKER = "/run/nvidia-toolkit-marker"
+
+
+async def test_toolkit_cdi_devices_are_injected_by_containerd(real_lab, rkube, agent, ns, tmp_path):
+    """With ``nvidiaContainerToolkit: true`` the simulated GPUs behave as NVML's do: prepare also
+    answers the NVIDIA Container Toolkit's device (``nvidia.com/gpu=<uuid>``, else its index). A
+    stand-in toolkit spec (``nvidia.yaml``, named as ``nvidia-ctk cdi generate`` names devices)
+    mounts a marker file and sets a variable per device: the container sees both, so containerd
+    really resolved and injected the toolkit's devices beside the claim's own."""
+    slices = await rkube.list(RESOURCE_SLICES, field_selector=f"spec.nodeName={NODE},spec.driver={DRIVER}")
+    devices = [d for s in slices for d in s["spec"].get("devices") or []]
+    marker = tmp_path / "marker"
+    marker.write_text("injected by the toolkit's spec\n")
+    toolkit = agent.files.cdi / "nvidia.yaml"
+    toolkit.write_text(yaml.safe_dump({
+        "cdiVersion": "0.5.0", "kind": "nvidia.com/gpu",
+        # Even GPUs by uuid, odd ones by index: both names must resolve.
+        "devices": [{"name": d["attributes"]["uuid"]["string"] if d["attributes"]["index"]["int"] % 2 == 0
+                     else str(d["attributes"]["index"]["int"]),
+                     "containerEdits": {"env": [f"TOOLKIT_GPU_{d['attributes']['index']['int']}=injected"]}}
+                    for d in devices],
+        "containerEdits": {"env": ["NVIDIA_VISIBLE_DEVICES=void"],
+                           "mounts": [{"hostPath": str(marker), "containerPath": MARKER,
+                                       "options": ["ro", "nosuid", "nodev", "bind"]}]}}))
+    # The attribute makes the re-read inventory observable (the slice changes with it).
+    agent.write_inventory(nvidiaContainerToolkit=True, gpu={"attributes": {"toolkit": {"bool": True}}})
+    try:
+        await wait_for(lambda: _published_attribute(rkube, "toolkit", True), what="the toolkit inventory published")
+        await rkube.create(RESOURCE_CLAIMS, {"metadata": {"name": "tk"}, "spec": objects.claim_spec(DRIVER, count=2)}, ns)
+        await rkube.create(PODS, busybox_pod("tk", {"gpu": {"resourceClaimName": "tk"}},
+                                             script=f"cat {MARKER}; env | grep -E '^(DRA_|TOOLKIT_|NVIDIA_)' | sort; "
+                                                    "echo done; exec sleep 3600"), ns)
+        await wait_phase(rkube, ns, "tk", ("Running",), timeout=120)
+        claim = await rkube.get(RESOURCE_CLAIMS, "tk", ns)
+        indexes = sorted(int(r["device"].split("-")[1]) for r in claim["status"]["allocation"]["devices"]["results"])
+        env = await printed(real_lab, ns, "tk")
+        assert "injected by the toolkit's spec" in logs(real_lab, ns, "tk")
+        assert {k: v for k, v in env.items() if k.startswith("TOOLKIT_")} == \
+            {f"TOOLKIT_GPU_{i}": "injected" for i in indexes}
+        assert devices_of(env) == {f"gpu-{i}" for i in indexes}  # the claim's own spec too
+        assert env["NVIDIA_VISIBLE_DEVICES"] == "void"  # the toolkit's spec-wide edits
+        prepared = json.loads(agent.spec_path(claim["metadata"]["uid"]).read_text())
+        assert prepared["kind"] == f"k8s.{DRIVER}/claim"
+        await delete_and_wait_unprepared(rkube, agent, ns, "tk", [claim["metadata"]["uid"]])
+    finally:
+        agent.write_inventory()
+        toolkit.unlink(missing_ok=True)
+        await wait_for(lambda: _published_attribute(rkube, "toolkit", None), what="the plain inventory published")
+
+
+async def _published_attribute(kube: Kube, name: str, value) -> bool:
+    slices = await kube.list(RESOURCE_SLICES, field_selector=f"spec.nodeName={NODE},spec.driver={DRIVER}")
+    devices = [d for s in slices for d in s["spec"].get("devices") or []]
+    return bool(devices) and all((d.get("attributes") or {}).get(name, {}).get("bool") == value for d in devices)

@@ -19,7 +19,8 @@ Inventory format (one file for every node, optionally with per-node overrides)::
     nodes:                      # optional: a whole inventory per node name, replacing the above
       node-a: {gpus: [...]}
     nvidiaContainerToolkit: true   # optional: prepared GPUs also get the NVIDIA Container Toolkit's
-                                # CDI device named by their uuid (tests the runtime's injection)
+                                # CDI device named by their uuid (or index), as on a node with
+                                # real GPUs (tests the runtime's injection of a stand-in spec)
 
 Health is injected through the agent's own Node: the annotation
 ``nodeagent.dra-operators.dev/simulated-health: "gpu-0=xid:79,gpu-3=lost,gpu-5=ecc:double-bit"``
@@ -194,6 +195,14 @@ def build_inventory(document: Any, node: str, driver: str) -> Inventory:
     return inventory
 
 
+def _toolkit_names(device: dict[str, Any]) -> list[str]:
+    attributes = device["attributes"]
+    names = [str(attributes["uuid"].get("string"))]
+    if "index" in attributes and "partition" not in attributes:  # a partition is no GPU of its own
+        names.append(str(attributes["index"].get("int")))
+    return names
+
+
 class SimulatedBackend:
     name = "simulated"
 
@@ -206,7 +215,7 @@ class SimulatedBackend:
         self._prepare_failures: set[str] = set()
         self._events: asyncio.Queue[HealthEvent] | None = None
         self._mtime = self._stat()
-        self._toolkit_names: dict[str, str] | None = None
+        self._toolkit_names: dict[str, list[str]] | None = None
 
     def _stat(self) -> float | None:
         try:
@@ -226,15 +235,16 @@ class SimulatedBackend:
             raise BackendError(f"inventory {self.path} is not UTF-8 text: {e}") from e
         inventory = build_inventory(document, self.node_name, self.driver)
         toolkit = isinstance(document, dict) and document.get("nvidiaContainerToolkit") is True
-        self._toolkit_names = {d["name"]: d["attributes"]["uuid"]["string"] for d in inventory.devices
+        self._toolkit_names = {d["name"]: _toolkit_names(d) for d in inventory.devices
                                if "uuid" in (d.get("attributes") or {})} if toolkit else None
         return inventory
 
     def toolkit_names(self, device: str) -> list[str] | None:
-        """With ``nvidiaContainerToolkit: true``: the device's uuid, as the toolkit's CDI spec names it."""
+        """With ``nvidiaContainerToolkit: true``: the names the toolkit's CDI spec may give the
+        device, its uuid, then its index (as ``nvidia-ctk cdi generate`` names GPUs)."""
         if self._toolkit_names is None:
             return None
-        return [self._toolkit_names[device]] if device in self._toolkit_names else None
+        return self._toolkit_names.get(device)
 
     def healthy(self, device: str) -> bool:
         return device not in self._failing

@@ -208,7 +208,8 @@ class KubeletPlugin:
         claim = {"uid": record.uid, "namespace": record.namespace, "name": record.name}
         try:
             devices = [{
-                "cdi_name": d.cdiDeviceIDs[0].split("=", 1)[1],
+                # Ours, not the toolkit's ID that comes first.
+                "cdi_name": cdi.device_name(record.uid, d.device, d.shareID),
                 "edits": self.agent.backend.container_edits(d.device, claim, d.shareID, d.adminAccess),
                 "record": {"pool": d.pool, "device": d.device, "requestNames": d.requestNames, "shareID": d.shareID,
                            "adminAccess": d.adminAccess, "cdiDeviceIDs": d.cdiDeviceIDs},
