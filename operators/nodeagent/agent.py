@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
+from typing import Any, Callable
 
 import structlog
 
@@ -49,6 +49,8 @@ class NodeAgent:
         self._timer: asyncio.TimerHandle | None = None
         self._failures = 0
         self._tasks: list[asyncio.Task] = []
+        # Told when device health or the inventory changed (kubelet's health stream listens).
+        self.health_listeners: list[Callable[[], None]] = []
         self.log = log.bind(node=node_name, driver=driver)
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -88,6 +90,10 @@ class NodeAgent:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self.backend.close()
+
+    def _health_changed(self) -> None:
+        for listener in self.health_listeners:
+            listener()
 
     def published_devices(self) -> list[dict[str, Any]]:
         """The devices of the current inventory that pass validation (what is published)."""
@@ -133,6 +139,7 @@ class NodeAgent:
     async def _rediscover(self) -> None:
         try:
             self.inventory = await asyncio.to_thread(self.backend.discover)
+            self._health_changed()
         except BackendError as e:
             # Keep what was published; say what is wrong and where.
             self.log.error("inventory unusable, keeping the devices published before", error=str(e))
@@ -168,6 +175,7 @@ class NodeAgent:
                 await self.events.event(self.node, WARNING, "DeviceUnhealthy",
                                         f"device {event.device} of driver {self.driver}: {event.kind}"
                                         f"{'=' + event.value if event.value else ''}; tainted")
+            self._health_changed()
             self._wake.set()
 
     async def _recovery_loop(self) -> None:
@@ -179,6 +187,7 @@ class NodeAgent:
                 continue
             passing = {d for d in tainted if await self._passes(d)}
             for device in self.health.recover(lambda d: d in passing):
+                self._health_changed()
                 self.metrics.recoveries.labels(self.driver).inc()
                 self.log.info("device recovered, taints removed", device=device)
                 if self.node:

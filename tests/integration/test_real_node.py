@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -22,7 +23,7 @@ from operators.core.kube import MERGE_PATCH, Kube
 from operators.core.resources import (DEVICE_CLASSES, EVENTS, NAMESPACES, NODES, PODS, RESOURCE_CLAIM_TEMPLATES,
                                       RESOURCE_CLAIMS, RESOURCE_SLICES, SERVICE_ACCOUNTS)
 from operators.lab import Lab
-from operators.nodeagent.backends.simulated import PREPARE_FAILURE_ANNOTATION
+from operators.nodeagent.backends.simulated import HEALTH_ANNOTATION, PREPARE_FAILURE_ANNOTATION
 
 from . import objects
 from .fake_kubelet import FakeKubelet
@@ -59,6 +60,7 @@ class Agent:
         self.process = OperatorProcess(["nodeagent"], lab.kubeconfig, log_dir, env={
             "NODE_NAME": NODE, "DRA_NODEAGENT_BACKEND": "simulated", "DRA_NODEAGENT_INVENTORY": str(inventory),
             "DRA_NODEAGENT_DRIVER": DRIVER, "DRA_NODEAGENT_SYNC_DELAY": "1",
+            "DRA_NODEAGENT_HEALTH_QUIET_PERIOD": "1",
             "DRA_NODEAGENT_REGISTRY_DIR": str(self.files.plugins_registry),
             "DRA_NODEAGENT_PLUGINS_DIR": str(self.files.plugins),
             "DRA_NODEAGENT_CDI_ROOT": str(self.files.cdi),
@@ -470,3 +472,48 @@ async def _published_attribute(kube: Kube, name: str, value) -> bool:
     slices = await kube.list(RESOURCE_SLICES, field_selector=f"spec.nodeName={NODE},spec.driver={DRIVER}")
     devices = [d for s in slices for d in s["spec"].get("devices") or []]
     return bool(devices) and all((d.get("attributes") or {}).get(name, {}).get("bool") == value for d in devices)
+
+
+# -- device health through kubelet's DRAResourceHealth stream ---------------------------------------
+
+def allocated_health(pod: dict) -> dict[str, str]:
+    """resourceID -> health of the first container's allocatedResourcesStatus."""
+    statuses = (pod.get("status") or {}).get("containerStatuses") or [{}]
+    return {r["resourceID"]: r.get("health", "") for entry in statuses[0].get("allocatedResourcesStatus") or []
+            for r in entry.get("resources") or []}
+
+
+async def test_a_fault_on_a_prepared_device_reaches_the_pods_status_and_clears(real_lab, rkube, agent, ns):
+    """A fault injected on the prepared device (simulated backend, Node annotation) shows in the
+    Pod's status.containerStatuses[].allocatedResourcesStatus within seconds, through kubelet's
+    health stream, and clears when the device recovers (quiet period 1 s here)."""
+    await rkube.create(RESOURCE_CLAIMS, objects.resource_claim("sick", DRIVER), ns)
+    await rkube.create(PODS, busybox_pod("sick", {"gpu": {"resourceClaimName": "sick"}}, script=HOLD), ns)
+    await running(rkube, ns, "sick")
+    claim = await rkube.get(RESOURCE_CLAIMS, "sick", ns)
+    uid, device = claim["metadata"]["uid"], claim["status"]["allocation"]["devices"]["results"][0]["device"]
+    ours = f"k8s.{DRIVER}/claim={uid}-{device}"  # kubelet names a device by its first CDI ID
+
+    async def health_is(value: str):
+        pod = await rkube.get(PODS, "sick", ns)
+        return pod if allocated_health(pod).get(ours) == value else None
+    pod = await wait_for(lambda: health_is("Healthy"), timeout=30, what="the device Healthy in the Pod's status",
+                         describe=lambda: node_story(real_lab, rkube, ns))
+    [entry] = pod["status"]["containerStatuses"][0]["allocatedResourcesStatus"]
+    assert entry["name"] == "claim:gpu"
+    try:
+        started = time.monotonic()
+        await rkube.patch(NODES, NODE, {"metadata": {"annotations": {HEALTH_ANNOTATION: f"{device}=lost"}}},
+                          content_type=MERGE_PATCH)
+        pod = await wait_for(lambda: health_is("Unhealthy"), timeout=20, what="the device Unhealthy in the Pod's status",
+                             describe=lambda: node_story(real_lab, rkube, ns))
+        print(f"unhealthy in the Pod's status after {time.monotonic() - started:.1f} s")
+        [resource] = pod["status"]["containerStatuses"][0]["allocatedResourcesStatus"][0]["resources"]
+        assert "gpu-lost" in resource.get("message", ""), resource
+    finally:
+        await rkube.patch(NODES, NODE, {"metadata": {"annotations": {HEALTH_ANNOTATION: None}}},
+                          content_type=MERGE_PATCH)
+    started = time.monotonic()
+    await wait_for(lambda: health_is("Healthy"), timeout=30, what="the device Healthy again after recovery")
+    print(f"healthy again after {time.monotonic() - started:.1f} s")
+    await delete_and_wait_unprepared(rkube, agent, ns, "sick", [uid])

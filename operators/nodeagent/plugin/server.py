@@ -21,7 +21,7 @@ from ...core.events import WARNING, EventRecorder
 from ...core.kube import ApiError, Kube
 from ...core.resources import RESOURCE_CLAIMS
 from ..backends.base import BackendError
-from . import cdi, checkpoint, coexistence, toolkit
+from . import cdi, checkpoint, coexistence, health_service, toolkit
 from .checkpoint import PreparedClaim, PreparedDevice
 from .kubeletapi import (dra_v1_pb2, dra_v1_pb2_grpc, dra_v1beta1_pb2, dra_v1beta1_pb2_grpc,
                          pluginregistration_v1_pb2, pluginregistration_v1_pb2_grpc)
@@ -34,7 +34,8 @@ log = structlog.stdlib.get_logger("operators.nodeagent.plugin")
 
 PLUGIN_TYPE = "DRAPlugin"
 # kubelet takes the first entry of ours it knows: v1 first; v1beta1 for kubelets that still ask for it.
-SUPPORTED_SERVICES = ["v1.DRAPlugin", "v1beta1.DRAPlugin"]
+# The health services are optional; kubelet 1.37 watches health only where they are listed.
+SUPPORTED_SERVICES = ["v1.DRAPlugin", "v1beta1.DRAPlugin", *health_service.SERVICES]
 MAX_SOCKET_PATH = 107  # grpcio's limit (sun_path is 108 bytes with the terminating NUL)
 
 
@@ -57,6 +58,7 @@ class KubeletPlugin:
         self.events = EventRecorder(kube, "dra-nodeagent")
         self._lock = asyncio.Lock()
         self._servers: list[grpc.aio.Server] = []
+        self.health_feed = health_service.HealthFeed()
         self.log = log.bind(driver=self.driver, node=self.node)
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -75,6 +77,8 @@ class KubeletPlugin:
         dra = grpc.aio.server()
         dra_v1_pb2_grpc.add_DRAPluginServicer_to_server(_DraV1(self), dra)
         dra_v1beta1_pb2_grpc.add_DRAPluginServicer_to_server(_DraV1beta1(self), dra)
+        health_service.add_to_server(dra, self.agent, self.health_feed)
+        self.agent.health_listeners.append(self.health_feed.changed)
         await self._listen(dra, self.dra_socket)
         registration = grpc.aio.server()
         pluginregistration_v1_pb2_grpc.add_RegistrationServicer_to_server(_Registration(self), registration)

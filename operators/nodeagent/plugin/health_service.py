@@ -1,0 +1,105 @@
+"""kubelet's DRAResourceHealth service (v1, and v1alpha1 for kubelets that ask for it): a stream
+of the agent's device health.
+
+kubelet 1.37 opens the stream only for plugins that list the service in GetInfo's
+``supported_versions`` and prefers v1 (k8s.io/kubernetes v1.37.1
+pkg/kubelet/cm/dra/plugin/dra_plugin_manager.go ``RegisterPlugin``/``pickHealthService``, the
+order of ``healthServicesSupportedByKubelet`` in dra_plugin.go); it re-opens it 5 s after it ends.
+Each message is a full snapshot; kubelet stamps every reported device with the time it received
+it and reads a device as Unknown once that is older than the device's
+``health_check_timeout_seconds`` (pkg/kubelet/cm/dra/healthinfo.go ``updateHealthInfo``,
+``getHealthInfo``). So the stream sends a snapshot when it opens, at every change of health or
+inventory, and again every ``RESEND`` seconds, well inside ``TIMEOUT``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from . import health_report
+from .kubeletapi import (dra_health_v1_pb2, dra_health_v1_pb2_grpc, dra_health_v1alpha1_pb2,
+                         dra_health_v1alpha1_pb2_grpc)
+
+SERVICES = ["v1.DRAResourceHealth", "v1alpha1.DRAResourceHealth"]
+TIMEOUT = 30  # seconds kubelet trusts a report (its own default, DefaultHealthTimeout)
+RESEND = 10.0  # seconds between snapshots when nothing changes
+
+
+class HealthFeed:
+    """Who wants to know that health changed: one event per open stream."""
+
+    def __init__(self) -> None:
+        self._listeners: set[asyncio.Event] = set()
+
+    def subscribe(self) -> asyncio.Event:
+        event = asyncio.Event()
+        self._listeners.add(event)
+        return event
+
+    def unsubscribe(self, event: asyncio.Event) -> None:
+        self._listeners.discard(event)
+
+    def changed(self) -> None:
+        for event in self._listeners:
+            event.set()
+
+    @property
+    def streams(self) -> int:
+        return len(self._listeners)
+
+
+class _HealthV1(dra_health_v1_pb2_grpc.DRAResourceHealthServicer):
+    pb2: Any = dra_health_v1_pb2
+
+    def __init__(self, agent: Any, feed: HealthFeed, resend: float = RESEND, timeout: int = TIMEOUT):
+        self.agent = agent
+        self.feed = feed
+        self.resend = resend
+        self.timeout = timeout
+
+    def _snapshot(self) -> list[health_report.DeviceReport]:
+        names = [d["name"] for d in self.agent.published_devices()]
+        return health_report.device_reports(names, self.agent.node_name, self.agent.health.taints)
+
+    def _message(self, reports: list[health_report.DeviceReport]):
+        now = int(time.time())
+        return self.pb2.NodeWatchResourcesResponse(devices=[self.pb2.DeviceHealth(
+            device=self.pb2.DeviceIdentifier(pool_name=r.pool, device_name=r.device),
+            health=getattr(self.pb2, r.health), last_updated_time=now,
+            health_check_timeout_seconds=self.timeout, message=r.message) for r in reports])
+
+    async def NodeWatchResources(self, request, context):
+        changed = self.feed.subscribe()
+        log = self.agent.log.bind(service=type(self).__name__)
+        log.info("kubelet watches device health")
+        last: list[health_report.DeviceReport] | None = None
+        sent = 0.0
+        try:
+            while True:
+                reports = self._snapshot()
+                if reports != last or time.monotonic() - sent >= self.resend:
+                    if reports != last:
+                        log.info("device health reported",
+                                 unhealthy=[r.device for r in reports if r.health != health_report.HEALTHY])
+                    yield self._message(reports)
+                    last, sent = reports, time.monotonic()
+                try:
+                    await asyncio.wait_for(changed.wait(), timeout=max(0.0, self.resend - (time.monotonic() - sent)))
+                except asyncio.TimeoutError:
+                    pass
+                changed.clear()
+        finally:
+            self.feed.unsubscribe(changed)
+            log.info("kubelet stopped watching device health")
+
+
+class _HealthV1alpha1(_HealthV1, dra_health_v1alpha1_pb2_grpc.DRAResourceHealthServicer):
+    pb2 = dra_health_v1alpha1_pb2
+
+
+def add_to_server(server: Any, agent: Any, feed: HealthFeed, resend: float = RESEND) -> None:
+    dra_health_v1_pb2_grpc.add_DRAResourceHealthServicer_to_server(_HealthV1(agent, feed, resend), server)
+    dra_health_v1alpha1_pb2_grpc.add_DRAResourceHealthServicer_to_server(
+        _HealthV1alpha1(agent, feed, resend), server)
