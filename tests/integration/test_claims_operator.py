@@ -179,15 +179,15 @@ async def _scale_run(kube, controllers, mode: str, token: str, nodes: list[str],
 
 
 async def test_scale_500_pods_on_10_nodes(lab, kube, controllers, unique):
+    """500 Pods at once: every one Running with exactly one claim, none left after deletion. How
+    fast against upstream's controller is a benchmark (`make bench`), not a test."""
     nodes = [f"scale-{unique}-{i}" for i in range(10)]
     for node in nodes:
         lab.create_node(node)
     for node in nodes:
         await asyncio.to_thread(lab.wait_node_schedulable, node)
     try:
-        ours = await _scale_run(kube, controllers, "ours", f"so{unique}", nodes, 500)
-        upstream = await _scale_run(kube, controllers, "upstream", f"su{unique}", nodes, 500)
-        print(f"scale: ours/upstream time ratio {ours / upstream:.2f}")
+        await _scale_run(kube, controllers, "ours", f"so{unique}", nodes, 500)
     finally:
         for node in nodes:
             lab.api("DELETE", f"/api/v1/nodes/{node}")
