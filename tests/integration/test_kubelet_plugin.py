@@ -110,7 +110,8 @@ async def test_registration_prepare_idempotent_unprepare(node, kube):
     info = node.kubelet.info
     assert (info.type, info.name) == ("DRAPlugin", node.driver)
     assert info.endpoint == str(node.plugins / node.driver / "dra.sock") and Path(info.endpoint).is_socket()
-    assert list(info.supported_versions) == ["v1.DRAPlugin", "v1beta1.DRAPlugin"]
+    assert list(info.supported_versions) == ["v1.DRAPlugin", "v1beta1.DRAPlugin", "v1.DRAResourceHealth",
+                                            "v1alpha1.DRAResourceHealth"]
 
     claim = await node.allocated_claim("one")
     uid = claim["metadata"]["uid"]

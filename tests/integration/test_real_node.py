@@ -24,6 +24,7 @@ from operators.core.resources import (DEVICE_CLASSES, EVENTS, NAMESPACES, NODES,
                                       RESOURCE_CLAIMS, RESOURCE_SLICES, SERVICE_ACCOUNTS)
 from operators.lab import Lab
 from operators.nodeagent.backends.simulated import HEALTH_ANNOTATION, PREPARE_FAILURE_ANNOTATION
+from operators.nodeagent.plugin.opaque_config import API_VERSION as CONFIG_API, KIND as CONFIG_KIND
 
 from . import objects
 from .fake_kubelet import FakeKubelet
@@ -517,3 +518,57 @@ async def test_a_fault_on_a_prepared_device_reaches_the_pods_status_and_clears(r
     await wait_for(lambda: health_is("Healthy"), timeout=30, what="the device Healthy again after recovery")
     print(f"healthy again after {time.monotonic() - started:.1f} s")
     await delete_and_wait_unprepared(rkube, agent, ns, "sick", [uid])
+
+
+# -- opaque configuration: class and claim merged, strict, another driver's left alone ----------------
+
+def opaque(driver: str, parameters: dict, requests: list[str] | None = None) -> dict:
+    config = {"opaque": {"driver": driver, "parameters": parameters}}
+    if requests:
+        config["requests"] = requests
+    return config
+
+
+async def test_class_and_claim_config_reach_the_container_merged_and_a_bad_one_fails_the_claim(
+        real_lab, rkube, agent, ns):
+    klass = f"cfg-{ns}"
+    body = objects.device_class(klass, DRIVER)
+    body["spec"]["config"] = [opaque(DRIVER, {"apiVersion": CONFIG_API, "kind": CONFIG_KIND,
+                                              "env": {"FROM_CLASS": "yes", "BOTH": "class"}})]
+    await rkube.create(DEVICE_CLASSES, body)
+    try:
+        good = {"metadata": {"name": "good"}, "spec": objects.claim_spec(klass)}
+        good["spec"]["devices"]["config"] = [
+            opaque("other.example.com", {"apiVersion": "other.example.com/v1", "kind": "Strange", "x": 1}),
+            opaque(DRIVER, {"apiVersion": CONFIG_API, "kind": CONFIG_KIND, "env": {"BOTH": "claim"},
+                            "sharing": {"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Long"}}},
+                   ["gpu"])]
+        bad = {"metadata": {"name": "bad"}, "spec": objects.claim_spec(klass)}
+        bad["spec"]["devices"]["config"] = [opaque(DRIVER, {"apiVersion": CONFIG_API, "kind": CONFIG_KIND,
+                                                            "sharing": {"strategy": "TimeSlicing", "slices": 3}})]
+        for claim in (good, bad):
+            await rkube.create(RESOURCE_CLAIMS, claim, ns)
+        script = "env | grep -E '^(DRA_|FROM_CLASS|BOTH)' | sort; echo done; exec sleep 3600"
+        await rkube.create(PODS, busybox_pod("good", {"gpu": {"resourceClaimName": "good"}}, script=script), ns)
+        await rkube.create(PODS, busybox_pod("bad", {"gpu": {"resourceClaimName": "bad"}}, script=script), ns)
+        await running(rkube, ns, "good")
+        env = await printed(real_lab, ns, "good")
+        [device] = devices_of(env)
+        key = device.upper().replace("-", "_")
+        assert (env["FROM_CLASS"], env["BOTH"]) == ("yes", "claim")  # class first, then the claim
+        assert env[f"DRA_DEVICE_{key}_SHARING_STRATEGY"] == "TimeSlicing"
+        assert env[f"DRA_DEVICE_{key}_TIMESLICE_INTERVAL"] == "Long"
+
+        async def failed_prepare():
+            return [e["message"] for e in await rkube.list(EVENTS, ns) if e["involvedObject"].get("name") == "bad"
+                    and "unknown field sharing.slices" in (e.get("message") or "")]
+        [message, *_] = await wait_for(failed_prepare, timeout=90, what="kubelet reporting the bad config",
+                                       describe=lambda: node_story(real_lab, rkube, ns))
+        assert f"ResourceClaim {ns}/bad spec.devices.config[0]" in message, message
+        assert (await rkube.get(PODS, "bad", ns))["status"].get("phase") == "Pending"
+        uids = [(await rkube.get(RESOURCE_CLAIMS, n, ns))["metadata"]["uid"] for n in ("good", "bad")]
+        assert uids[1] not in agent.checkpoint_uids()
+        await rkube.delete(PODS, "bad", ns)
+        await delete_and_wait_unprepared(rkube, agent, ns, "good", uids[:1])
+    finally:
+        await rkube.delete(DEVICE_CLASSES, klass)

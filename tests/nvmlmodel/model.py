@@ -92,6 +92,7 @@ class Gpu:
     instances: list[MigInstance] = field(default_factory=list)
     max_mig_devices: int = 7
     state: str = "ok"          # "ok", "lost" (GpuIsLost), "gone" (not enumerated)
+    compute_mode: int = 0      # NVML_COMPUTEMODE_DEFAULT
 
 
 class _Handle:
@@ -293,6 +294,20 @@ class StrictNVML:
             profile = gpu.profiles[handle.mig.profile_index]
             return SimpleNamespace(total=profile.memory_mb * 2**20, free=profile.memory_mb * 2**20, used=0)
         return SimpleNamespace(total=gpu.memory, free=gpu.memory, used=0)
+
+    def nvmlDeviceGetComputeMode(self, handle):
+        self._call("nvmlDeviceGetComputeMode")
+        return self._full(handle).compute_mode
+
+    def nvmlDeviceSetComputeMode(self, handle, mode):
+        """Whole GPUs only (a MIG device handle is NotSupported); EXCLUSIVE_THREAD's support was
+        removed, so only DEFAULT, PROHIBITED and EXCLUSIVE_PROCESS are valid."""
+        self._call("nvmlDeviceSetComputeMode")
+        gpu = self._full(handle)
+        if mode not in (pynvml.NVML_COMPUTEMODE_DEFAULT, pynvml.NVML_COMPUTEMODE_PROHIBITED,
+                        pynvml.NVML_COMPUTEMODE_EXCLUSIVE_PROCESS):
+            raise pynvml.NVMLError_InvalidArgument()
+        gpu.compute_mode = mode
 
     def nvmlDeviceGetPciInfo_v3(self, handle):
         self._call("nvmlDeviceGetPciInfo_v3")

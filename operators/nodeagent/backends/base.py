@@ -41,8 +41,9 @@ class DeviceBackend(Protocol):
         """Called with the agent's own Node on every change of it."""
 
     def container_edits(self, device: str, claim: dict[str, str], share_id: str | None,
-                        admin_access: bool) -> dict[str, Any]:
-        """CDI containerEdits that hand ``device`` to a container of ``claim`` ({uid, namespace, name})."""
+                        admin_access: bool, config: dict[str, Any] | None = None) -> dict[str, Any]:
+        """CDI containerEdits that hand ``device`` to a container of ``claim`` ({uid, namespace, name}),
+        with its merged opaque configuration (``plugin/opaque_config``: env, sharing) applied."""
 
     def common_edits(self) -> dict[str, Any] | None:
         """CDI containerEdits every container with any of our devices needs (or None)."""

@@ -264,7 +264,7 @@ class NvmlBackend:
         return None
 
     def container_edits(self, device: str, claim: dict[str, str], share_id: str | None,
-                        admin_access: bool) -> dict[str, Any]:
+                        admin_access: bool, config: dict[str, Any] | None = None) -> dict[str, Any]:
         """The GPU's /dev/nvidia<minor> (major 195, as the NVIDIA driver registers it); for a MIG
         device also its GPU and compute instance capability nodes, with the ``nvidia-caps``
         major from /proc/devices and the minors from /proc/driver/nvidia/capabilities. The
@@ -281,7 +281,51 @@ class NvmlBackend:
                 if caps_major is not None:
                     node.update(type="c", major=caps_major, minor=cap)
                 nodes.append(node)
-        return {"deviceNodes": nodes}
+        edits: dict[str, Any] = {"deviceNodes": nodes}
+        env = [f"{name}={value}" for name, value in sorted(((config or {}).get("env") or {}).items())]
+        if env:
+            edits["env"] = env
+        return edits
+
+    # -- sharing (opaque configuration) -------------------------------------------------------
+
+    def apply_config(self, device: str, config: dict[str, Any] | None) -> None:
+        """The sharing of NVIDIA's GpuConfig where NVML can apply it: ``Exclusive`` sets the GPU's
+        compute mode to EXCLUSIVE_PROCESS (one process at a time), ``TimeSlicing`` to DEFAULT
+        (processes share the GPU by time slices). The time-slice length has no NVML call (NVIDIA's
+        driver runs ``nvidia-smi compute-policy --set-timeslice``), so an interval other than
+        Default is refused; so is sharing a MIG device (NVML sets compute modes of whole GPUs).
+        Without a sharing configuration the compute mode is left alone."""
+        sharing = (config or {}).get("sharing")
+        if not sharing:
+            return
+        info = self._state.info[device]
+        if "mig_index" in info:
+            raise BackendError(f"sharing.strategy {sharing['strategy']}: MIG devices cannot be shared or made "
+                               "exclusive through NVML compute modes; leave sharing out for MIG devices")
+        interval = (sharing.get("timeSlicingConfig") or {}).get("interval", "Default")
+        if interval != "Default":
+            raise BackendError(f"sharing.timeSlicingConfig.interval {interval}: NVML has no call for the "
+                               "time-slice length (nvidia-smi compute-policy --set-timeslice); use Default")
+        nvml = self.nvml
+        mode = nvml.NVML_COMPUTEMODE_EXCLUSIVE_PROCESS if sharing["strategy"] == "Exclusive" \
+            else nvml.NVML_COMPUTEMODE_DEFAULT
+        try:
+            nvml.nvmlDeviceSetComputeMode(nvml.nvmlDeviceGetHandleByUUID(info["uuid"]), mode)
+        except nvml.NVMLError as e:
+            raise BackendError(f"setting the compute mode for sharing.strategy {sharing['strategy']}: {e}") from e
+
+    def release_config(self, device: str, config: dict[str, Any] | None) -> None:
+        """An exclusive GPU goes back to the DEFAULT compute mode when its claim is unprepared."""
+        sharing = (config or {}).get("sharing") or {}
+        info = self._state.info.get(device)
+        if sharing.get("strategy") != "Exclusive" or info is None or "mig_index" in info:
+            return
+        nvml = self.nvml
+        try:
+            nvml.nvmlDeviceSetComputeMode(nvml.nvmlDeviceGetHandleByUUID(info["uuid"]), nvml.NVML_COMPUTEMODE_DEFAULT)
+        except nvml.NVMLError as e:
+            raise BackendError(f"resetting the compute mode: {e}") from e
 
     def claim_edits(self, devices: list[str]) -> dict[str, Any] | None:
         """``NVIDIA_VISIBLE_DEVICES`` naming every GPU and MIG UUID of one claim, once (CDI keeps

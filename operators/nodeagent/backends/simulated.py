@@ -250,9 +250,11 @@ class SimulatedBackend:
         return device not in self._failing
 
     def container_edits(self, device: str, claim: dict[str, str], share_id: str | None,
-                        admin_access: bool) -> dict[str, Any]:
+                        admin_access: bool, config: dict[str, Any] | None = None) -> dict[str, Any]:
         """Simulated devices have nothing to hand over: environment variables say which device
-        and claim the container got, so a workload (and a test) can print them."""
+        and claim the container got, so a workload (and a test) can print them; a configuration
+        shows as its own variables plus ``<key>_SHARING_STRATEGY`` and ``<key>_TIMESLICE_INTERVAL``
+        (the example driver's names)."""
         if device in self._prepare_failures:
             raise BackendError(f"simulated prepare failure of device {device} (Node annotation "
                                f"{PREPARE_FAILURE_ANNOTATION})")
@@ -262,6 +264,12 @@ class SimulatedBackend:
                f"{key}_ADMIN_ACCESS={'true' if admin_access else 'false'}"]
         if share_id:
             env.append(f"{key}_SHARE_ID={share_id}")
+        sharing = (config or {}).get("sharing")
+        if sharing:
+            env.append(f"{key}_SHARING_STRATEGY={sharing['strategy']}")
+            if sharing.get("timeSlicingConfig"):
+                env.append(f"{key}_TIMESLICE_INTERVAL={sharing['timeSlicingConfig']['interval']}")
+        env += [f"{name}={value}" for name, value in sorted(((config or {}).get("env") or {}).items())]
         return {"env": env}
 
     def common_edits(self) -> dict[str, Any] | None:

@@ -6,7 +6,7 @@ prepares twice. A versioned JSON document, written atomically:
     {"kind": "Checkpoint", "apiVersion": ".../v2",
      "preparedClaims": [{"uid", "namespace", "name",
                          "devices": [{"requestNames", "pool", "device", "shareID", "adminAccess",
-                                      "cdiDeviceIDs"}]}]}
+                                      "cdiDeviceIDs", "config"}]}]}
 
 v1 (UIDs only, as dra-example-driver writes) is still read and upgraded; its claims come back
 without device details, which unprepare does not need.
@@ -40,6 +40,7 @@ class PreparedDevice:
     shareID: str | None = None
     adminAccess: bool = False
     cdiDeviceIDs: list[str] = field(default_factory=list)
+    config: dict[str, Any] | None = None  # the merged opaque configuration applied (compatible v2 addition)
 
 
 @dataclass

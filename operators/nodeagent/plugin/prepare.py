@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...core.resourceclaim import allocation_results, is_allocated
+from . import opaque_config
 from .checkpoint import PreparedClaim
 
 
@@ -17,6 +18,7 @@ class Allocation:
     device: str
     share_id: str | None
     admin_access: bool
+    config: dict[str, Any] | None = None  # the merged opaque configuration of its request
 
 
 class PrepareError(Exception):
@@ -49,6 +51,10 @@ def plan_claim(claim: dict[str, Any] | None, requested: dict[str, str], *, drive
     results = [r for r in allocation_results(claim) if r.get("driver") == driver]
     if not results:
         raise PrepareError(f"ResourceClaim {ref} has no device of driver {driver} allocated")
+    try:
+        configs = opaque_config.claim_configs(claim, driver)
+    except opaque_config.ConfigError as e:
+        raise PrepareError(str(e)) from None
     in_use = {(d.pool, d.device): c for c in prepared.values() if c.uid != uid
               for d in c.devices if not d.adminAccess and not d.shareID}
     allocations = []
@@ -64,5 +70,6 @@ def plan_claim(claim: dict[str, Any] | None, requested: dict[str, str], *, drive
             raise PrepareError(f"ResourceClaim {ref}: device {result['device']} is already prepared for "
                                f"ResourceClaim {other.namespace}/{other.name} ({other.uid})")
         allocations.append(Allocation(request=result["request"].split("/", 1)[0], pool=result["pool"],
-                                      device=result["device"], share_id=share, admin_access=admin))
+                                      device=result["device"], share_id=share, admin_access=admin,
+                                      config=opaque_config.for_request(configs, result["request"])))
     return allocations

@@ -179,11 +179,32 @@ class KubeletPlugin:
             # value of a variable wins, so the claim's NVIDIA_VISIBLE_DEVICES overrides the toolkit's.
             ids = [*self._toolkit_ids(a.device), cdi.qualified_id(self.driver, name)]
             devices.append(PreparedDevice(pool=a.pool, device=a.device, requestNames=[a.request],
-                                          shareID=a.share_id, adminAccess=a.admin_access, cdiDeviceIDs=ids))
+                                          shareID=a.share_id, adminAccess=a.admin_access, cdiDeviceIDs=ids,
+                                          config=a.config))
         record = PreparedClaim(uid=requested["uid"], namespace=requested["namespace"], name=requested["name"],
                                devices=devices)
+        self._apply_configs(record)
         self._write_spec(record)
         return record
+
+    def _apply_configs(self, record: PreparedClaim) -> None:
+        """What a backend does on the device for a configuration (NVML: the compute mode)."""
+        apply = getattr(self.agent.backend, "apply_config", None)
+        if apply is None:
+            return
+        for d in record.devices:
+            try:
+                apply(d.device, d.config)
+            except BackendError as e:
+                raise PrepareError(f"ResourceClaim {record.namespace}/{record.name}: device {d.device}: {e}") from e
+
+    def _release_configs(self, record: PreparedClaim | None) -> None:
+        release = getattr(self.agent.backend, "release_config", None)
+        for d in (record.devices if record and release else []):
+            try:
+                release(d.device, d.config)
+            except BackendError as e:  # the device may be gone; unprepare must still succeed
+                self.log.warning("configuration not undone", device=d.device, error=str(e))
 
     def _toolkit_ids(self, device: str) -> list[str]:
         """The NVIDIA Container Toolkit's CDI ID for a device of a backend that needs the toolkit."""
@@ -214,9 +235,9 @@ class KubeletPlugin:
             devices = [{
                 # Ours, not the toolkit's ID that comes first.
                 "cdi_name": cdi.device_name(record.uid, d.device, d.shareID),
-                "edits": self.agent.backend.container_edits(d.device, claim, d.shareID, d.adminAccess),
+                "edits": self.agent.backend.container_edits(d.device, claim, d.shareID, d.adminAccess, d.config),
                 "record": {"pool": d.pool, "device": d.device, "requestNames": d.requestNames, "shareID": d.shareID,
-                           "adminAccess": d.adminAccess, "cdiDeviceIDs": d.cdiDeviceIDs},
+                           "adminAccess": d.adminAccess, "cdiDeviceIDs": d.cdiDeviceIDs, "config": d.config},
             } for d in record.devices]
         except KeyError as e:
             raise PrepareError(f"device {e} is not known to the {self.agent.backend.name} backend") from e
@@ -238,7 +259,7 @@ class KubeletPlugin:
             for requested in claims:
                 try:
                     self._spec_path(requested["uid"]).unlink(missing_ok=True)
-                    self.prepared.pop(requested["uid"], None)
+                    self._release_configs(self.prepared.pop(requested["uid"], None))
                     results[requested["uid"]] = ""
                     self.agent.metrics.unprepare.labels(self.driver, "success").inc()
                     self.log.info("unprepared claim", claim=f"{requested['namespace']}/{requested['name']}",
