@@ -572,3 +572,44 @@ async def test_class_and_claim_config_reach_the_container_merged_and_a_bad_one_f
         await delete_and_wait_unprepared(rkube, agent, ns, "good", uids[:1])
     finally:
         await rkube.delete(DEVICE_CLASSES, klass)
+
+
+# -- the binding-conditions example on a real node ------------------------------------------------
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "config" / "examples"
+
+
+async def test_binding_conditions_example_runs_on_the_real_node(real_lab, rkube, agent, ns, tmp_path):
+    """The example's fabric driver has no kubelet plugin: its slice says skipNodeOperations ["*"]
+    (DRAOptionalNodeOperations, alpha in 1.37), the scheduler copies that into the allocation and
+    kubelet starts the Pod without calling NodePrepareResources, once the binding operator reported
+    the attachment. (``agent`` for the claims operator, which creates the template's claim.)"""
+    documents = [d for d in yaml.safe_load_all((EXAMPLES / "binding-conditions" / "example.yaml").read_text()) if d]
+    binding = OperatorProcess(["binding"], real_lab.kubeconfig, tmp_path, env={
+        "DRA_BINDING_DRIVERS": "fabric-gpu.example.com", "DRA_BINDING_PREPARER_CONFIG": '{"delay": 1}'})
+    binding.start()
+    created = []
+    try:
+        for document in documents:
+            kind = document["kind"]
+            if kind == "Pod":
+                document["spec"]["nodeSelector"] = {"kubernetes.io/hostname": NODE}
+            resource = {"DeviceClass": DEVICE_CLASSES, "ResourceSlice": RESOURCE_SLICES,
+                        "ResourceClaimTemplate": RESOURCE_CLAIM_TEMPLATES, "Pod": PODS}[kind]
+            namespaced = kind in ("ResourceClaimTemplate", "Pod")
+            await rkube.create(resource, document, ns if namespaced else None)
+            if not namespaced:
+                created.append((resource, document["metadata"]["name"]))
+        pod = await wait_phase(rkube, ns, "fabric-gpu-user", ("Running",), timeout=90)
+        assert pod["spec"]["nodeName"] == NODE
+        claim = await pod_claim(rkube, ns, "fabric-gpu-user")
+        [result] = claim["status"]["allocation"]["devices"]["results"]
+        assert result["skipNodeOperations"] == ["*"]
+        [device] = claim["status"]["devices"]
+        assert {c["type"]: c["status"] for c in device["conditions"]}["fabric-gpu.example.com/attached"] == "True"
+        await rkube.delete(PODS, "fabric-gpu-user", ns)
+        await wait_for(lambda: _gone(rkube, ns, "fabric-gpu-user"), timeout=90, what="the example Pod gone")
+    finally:
+        binding.stop()
+        for resource, name in created:
+            await rkube.delete(resource, name)
