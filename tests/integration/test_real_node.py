@@ -19,14 +19,21 @@ from pathlib import Path
 import pytest
 import yaml
 
-from operators.core.kube import MERGE_PATCH, Kube
+from operators.core.kube import MERGE_PATCH, ApiError, Kube
 from operators.core.resources import (DEVICE_CLASSES, EVENTS, NAMESPACES, NODES, PODS, RESOURCE_CLAIM_TEMPLATES,
                                       RESOURCE_CLAIMS, RESOURCE_SLICES, SERVICE_ACCOUNTS)
 from operators.lab import Lab
 from operators.nodeagent.backends.simulated import HEALTH_ANNOTATION, PREPARE_FAILURE_ANNOTATION
+from operators.core.resources import Resource
+from operators.nodeagent.plugin import device_status
+from operators.nodeagent.plugin.checkpoint import PreparedDevice
 from operators.nodeagent.plugin.opaque_config import API_VERSION as CONFIG_API, KIND as CONFIG_KIND
 
 from . import objects
+from .test_deploy import service_account_kubeconfig
+
+CLUSTER_ROLES = Resource("rbac.authorization.k8s.io/v1", "clusterroles", False)
+CLUSTER_ROLE_BINDINGS = Resource("rbac.authorization.k8s.io/v1", "clusterrolebindings", False)
 from .fake_kubelet import FakeKubelet
 from .labs import client_of, running_lab, short_run_dir
 from .operator_process import OperatorProcess
@@ -613,3 +620,81 @@ async def test_binding_conditions_example_runs_on_the_real_node(real_lab, rkube,
         binding.stop()
         for resource, name in created:
             await rkube.delete(resource, name)
+
+
+# -- status.devices: the agent's data, and only for its own node's claims ---------------------------
+
+async def test_status_devices_carry_the_agents_data_and_no_other_nodes_claim_is_writable(
+        real_lab, rkube, agent, ns, tmp_path):
+    await rkube.create(RESOURCE_CLAIMS, objects.resource_claim("st", DRIVER), ns)
+    account = "dra-nodeagent"
+    await rkube.create(SERVICE_ACCOUNTS, {"metadata": {"name": account}}, ns)
+    body = busybox_pod("st", {"gpu": {"resourceClaimName": "st"}}, script=HOLD)
+    body["spec"]["serviceAccountName"] = account  # its token is then bound to the real node, as a DaemonSet Pod's
+    await rkube.create(PODS, body, ns)
+    pod = await running(rkube, ns, "st")
+
+    async def written():
+        claim = await rkube.get(RESOURCE_CLAIMS, "st", ns)
+        return claim if (claim.get("status") or {}).get("devices") else None
+    claim = await wait_for(written, what="status.devices written by the agent")
+    [entry] = claim["status"]["devices"]
+    [result] = claim["status"]["allocation"]["devices"]["results"]
+    slices = await rkube.list(RESOURCE_SLICES, field_selector=f"spec.nodeName={NODE},spec.driver={DRIVER}")
+    [published] = [d for s in slices for d in s["spec"]["devices"] if d["name"] == result["device"]]
+    assert (entry["driver"], entry["pool"], entry["device"]) == (DRIVER, NODE, result["device"])
+    assert entry["data"]["uuid"] == published["attributes"]["uuid"]["string"]
+    assert entry["data"]["productName"] == "RealLabGPU"
+    assert entry["data"]["cdiDeviceIDs"] == [f"k8s.{DRIVER}/claim={claim['metadata']['uid']}-{result['device']}"]
+    managers = {m["manager"] for m in claim["metadata"]["managedFields"] if m.get("subresource") == "status"}
+    assert DRIVER in managers
+
+    # The kustomize ClusterRole, for a ServiceAccount token bound to a Pod on the real node.
+    [role] = [d for d in yaml.safe_load_all((Path(__file__).resolve().parents[2] / "kustomize" / "base"
+                                             / "nodeagent.yaml").read_text()) if d and d["kind"] == "ClusterRole"]
+    name = f"nodeagent-{ns}"
+    await rkube.create(CLUSTER_ROLES, {"metadata": {"name": name}, "rules": role["rules"]})
+    await rkube.create(CLUSTER_ROLE_BINDINGS, {
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+        "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": ns}]})
+    far_slice = f"far-{ns}"
+    try:
+        kubeconfig = await service_account_kubeconfig(real_lab, rkube, account, tmp_path / "na.kubeconfig", pod, ns)
+        async with Kube(await _kube_client(kubeconfig)) as agent_kube:
+            own = device_status.status_apply(claim, DRIVER, [PreparedDevice(NODE, result["device"])],
+                                             {result["device"]: {"attributes": {"uuid": {"string": "rewritten"}}}})
+            await wait_for(lambda: agent_kube.apply(RESOURCE_CLAIMS, own, field_manager=DRIVER, force=True,
+                                                    subresource="status"),
+                           timeout=10, what="the agent's token writing its own node's claim status")
+
+            # A claim allocated on the kwok node: the same token may not write its status.devices.
+            await rkube.create(RESOURCE_SLICES, objects.resource_slice(far_slice, DRIVER, "lab-node-0",
+                                                                       [objects.device("far-0")]))
+            await rkube.create(RESOURCE_CLAIMS, objects.resource_claim("far", DRIVER), ns)
+            far_pod = objects.pod("far", {"gpu": {"resourceClaimName": "far"}})
+            far_pod["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "lab-node-0"}
+            await rkube.create(PODS, far_pod, ns)
+
+            async def allocated():
+                far = await rkube.get(RESOURCE_CLAIMS, "far", ns)
+                return far if (far.get("status") or {}).get("allocation") else None
+            far = await wait_for(allocated, what="the kwok node's claim allocated")
+            other = device_status.status_apply(far, DRIVER, [PreparedDevice("lab-node-0", "far-0")], {})
+            with pytest.raises(ApiError) as denied:
+                await agent_kube.apply(RESOURCE_CLAIMS, other, field_manager=DRIVER, force=True, subresource="status")
+            assert denied.value.status in (403, 422), denied.value
+            assert "resourceclaims/driver" in denied.value.message and "arbitrary-node:patch" in denied.value.message
+        assert not (await rkube.get(RESOURCE_CLAIMS, "far", ns))["status"].get("devices")
+        rewritten = (await rkube.get(RESOURCE_CLAIMS, "st", ns))["status"]["devices"][0]
+        assert rewritten["data"]["uuid"] == "rewritten"
+    finally:
+        await rkube.delete(CLUSTER_ROLE_BINDINGS, name)
+        await rkube.delete(CLUSTER_ROLES, name)
+        await rkube.delete(PODS, "far", ns, grace_period_seconds=0)
+        await rkube.delete(RESOURCE_SLICES, far_slice)
+    await delete_and_wait_unprepared(rkube, agent, ns, "st", [claim["metadata"]["uid"]])
+
+
+async def _kube_client(kubeconfig: Path):
+    return (await Kube.connect(str(kubeconfig)))._api

@@ -18,10 +18,10 @@ import grpc
 import structlog
 
 from ...core.events import WARNING, EventRecorder
-from ...core.kube import ApiError, Kube
+from ...core.kube import ApiError, ConnectionLost, Kube
 from ...core.resources import RESOURCE_CLAIMS
 from ..backends.base import BackendError
-from . import cdi, checkpoint, coexistence, health_service, toolkit
+from . import cdi, checkpoint, coexistence, device_status, health_service, toolkit
 from .checkpoint import PreparedClaim, PreparedDevice
 from .kubeletapi import (dra_v1_pb2, dra_v1_pb2_grpc, dra_v1beta1_pb2, dra_v1beta1_pb2_grpc,
                          pluginregistration_v1_pb2, pluginregistration_v1_pb2_grpc)
@@ -133,6 +133,7 @@ class KubeletPlugin:
         """uid -> (devices, error) for every requested claim."""
         fetched = await asyncio.gather(*(self._get_claim(c) for c in claims))
         results: dict[str, tuple[list[PreparedDevice], str]] = {}
+        new: list[tuple[dict, PreparedClaim]] = []
         async with self._lock:
             changed = False
             for requested, claim in zip(claims, fetched):
@@ -144,6 +145,7 @@ class KubeletPlugin:
                     if record is None:
                         record = self._prepare_claim(requested, claim)
                         self.prepared[record.uid] = record
+                        new.append((claim, record))
                         changed = True
                     else:
                         self._ensure_spec(record)  # e.g. /var/run/cdi emptied by a reboot
@@ -160,7 +162,19 @@ class KubeletPlugin:
             if changed:
                 checkpoint.save(self.checkpoint_path, self.prepared)
             self.agent.metrics.prepared_claims.labels(self.driver).set(len(self.prepared))
+        for claim, record in new:
+            await self._write_device_status(claim, record)
         return results
+
+    async def _write_device_status(self, claim: dict, record: PreparedClaim) -> None:
+        """status.devices with the agent's data (best effort, as the example driver: the claim is
+        prepared either way)."""
+        published = {d["name"]: d for d in self.agent.published_devices()}
+        body = device_status.status_apply(claim, self.driver, record.devices, published)
+        try:
+            await self.kube.apply(RESOURCE_CLAIMS, body, field_manager=self.driver, force=True, subresource="status")
+        except (ApiError, ConnectionLost) as e:
+            self.log.warning("status.devices not written", claim=f"{record.namespace}/{record.name}", error=str(e))
 
     async def _get_claim(self, requested: dict[str, str]) -> dict | None | Exception:
         try:
