@@ -11,7 +11,7 @@ from .core.settings import Settings, SettingsError
 from . import kubectl
 from .lab.cli import lab
 
-OPERATORS = ("claims", "nodeagent", "binding", "taints",)
+OPERATORS = ("claims", "nodeagent", "binding", "taints", "poolstatus",)
 
 
 @click.group()

@@ -61,3 +61,5 @@ RESOURCE_CLAIM_TEMPLATES = Resource("resource.k8s.io/v1", "resourceclaimtemplate
 RESOURCE_SLICES = Resource("resource.k8s.io/v1", "resourceslices", False)
 # Served as v1 from 1.37, v1beta2/v1alpha3 before: discover the version (Kube.preferred_version).
 DEVICE_TAINT_RULES = Resource("resource.k8s.io/v1", "devicetaintrules", False)
+# Alpha (DRAResourcePoolStatus): served only as v1alpha3, and only when the API server enables it.
+RESOURCE_POOL_STATUS_REQUESTS = Resource("resource.k8s.io/v1alpha3", "resourcepoolstatusrequests", False)

@@ -78,6 +78,18 @@ class Settings:
         "", "DRA_TAINTS_RULE_VERSION",
         "taints: DeviceTaintRule version to use (v1, v1beta2, v1alpha3) instead of the one discovered",
         choices=("", "v1", "v1beta2", "v1alpha3"))
+    # -- poolstatus --------------------------------------------------------------------------
+    poolstatus_workers: int = setting(1, "DRA_POOLSTATUS_WORKERS",
+                                      "poolstatus: concurrent request syncs (upstream runs 1)", minimum=1)
+    poolstatus_completed_ttl: float = setting(3600.0, "DRA_POOLSTATUS_COMPLETED_TTL",
+                                              "poolstatus: seconds a completed or failed request is kept "
+                                              "(upstream: 1 h, fixed)", positive=True)
+    poolstatus_pending_ttl: float = setting(86400.0, "DRA_POOLSTATUS_PENDING_TTL",
+                                            "poolstatus: seconds a request never answered is kept "
+                                            "(upstream: 24 h, fixed)", positive=True)
+    poolstatus_cleanup_interval: float = setting(600.0, "DRA_POOLSTATUS_CLEANUP_INTERVAL",
+                                                 "poolstatus: seconds between looks for expired requests "
+                                                 "(upstream: 10 min, fixed)", positive=True)
     # -- nodeagent ---------------------------------------------------------------------------
     node_name: str = setting("", "NODE_NAME", "nodeagent: the Node this agent publishes devices for (required)")
     nodeagent_backend: str = setting("nvml", "DRA_NODEAGENT_BACKEND", "nodeagent: device backend, nvml or simulated",

@@ -48,7 +48,7 @@ def lab() -> None:
               help="Real Nodes to add (lab-real-0, ...): a kubelet and a containerd each, with runc, "
                    "a bridge pod network and local busybox images (needs `make lab-build-node` and root).")
 @click.option("--upstream-controllers", is_flag=True,
-              help="Run upstream's resourceclaim and device-taint-eviction controllers in "
+              help="Run upstream's resourceclaim, device-taint-eviction and resourcepoolstatusrequest controllers in "
                    "kube-controller-manager (the reference to compare the operators against).")
 @click.option("--scheduler-config", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="A KubeSchedulerConfiguration file (for example DynamicResources bindingTimeout).")

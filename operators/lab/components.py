@@ -12,8 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-# Our operators replace these two kube-controller-manager controllers.
-REPLACED_CONTROLLERS = ("resourceclaim-controller", "device-taint-eviction-controller")
+# Our operators replace these kube-controller-manager controllers (claims, taints, poolstatus).
+REPLACED_CONTROLLERS = ("resourceclaim-controller", "device-taint-eviction-controller",
+                        "resourcepoolstatusrequest-controller")
 # Every API version of resource.k8s.io the release has, so clients of any version can be tested.
 RESOURCE_API_VERSIONS = ("v1", "v1beta2", "v1beta1", "v1alpha3")
 # Annotation on Pods that makes kwok finish them (value Succeeded or Failed), like a kubelet would.

@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[2]
 KIND_OVERLAY = ROOT / "kustomize" / "overlays" / "kind"
 DEVICE_CLASSES = ROOT / "config" / "deviceclasses"
 NAMESPACE = "dra-operators"
-DEPLOYMENTS = ("dra-claims", "dra-taints", "dra-binding")
+DEPLOYMENTS = ("dra-claims", "dra-taints", "dra-binding", "dra-poolstatus")
 DAEMONSET = "dra-nodeagent"
 # The base DaemonSet's kubelet directories: volumes by name, mounts by path (their merge key).
 _KUBELET_VOLUMES = ("plugins-registry", "plugins", "cdi")

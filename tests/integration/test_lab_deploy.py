@@ -62,7 +62,7 @@ async def test_every_workload_runs_from_the_image_on_the_real_nodes_as_its_user(
     for pod in pods:
         by_app.setdefault(pod["metadata"]["labels"]["app.kubernetes.io/name"], []).append(pod)
     assert {name: len(by_app.get(name, [])) for name in (*DEPLOYMENTS, DAEMONSET)} == {
-        "dra-claims": 2, "dra-taints": 2, "dra-binding": 2, "dra-nodeagent": 2}
+        "dra-claims": 2, "dra-taints": 2, "dra-binding": 2, "dra-poolstatus": 2, "dra-nodeagent": 2}
     assert sorted(p["spec"]["nodeName"] for p in by_app[DAEMONSET]) == list(NODES)
     for pod in pods:
         assert pod["status"]["phase"] == "Running", pod["metadata"]["name"]

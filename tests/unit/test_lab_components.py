@@ -34,7 +34,7 @@ def test_gate_dependencies_and_their_apis_follow():
 
 def test_controller_manager_disables_upstream_dra_controllers_by_default():
     args = components.build_controller_manager_args(Path("/b/kcm"), FILES, PORTS, ["DRAX"], False)
-    assert "--controllers=*,-resourceclaim-controller,-device-taint-eviction-controller" in args
+    assert "--controllers=*,-resourceclaim-controller,-device-taint-eviction-controller,-resourcepoolstatusrequest-controller" in args
     assert "--feature-gates=DRAX=true" in args
     assert "--leader-elect=false" in args
 

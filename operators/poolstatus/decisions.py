@@ -1,0 +1,499 @@
+"""The answer to a ResourcePoolStatusRequest, computed from ResourceSlices, ResourceClaims and
+DeviceTaintRules (plain dicts in, the request's ``status`` out; no I/O).
+
+A port of kube-controller-manager v1.37.1's resourcepoolstatusrequest-controller:
+pkg/controller/resourcepoolstatusrequest/controller.go (``calculatePoolStatus``,
+``deviceUnavailable``, ``hasUnavailableTaint``, ``ruleMakesDeviceUnavailable``, ``errorStatus``,
+``shouldDeleteRequest``) and views.go (``resolveDevicePartitions``, ``computePoolViews``,
+``computePartitionSummary``, ``computeShareableSummary``, ``availableCounters``); types from
+k8s.io/api v0.37.1 resource/v1alpha3/types.go. Quantities are summed and printed as
+apimachinery's ``resource.Quantity`` does (``Add``, ``Sub``, ``CanonicalizeBytes``), so that a
+total reads "80Gi" here exactly when it does upstream.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import re
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any, Iterable
+
+from ..core.quantity import parse_quantity
+
+Obj = dict[str, Any]
+
+LIMIT_DEFAULT = 100                 # ResourcePoolStatusRequestLimitDefault
+LIMIT_MAX = 1000                    # ResourcePoolStatusRequestLimitMax
+MAX_STATUS_LIST_ITEMS = 32          # views.go maxStatusListItems (+k8s:maxItems=32)
+MAX_VALIDATION_ERROR_BYTES = 256    # +k8s:maxBytes=256 of validationError
+
+COMPLETE, FAILED = "Complete", "Failed"
+
+# views.go: machine-readable prefixes of a pool's validationError.
+PREFIX_POOL_INCOMPLETE = "PoolIncomplete:"   # the only transient one: the request is retried
+PREFIX_PARTITION_TYPE_MISSING = "PartitionTypeMissing:"
+PREFIX_PARTITION_COST_MISMATCH = "PartitionCostMismatch:"
+PREFIX_PARTITION_SUMMARY_OVER_CAP = "PartitionSummaryOverCap:"
+PREFIX_SHAREABLE_OVER_CAP = "ShareableSummaryOverCap:"
+
+UNAVAILABLE_EFFECTS = ("NoSchedule", "NoExecute")
+
+
+# -- quantities as apimachinery's resource.Quantity --------------------------------------------
+
+BINARY_SI, DECIMAL_SI, DECIMAL_EXPONENT = "BinarySI", "DecimalSI", "DecimalExponent"
+_BIN_SUFFIXES = {0: "", 10: "Ki", 20: "Mi", 30: "Gi", 40: "Ti", 50: "Pi", 60: "Ei"}
+_EXPONENT = re.compile(r"[eE][+-]?\d+$")
+_DEC_SUFFIXES = {-9: "n", -6: "u", -3: "m", 0: "", 3: "k", 6: "M", 9: "G", 12: "T", 15: "P", 18: "E"}
+
+
+@dataclass(frozen=True)
+class Quantity:
+    """A value and the format it prints in ("" for Go's zero ``Quantity{}``)."""
+    value: Fraction = Fraction(0)
+    format: str = ""
+
+    @classmethod
+    def parse(cls, text: Any) -> "Quantity":
+        text = str(text).strip()
+        if text[-2:] in ("Ki", "Mi", "Gi", "Ti", "Pi", "Ei"):
+            fmt = BINARY_SI
+        elif _EXPONENT.search(text):  # "1e3"; a bare "E" is the exa suffix
+            fmt = DECIMAL_EXPONENT
+        else:
+            fmt = DECIMAL_SI
+        return cls(parse_quantity(text), fmt)
+
+    def add(self, other: "Quantity") -> "Quantity":
+        """``Quantity.Add``: a zero quantity takes the format of what is added to it."""
+        return Quantity(self.value + other.value, other.format if self.value == 0 else self.format)
+
+    def sub(self, other: "Quantity") -> "Quantity":
+        """``Quantity.Sub``: likewise."""
+        return Quantity(self.value - other.value, other.format if self.value == 0 else self.format)
+
+    def __str__(self) -> str:
+        """``CanonicalizeBytes``: what the API server and kubectl print."""
+        value = self.value
+        if value == 0:
+            return "0"
+        fmt = self.format if self.format in (BINARY_SI, DECIMAL_SI, DECIMAL_EXPONENT) else DECIMAL_EXPONENT
+        if fmt == BINARY_SI:
+            if -1024 < value < 1024 or value.denominator != 1:
+                fmt = DECIMAL_SI  # small numbers and fractions are not shown in binary
+            else:
+                number, exponent = int(value), 0
+                while number % 1024 == 0 and exponent < 60:
+                    number //= 1024
+                    exponent += 10
+                return f"{number}{_BIN_SUFFIXES[exponent]}"
+        # Base 10: an integer mantissa, all factors of ten in the exponent, then the exponent
+        # lowered to a multiple of three (int64Amount.AsCanonicalBytes).
+        exponent = 0
+        while value.denominator != 1:
+            value *= 10
+            exponent -= 1
+        mantissa = int(value)
+        while mantissa % 10 == 0:
+            mantissa //= 10
+            exponent += 1
+        if exponent % 3 == 1:
+            mantissa, exponent = mantissa * 10, exponent - 1
+        elif exponent % 3 == 2:
+            mantissa, exponent = mantissa * 100, exponent - 2
+        if fmt == DECIMAL_EXPONENT:
+            return f"{mantissa}" if exponent == 0 else f"{mantissa}e{exponent}"
+        return f"{mantissa}{_DEC_SUFFIXES.get(exponent, '')}"
+
+
+def non_negative_diff(a: Quantity, b: Quantity) -> Quantity:
+    """views.go ``nonNegativeDiff``: max(0, a-b) in a's format."""
+    out = a.sub(b)
+    return Quantity(Fraction(0), a.format) if out.value < 0 else out
+
+
+# -- which devices count how ----------------------------------------------------------------------
+
+def has_unavailable_taint(device: Obj) -> bool:
+    """controller.go ``hasUnavailableTaint``: an embedded NoSchedule or NoExecute taint."""
+    return any(t.get("effect") in UNAVAILABLE_EFFECTS for t in device.get("taints") or [])
+
+
+def rule_makes_device_unavailable(rule: Obj, driver: str, pool: str, device: str) -> bool:
+    """controller.go ``ruleMakesDeviceUnavailable``: a NoSchedule/NoExecute rule whose selector
+    names this device (unset fields match anything; no selector matches nothing)."""
+    spec = rule.get("spec") or {}
+    if (spec.get("taint") or {}).get("effect") not in UNAVAILABLE_EFFECTS:
+        return False
+    selector = spec.get("deviceSelector")
+    if selector is None:
+        return False
+    return all(selector.get(k) is None or selector.get(k) == v
+               for k, v in (("driver", driver), ("pool", pool), ("device", device)))
+
+
+def device_unavailable(driver: str, pool: str, device: Obj, rules: Iterable[Obj]) -> bool:
+    """controller.go ``deviceUnavailable``."""
+    return has_unavailable_taint(device) or any(
+        rule_makes_device_unavailable(r, driver, pool, device.get("name", "")) for r in rules)
+
+
+# -- the partition and shareable views (views.go) ------------------------------------------------
+
+@dataclass
+class DeviceRecord:
+    """views.go ``deviceRecord``."""
+    name: str
+    partition_attr: str = ""
+    partition_type: str = ""
+    has_partition_type: bool = False
+    consumes_counters: list[Obj] = field(default_factory=list)
+    allow_multiple: bool = False
+    capacity: dict[str, Obj] = field(default_factory=dict)
+    attributes: dict[str, Obj] = field(default_factory=dict)
+
+
+def slice_device_records(slice_: Obj) -> list[DeviceRecord]:
+    """views.go ``sliceDeviceRecords``: each device seeded with its slice's partitionTypeAttribute."""
+    spec = slice_.get("spec") or {}
+    attr = spec.get("partitionTypeAttribute") or ""
+    return [DeviceRecord(name=d.get("name", ""), partition_attr=attr,
+                         consumes_counters=list(d.get("consumesCounters") or []),
+                         allow_multiple=bool(d.get("allowMultipleAllocations")),
+                         capacity=dict(d.get("capacity") or {}), attributes=dict(d.get("attributes") or {}))
+            for d in spec.get("devices") or []]
+
+
+def resolve_partition_type(driver: str, attributes: dict[str, Obj], fqn: str) -> tuple[str, bool]:
+    """views.go ``resolvePartitionType``: the attribute's string value; a name in the driver's
+    own domain also matches the bare attribute (the explicit one wins)."""
+    attr = attributes.get(fqn)
+    if attr is None and fqn.startswith(driver + "/"):
+        attr = attributes.get(fqn[len(driver) + 1:])
+    if attr is None or attr.get("string") is None:
+        return "", False
+    return attr["string"], True
+
+
+def resolve_device_partitions(request_attr: str | None, devices: list[DeviceRecord], driver: str) -> None:
+    """views.go ``resolveDevicePartitions``: a slice's own attribute first; the request's default
+    only when no slice of the pool declares one."""
+    pool_declares = any(d.partition_attr for d in devices)
+    for d in devices:
+        if not d.partition_attr:
+            if pool_declares or request_attr is None:
+                continue
+            d.partition_attr = request_attr
+        d.partition_type, d.has_partition_type = resolve_partition_type(driver, d.attributes, d.partition_attr)
+
+
+Counters = dict[str, dict[str, Fraction]]
+
+
+def _go_quote(text: str) -> str:
+    """Go's %q for the names that appear in messages."""
+    return json.dumps(text, ensure_ascii=False)
+
+
+def _counter_value(counter: Obj) -> Fraction:
+    return parse_quantity(str(counter.get("value", "0")))
+
+
+def consumes_counters_key(cost: list[Obj]) -> str:
+    """views.go ``consumesCountersKey``: a device's counter cost as a comparable string."""
+    parts = [f"{cc.get('counterSet')}/{name}={Quantity.parse(c.get('value', '0'))}"
+             for cc in cost for name, c in sorted((cc.get("counters") or {}).items())]
+    return ",".join(sorted(parts))
+
+
+def _deduct(cost: list[Obj], avail: Counters) -> None:
+    for cc in cost:
+        counters = avail.get(cc.get("counterSet"))
+        if counters is None:
+            continue
+        for name, c in (cc.get("counters") or {}).items():
+            if name in counters:
+                counters[name] -= _counter_value(c)
+
+
+def _fits(cost: list[Obj], avail: Counters) -> bool:
+    for cc in cost:
+        counters = avail.get(cc.get("counterSet")) or {}
+        for name, c in (cc.get("counters") or {}).items():
+            if name not in counters or counters[name] < _counter_value(c):
+                return False
+    return True
+
+
+def available_counters(shared: list[Obj], devices: list[DeviceRecord], in_use: set[str]) -> Counters:
+    """views.go ``availableCounters``: capacity minus the cost of every in-use device, once each."""
+    avail: Counters = {}
+    for counter_set in shared:
+        values = avail.setdefault(counter_set.get("name", ""), {})
+        for name, c in (counter_set.get("counters") or {}).items():
+            values[name] = _counter_value(c)
+    for d in devices:
+        if d.name in in_use:
+            _deduct(d.consumes_counters, avail)
+    return avail
+
+
+def compute_partition_summary(driver: str, pool: str, devices: list[DeviceRecord], shared: list[Obj],
+                              in_use: set[str]) -> tuple[list[Obj] | None, str]:
+    """views.go ``computePartitionSummary``."""
+    groups: dict[tuple[str, str], dict[str, Any]] = {}
+    for d in devices:
+        if not d.consumes_counters or not d.partition_attr:
+            continue
+        if not d.has_partition_type:
+            return None, (f"{PREFIX_PARTITION_TYPE_MISSING} device {_go_quote(d.name)} in pool {driver}/{pool} "
+                          f"does not carry partition type attribute {_go_quote(d.partition_attr)}")
+        group = groups.setdefault((d.partition_attr, d.partition_type), {"total": 0, "fresh": [], "cost": ""})
+        key = consumes_counters_key(d.consumes_counters)
+        if group["total"] == 0:
+            group["cost"] = key
+        elif key != group["cost"]:
+            return None, (f"{PREFIX_PARTITION_COST_MISMATCH} devices of partition type {_go_quote(d.partition_type)} "
+                          f"in pool {driver}/{pool} consume different counters")
+        group["total"] += 1
+        if d.name not in in_use:
+            group["fresh"].append(d)
+
+    baseline = available_counters(shared, devices, in_use)
+    result = []
+    for (attr, type_), group in sorted(groups.items()):
+        avail = {name: dict(values) for name, values in baseline.items()}
+        allocatable = 0
+        for d in group["fresh"]:
+            if _fits(d.consumes_counters, avail):
+                allocatable += 1
+                _deduct(d.consumes_counters, avail)
+        result.append({"attribute": attr, "type": type_, "total": group["total"], "allocatable": allocatable})
+    if len(result) > MAX_STATUS_LIST_ITEMS:
+        return None, (f"{PREFIX_PARTITION_SUMMARY_OVER_CAP} pool {driver}/{pool} has {len(result)} partition types, "
+                      f"exceeding the maximum of {MAX_STATUS_LIST_ITEMS}")
+    return result, ""
+
+
+def compute_shareable_summary(driver: str, pool: str, devices: list[DeviceRecord], in_use: set[str],
+                              consumed: dict[str, Quantity]) -> tuple[Obj | None, str]:
+    """views.go ``computeShareableSummary``: only for pools with allowMultipleAllocations devices."""
+    full = partial = 0
+    total: dict[str, Quantity] = {}
+    shareable = False
+    for d in devices:
+        if not d.allow_multiple:
+            continue
+        shareable = True
+        if d.name in in_use:
+            partial += 1
+        else:
+            full += 1
+        for key, capacity in d.capacity.items():
+            total[key] = total.get(key, Quantity()).add(Quantity.parse(capacity.get("value", "0")))
+    if not shareable:
+        return None, ""
+    capacities = []
+    for key in sorted(total):
+        used = consumed.get(key, Quantity())
+        capacities.append({"name": key, "total": str(total[key]), "consumed": str(used),
+                           "available": str(non_negative_diff(total[key], used))})
+    if len(capacities) > MAX_STATUS_LIST_ITEMS:
+        return None, (f"{PREFIX_SHAREABLE_OVER_CAP} pool {driver}/{pool} has {len(capacities)} shareable capacity "
+                      f"keys, exceeding the maximum of {MAX_STATUS_LIST_ITEMS}")
+    summary: Obj = {"fullyAvailableDevices": full, "partiallyAvailableDevices": partial}
+    if capacities:
+        summary["capacity"] = capacities
+    return summary, ""
+
+
+def compute_pool_views(driver: str, pool: str, devices: list[DeviceRecord], shared: list[Obj], in_use: set[str],
+                       consumed: dict[str, Quantity]) -> tuple[list[Obj] | None, Obj | None, str]:
+    """views.go ``computePoolViews``: (partitionSummary, shareableSummary, first validation error)."""
+    has_counters = bool(shared)
+    grouped = any(d.partition_attr for d in devices)
+    partitions, error = None, ""
+    if grouped and not has_counters:
+        error = (f"{PREFIX_PARTITION_TYPE_MISSING} pool {driver}/{pool} declares partitionTypeAttribute "
+                 "but publishes no sharedCounters")
+    elif grouped:
+        partitions, error = compute_partition_summary(driver, pool, devices, shared, in_use)
+    shareable, shareable_error = compute_shareable_summary(driver, pool, devices, in_use, consumed)
+    if not error:
+        error = shareable_error
+    if shareable_error:
+        shareable = None
+    if error:
+        partitions = None
+    return partitions, shareable, error
+
+
+# -- the whole answer (controller.go calculatePoolStatus) ----------------------------------------
+
+def _truncate(message: str) -> str:
+    """To the API field's 256 bytes, as upstream cuts them."""
+    raw = message.encode()
+    return raw[:MAX_VALIDATION_ERROR_BYTES].decode(errors="replace") if len(raw) > MAX_VALIDATION_ERROR_BYTES \
+        else message
+
+
+@dataclass
+class _Pool:
+    driver: str
+    name: str
+    node_name: str
+    generation: int
+    expected_slices: int
+    total: int = 0
+    unavailable: int = 0
+    slices: int = 0
+    node_mixed: bool = False
+    devices: list[DeviceRecord] = field(default_factory=list)
+    shared_counters: list[Obj] = field(default_factory=list)
+
+
+def request_limit(request: Obj) -> int:
+    limit = (request.get("spec") or {}).get("limit")
+    return LIMIT_DEFAULT if limit is None else int(limit)
+
+
+def calculate_pool_status(request: Obj, slices: Iterable[Obj], claims: Iterable[Obj], rules: Iterable[Obj],
+                          now: str) -> Obj:
+    """The request's ``status``. ``rules``: the DeviceTaintRules (empty when the cluster serves
+    none, as upstream with its DRADeviceTaintRules gate off); ``now``: lastTransitionTime."""
+    spec = request.get("spec") or {}
+    driver = spec.get("driver", "")
+    pool_filter = spec.get("poolName") or ""
+    rules = list(rules)
+
+    matching = []
+    for s in slices:
+        s_spec = s.get("spec") or {}
+        pool = s_spec.get("pool") or {}
+        if s_spec.get("driver") != driver or (pool_filter and pool.get("name") != pool_filter):
+            continue
+        matching.append((s, s_spec, pool))
+
+    # Pass 1: the newest generation of every pool; older slices are ignored (KEP-5677).
+    newest: dict[str, int] = {}
+    for _, _, pool in matching:
+        name, generation = pool.get("name", ""), int(pool.get("generation") or 0)
+        newest[name] = max(newest.get(name, generation), generation)
+
+    # Pass 2: totals over the newest slices.
+    pools: dict[str, _Pool] = {}
+    for s, s_spec, pool in matching:
+        name = pool.get("name", "")
+        if int(pool.get("generation") or 0) < newest[name]:
+            continue
+        devices = s_spec.get("devices") or []
+        unavailable = sum(device_unavailable(driver, name, d, rules) for d in devices)
+        node_name = s_spec.get("nodeName") or ""
+        info = pools.get(name)
+        if info is None:
+            info = pools[name] = _Pool(driver, name, node_name, newest[name], int(pool.get("resourceSliceCount") or 0))
+        elif node_name != info.node_name:
+            info.node_mixed = True
+        info.total += len(devices)
+        info.unavailable += unavailable
+        info.slices += 1
+        info.devices.extend(slice_device_records(s))
+        info.shared_counters.extend(s_spec.get("sharedCounters") or [])
+
+    # Allocated devices: each device once however many claims share it; adminAccess results
+    # observe and do not count. Consumed capacity is summed over the same results.
+    allocated: dict[str, set[str]] = {}
+    consumed: dict[str, dict[str, Quantity]] = {}
+    for claim in claims:
+        allocation = (claim.get("status") or {}).get("allocation")
+        if not allocation:
+            continue
+        for result in (allocation.get("devices") or {}).get("results") or []:
+            if result.get("adminAccess"):
+                continue
+            key = f"{result.get('driver')}/{result.get('pool')}"
+            allocated.setdefault(key, set()).add(result.get("device", ""))
+            for name, amount in (result.get("consumedCapacity") or {}).items():
+                per_pool = consumed.setdefault(key, {})
+                per_pool[name] = per_pool.get(name, Quantity()).add(Quantity.parse(amount))
+
+    statuses = []
+    for info in pools.values():
+        status: Obj = {"driver": info.driver, "poolName": info.name, "generation": info.generation}
+        if info.node_name and not info.node_mixed:
+            status["nodeName"] = info.node_name
+        if info.slices < info.expected_slices:
+            status["validationError"] = _truncate(
+                f"{PREFIX_POOL_INCOMPLETE} pool {info.driver}/{info.name} is incomplete: observed "
+                f"{info.slices}/{info.expected_slices} slices at generation {info.generation}")
+        else:
+            key = f"{info.driver}/{info.name}"
+            in_use = allocated.get(key, set())
+            status.update(resourceSliceCount=info.slices, totalDevices=info.total, allocatedDevices=len(in_use),
+                          availableDevices=max(0, info.total - len(in_use) - info.unavailable),
+                          unavailableDevices=info.unavailable)
+            resolve_device_partitions(spec.get("defaultPartitionTypeAttribute"), info.devices, info.driver)
+            partitions, shareable, error = compute_pool_views(info.driver, info.name, info.devices,
+                                                              info.shared_counters, in_use, consumed.get(key, {}))
+            if partitions:
+                status["partitionSummary"] = partitions
+            if shareable is not None:
+                status["shareableSummary"] = shareable
+            if error:
+                status["validationError"] = _truncate(error)
+        statuses.append(status)
+
+    statuses.sort(key=lambda p: (p["driver"], p["poolName"]))
+    pool_count = len(statuses)
+    statuses = statuses[:request_limit(request)]
+    flagged = sum(1 for p in statuses if p.get("validationError"))
+    message = f"Calculated status for {len(statuses)} pools"
+    if flagged:
+        message += f" ({flagged} incomplete)"
+    result: Obj = {"poolCount": pool_count}
+    if statuses:
+        result["pools"] = statuses
+    result["conditions"] = [{"type": COMPLETE, "status": "True", "lastTransitionTime": now,
+                             "reason": "CalculationComplete", "message": message}]
+    return result
+
+
+def error_status(message: str, now: str) -> Obj:
+    """controller.go ``errorStatus`` (upstream writes it when a lister fails; ours read a cache
+    that cannot fail, so it is kept for completeness)."""
+    return {"poolCount": 0, "conditions": [{"type": FAILED, "status": "True", "lastTransitionTime": now,
+                                            "reason": "CalculationFailed", "message": message}]}
+
+
+def has_incomplete_pool(status: Obj) -> bool:
+    """controller.go ``syncRequest``: a returned pool still being published means try again."""
+    return any((p.get("validationError") or "").startswith(PREFIX_POOL_INCOMPLETE) for p in status.get("pools") or [])
+
+
+def is_processed(request: Obj) -> bool:
+    """Once a status is set the request is complete and never computed again."""
+    return request.get("status") is not None
+
+
+# -- retention (controller.go shouldDeleteRequest) -----------------------------------------------
+
+def _older_than(stamp: str | None, ttl: float, now: datetime.datetime) -> bool:
+    if not stamp:
+        return False  # isOlderThan: a zero time is never old
+    then = datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    return (now - then).total_seconds() > ttl
+
+
+def should_delete(request: Obj, now: datetime.datetime, completed_ttl: float, pending_ttl: float) -> bool:
+    """A completed or failed request after ``completed_ttl`` from its condition's
+    lastTransitionTime (its creation when it has no such condition); a pending one after
+    ``pending_ttl`` from its creation."""
+    status = request.get("status")
+    if status is not None:
+        for condition in status.get("conditions") or []:
+            if condition.get("type") in (COMPLETE, FAILED):
+                return _older_than(condition.get("lastTransitionTime"), completed_ttl, now)
+        return _older_than(request["metadata"].get("creationTimestamp"), completed_ttl, now)
+    return _older_than(request["metadata"].get("creationTimestamp"), pending_ttl, now)
