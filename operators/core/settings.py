@@ -121,6 +121,9 @@ class Settings:
     nodeagent_nvidia_container_runtime: bool = setting(False, "DRA_NODEAGENT_NVIDIA_CONTAINER_RUNTIME",
                                                        "nodeagent: nvidia-container-runtime is the node's runtime, "
                                                        "so claims may be prepared without the toolkit's CDI spec")
+    pod_uid: str = setting("", "POD_UID",
+                           "nodeagent: the agent Pod's UID (downward API metadata.uid): unique kubelet plugin sockets "
+                           "per instance, so a DaemonSet rolling update runs old and new side by side")
     nodeagent_nvml_refresh: float = setting(30.0, "DRA_NODEAGENT_NVML_REFRESH",
                                             "nodeagent: seconds between checks for GPUs gone or back and MIG changes "
                                             "(nvml backend)", minimum=0.1)

@@ -84,7 +84,7 @@ async def start_nodeagent(settings: kopf.OperatorSettings, memo: kopf.Memo, **_)
                 agent, kube, registry_dir=config.nodeagent_registry_dir, plugins_dir=config.nodeagent_plugins_dir,
                 cdi_root=config.nodeagent_cdi_root,
                 toolkit_cdi_dirs=tuple(d.strip() for d in config.nodeagent_toolkit_cdi_dirs.split(",") if d.strip()),
-                nvidia_runtime=config.nodeagent_nvidia_container_runtime)
+                nvidia_runtime=config.nodeagent_nvidia_container_runtime, pod_uid=config.pod_uid)
             runtime.on_cleanup(plugin.stop)
             await plugin.start(runtime.supervisor)
             memo.nodeagent_plugin = plugin

@@ -698,3 +698,71 @@ async def test_status_devices_carry_the_agents_data_and_no_other_nodes_claim_is_
 
 async def _kube_client(kubeconfig: Path):
     return (await Kube.connect(str(kubeconfig)))._api
+
+
+# -- seamless plugin update: two instances side by side, then the old one goes ----------------------
+
+async def test_rolling_update_while_pods_are_created(real_lab, rkube, agent, ns, tmp_path):
+    """As a DaemonSet with maxSurge 1 / maxUnavailable 0 does it: a second agent (its own POD_UID,
+    so sockets of its own) starts beside the running one, Pods are created throughout, the old
+    agent stops, the new one serves alone, then the old one comes back and the new one stops.
+    Every Pod runs, no prepare fails, and no stale socket is left."""
+    new = Agent(real_lab, tmp_path)
+    new.process.extra_env["POD_UID"] = "4c1d2b3a-0000-4000-8000-00000000beef"
+    registry = agent.files.plugins_registry
+    try:
+        new.process.start()
+        await wait_for(lambda: _true(new.registered()), timeout=30, what="the new instance registered")
+        assert len([p for p in registry.iterdir() if p.name.endswith("-reg.sock")]) == 2
+        pods = []
+
+        async def create(name: str) -> None:
+            await rkube.create(RESOURCE_CLAIM_TEMPLATES, objects.resource_claim_template(name, DRIVER), ns)
+            await rkube.create(PODS, busybox_pod(name, {"gpu": {"resourceClaimTemplateName": name}},
+                                                 script=PRINT_ENV + "; echo done; exec sleep 3600"), ns)
+            pods.append(name)
+
+        await create("during-both")
+        agent.process.stop()  # the old instance goes: SIGTERM, sockets removed
+        await create("after-old")
+        await running(rkube, ns, "during-both")
+        await running(rkube, ns, "after-old")
+        before = agent.process.log.read_text().count("registered with kubelet")
+        agent.process.start()  # and back, as the next update would bring it
+        await wait_for(lambda: _true(agent.process.log.read_text().count("registered with kubelet") > before),
+                       timeout=30, what="the old instance registered again")
+        await create("after-return")
+        new.process.stop()
+        await create("after-new")
+        for name in pods:
+            await running(rkube, ns, name)
+            assert devices_of(await printed(real_lab, ns, name))
+        failures = [e["message"] for e in await rkube.list(EVENTS, ns) if "Prepare" in (e.get("reason") or "")
+                    and e.get("type") == "Warning"]
+        assert not failures, failures
+        for log in (agent.process.log, new.process.log):
+            assert '"cannot prepare claim"' not in log.read_text()
+        sockets = sorted(p.name for p in registry.iterdir() if p.name.endswith("-reg.sock"))
+        assert sockets == [f"{DRIVER}-reg.sock"], sockets  # the stopped instance's is gone
+        assert sorted(p.name for p in (agent.files.plugins / DRIVER).iterdir() if p.name.endswith(".sock")) == \
+            ["dra.sock"]
+        for name in pods:
+            await rkube.delete(PODS, name, ns)
+    finally:
+        new.process.stop()
+        if agent.process.proc is None or agent.process.proc.poll() is not None:
+            agent.process.start()
+
+
+async def test_a_deleted_registration_socket_is_served_again(real_lab, rkube, agent, ns):
+    registrations = agent.process.log.read_text().count("registered with kubelet")
+    socket = agent.files.plugins_registry / f"{DRIVER}-reg.sock"
+    socket.unlink()
+    await wait_for(lambda: _true(socket.is_socket()), timeout=20, what="the registration socket served again")
+    await wait_for(lambda: _true(agent.process.log.read_text().count("registered with kubelet") > registrations),
+                   timeout=30, what="kubelet registered the plugin again")
+    await rkube.create(RESOURCE_CLAIMS, objects.resource_claim("again", DRIVER), ns)
+    await rkube.create(PODS, busybox_pod("again", {"gpu": {"resourceClaimName": "again"}}, script=HOLD), ns)
+    await running(rkube, ns, "again")
+    uid = (await rkube.get(RESOURCE_CLAIMS, "again", ns))["metadata"]["uid"]
+    await delete_and_wait_unprepared(rkube, agent, ns, "again", [uid])

@@ -9,7 +9,9 @@ restarted agent carries on where the last one stopped.
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import functools
+import os
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,7 +23,7 @@ from ...core.events import WARNING, EventRecorder
 from ...core.kube import ApiError, ConnectionLost, Kube
 from ...core.resources import RESOURCE_CLAIMS
 from ..backends.base import BackendError
-from . import cdi, checkpoint, coexistence, device_status, health_service, toolkit
+from . import cdi, checkpoint, coexistence, device_status, health_service, sockets, toolkit
 from .checkpoint import PreparedClaim, PreparedDevice
 from .kubeletapi import (dra_v1_pb2, dra_v1_pb2_grpc, dra_v1beta1_pb2, dra_v1beta1_pb2_grpc,
                          pluginregistration_v1_pb2, pluginregistration_v1_pb2_grpc)
@@ -36,19 +38,24 @@ PLUGIN_TYPE = "DRAPlugin"
 # kubelet takes the first entry of ours it knows: v1 first; v1beta1 for kubelets that still ask for it.
 # The health services are optional; kubelet 1.37 watches health only where they are listed.
 SUPPORTED_SERVICES = ["v1.DRAPlugin", "v1beta1.DRAPlugin", *health_service.SERVICES]
-MAX_SOCKET_PATH = 107  # grpcio's limit (sun_path is 108 bytes with the terminating NUL)
+MAX_SOCKET_PATH = sockets.MAX_SOCKET_PATH  # grpcio's limit (sun_path is 108 bytes with the terminating NUL)
+REGISTRATION_CHECK = 5.0  # seconds between checks that our registration socket is still there
 
 
 class KubeletPlugin:
     def __init__(self, agent: Any, kube: Kube, *, registry_dir: str, plugins_dir: str, cdi_root: str,
-                 toolkit_cdi_dirs: tuple[str, ...] = ("/etc/cdi", "/var/run/cdi"), nvidia_runtime: bool = False):
+                 toolkit_cdi_dirs: tuple[str, ...] = ("/etc/cdi", "/var/run/cdi"), nvidia_runtime: bool = False,
+                 pod_uid: str = ""):
         self.agent = agent
         self.kube = kube
         self.driver = agent.driver
         self.node = agent.node_name
         self.data_dir = Path(plugins_dir) / self.driver
-        self.dra_socket = self.data_dir / "dra.sock"
-        self.registration_socket = Path(registry_dir) / f"{self.driver}-reg.sock"
+        # Unique per instance with a Pod UID, so two instances can run during a rolling update.
+        self.pod_uid = pod_uid
+        self.dra_socket = self.data_dir / sockets.dra_name(pod_uid)
+        self.registration_socket = Path(registry_dir) / sockets.registration_name(registry_dir, self.driver, pod_uid)
+        self.lock_path = self.data_dir / "serialize.lock"
         self.cdi_root = Path(cdi_root)
         self.checkpoint_path = self.data_dir / "checkpoint.json"
         self.toolkit_cdi_dirs = list(toolkit_cdi_dirs)
@@ -72,7 +79,9 @@ class KubeletPlugin:
         coexistence.check(self.driver, self.checkpoint_path, [self.dra_socket, self.registration_socket])
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.registration_socket.parent.mkdir(parents=True, exist_ok=True)
-        await self._load_checkpoint()
+        self._remove_stale_sockets()
+        async with self._serialized():
+            await self._load_checkpoint()
         # The DRA service first: kubelet may call it right after registration.
         dra = grpc.aio.server()
         dra_v1_pb2_grpc.add_DRAPluginServicer_to_server(_DraV1(self), dra)
@@ -80,16 +89,71 @@ class KubeletPlugin:
         health_service.add_to_server(dra, self.agent, self.health_feed)
         self.agent.health_listeners.append(self.health_feed.changed)
         await self._listen(dra, self.dra_socket)
-        registration = grpc.aio.server()
-        pluginregistration_v1_pb2_grpc.add_RegistrationServicer_to_server(_Registration(self), registration)
-        await self._listen(registration, self.registration_socket)
+        await self._serve_registration()
         self.log.info("kubelet plugin serving", registration=str(self.registration_socket),
                       endpoint=str(self.dra_socket), prepared_claims=len(self.prepared))
         if supervisor is not None:
             # A gRPC server that ends by itself is not restarted in place: the process exits and
             # kubelet re-registers the fresh one.
-            for name, server in zip(("kubelet-plugin-dra", "kubelet-plugin-registration"), self._servers):
-                supervisor.spawn(name, functools.partial(self._serve_until_stopped, server), restart=False)
+            supervisor.spawn("kubelet-plugin-dra", functools.partial(self._serve_until_stopped, self._servers[0]),
+                             restart=False)
+            supervisor.spawn("kubelet-plugin-registration", self._keep_registered)
+
+    async def _serve_registration(self) -> None:
+        registration = grpc.aio.server()
+        pluginregistration_v1_pb2_grpc.add_RegistrationServicer_to_server(_Registration(self), registration)
+        await self._listen(registration, self.registration_socket)
+
+    async def _keep_registered(self) -> None:
+        """A registration socket deleted by someone (a cleanup, an operator's mistake) deregisters
+        the plugin in kubelet: serve it again under the same name, and kubelet registers it anew."""
+        while True:
+            await asyncio.sleep(REGISTRATION_CHECK)
+            if len(self._servers) < 2:
+                continue
+            if self.registration_socket.is_socket():
+                continue
+            self.log.warning("registration socket gone, serving it again", socket=str(self.registration_socket))
+            server = self._servers.pop()
+            await server.stop(grace=0)
+            await self._serve_registration()
+
+    def _remove_stale_sockets(self) -> None:
+        """Sockets of earlier instances of this driver that nobody serves any more (a killed Pod
+        leaves them; kubelet would keep dialling them, kubernetes#132660)."""
+        candidates = [(self.registration_socket.parent, "registration"), (self.data_dir, "dra")]
+        for directory, kind in candidates:
+            for path in sorted(directory.iterdir()) if directory.is_dir() else []:
+                if not sockets.is_ours(path.name, self.driver, kind) or not path.is_socket():
+                    continue
+                if coexistence.socket_answers(path):
+                    continue  # another instance's (rolling update), alive
+                path.unlink(missing_ok=True)
+                self.log.info("removed a stale socket", socket=str(path))
+
+    def _serialized(self):
+        """One prepare/unprepare at a time, also across instances (the Go helper's flock on
+        <plugin data dir>/serialize.lock): the in-process lock, then the file lock."""
+        plugin = self
+
+        class _Lock:
+            async def __aenter__(self):
+                await plugin._lock.acquire()
+                try:
+                    self.fd = os.open(plugin.lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+                    await asyncio.to_thread(fcntl.flock, self.fd, fcntl.LOCK_EX)
+                except BaseException:
+                    plugin._lock.release()
+                    raise
+
+            async def __aexit__(self, *exc):
+                try:
+                    fcntl.flock(self.fd, fcntl.LOCK_UN)
+                    os.close(self.fd)
+                finally:
+                    plugin._lock.release()
+
+        return _Lock()
 
     async def _serve_until_stopped(self, server: grpc.aio.Server) -> None:
         # Shielded: once its wait_for_termination is cancelled (the supervisor stops its tasks
@@ -113,7 +177,12 @@ class KubeletPlugin:
         for path in (self.registration_socket, self.dra_socket):
             path.unlink(missing_ok=True)
 
-    async def _load_checkpoint(self) -> None:
+    async def _reload(self) -> None:
+        """Another instance may have prepared or unprepared since: the checkpoint on disk is the
+        truth, read under the lock at the start of every call (as the Go helper requires)."""
+        await self._load_checkpoint(save=False)
+
+    async def _load_checkpoint(self, save: bool = True) -> None:
         try:
             self.prepared = checkpoint.load(self.checkpoint_path)
         except checkpoint.CheckpointCorrupt as e:
@@ -125,7 +194,8 @@ class KubeletPlugin:
             if self.agent.node:
                 await self.events.event(self.agent.node, WARNING, "CheckpointCorrupt", message)
         else:
-            checkpoint.save(self.checkpoint_path, self.prepared)  # an older version is upgraded on start
+            if save:
+                checkpoint.save(self.checkpoint_path, self.prepared)  # an older version is upgraded on start
 
     # -- the DRA service ---------------------------------------------------------------------
 
@@ -134,7 +204,8 @@ class KubeletPlugin:
         fetched = await asyncio.gather(*(self._get_claim(c) for c in claims))
         results: dict[str, tuple[list[PreparedDevice], str]] = {}
         new: list[tuple[dict, PreparedClaim]] = []
-        async with self._lock:
+        async with self._serialized():
+            await self._reload()
             changed = False
             for requested, claim in zip(claims, fetched):
                 started = time.monotonic()
@@ -269,7 +340,8 @@ class KubeletPlugin:
     async def unprepare(self, claims: list[dict[str, str]]) -> dict[str, str]:
         """uid -> error ("" = done) for every requested claim; unknown claims are fine."""
         results: dict[str, str] = {}
-        async with self._lock:
+        async with self._serialized():
+            await self._reload()
             for requested in claims:
                 try:
                     self._spec_path(requested["uid"]).unlink(missing_ok=True)
