@@ -398,3 +398,52 @@ async def _answered(kube: Kube, name: str) -> dict | None:
 
 async def _gone(kube: Kube, name: str) -> bool:
     return await kube.get_or_none(REQUESTS, name) is None
+
+
+async def test_exits_with_a_message_when_the_api_is_not_served(tmp_path):
+    """An API server without v1alpha3 ResourcePoolStatusRequests (a fake one: discovery only)."""
+    import sys
+
+    import yaml
+    from aiohttp import web
+
+    async def handle(request: web.Request) -> web.Response:
+        answers = {
+            "/version": {"major": "1", "minor": "37", "gitVersion": "v1.37.1"},
+            "/apis/resource.k8s.io": {"kind": "APIGroup", "name": "resource.k8s.io",
+                                      "versions": [{"groupVersion": "resource.k8s.io/v1", "version": "v1"}],
+                                      "preferredVersion": {"groupVersion": "resource.k8s.io/v1", "version": "v1"}},
+            "/apis/resource.k8s.io/v1": {"kind": "APIResourceList", "groupVersion": "resource.k8s.io/v1",
+                                         "resources": [{"name": "resourceslices", "kind": "ResourceSlice"}]},
+        }
+        if request.path in answers:
+            return web.json_response(answers[request.path])
+        return web.json_response({"kind": "Status", "status": "Failure", "reason": "NotFound", "code": 404}, status=404)
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]
+    kubeconfig = tmp_path / "fake.kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "c", "cluster": {"server": f"http://127.0.0.1:{port}"}}],
+        "users": [{"name": "u", "user": {"token": "x"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]}))
+    try:
+        env = {**__import__("os").environ, "KUBECONFIG": str(kubeconfig), "DRA_METRICS_PORT": "0"}
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "operators.cli", "run", "poolstatus", "--liveness", "", env=env,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+        out, _ = await asyncio.wait_for(proc.communicate(), timeout=60)
+    finally:
+        await runner.cleanup()
+    output = out.decode(errors="replace")
+    assert proc.returncode not in (0, None), output[-3000:]
+    message = output.strip().splitlines()[-1]
+    assert message.startswith("Error: poolstatus could not start: "), output[-3000:]
+    assert "does not serve resource.k8s.io/v1alpha3 resourcepoolstatusrequests" in message, message
+    assert "DRAResourcePoolStatus=true" in message and "resource.k8s.io/v1alpha3=true" in message, message
