@@ -208,9 +208,76 @@ async def generations(env: Env) -> None:
     env.request("all", driver)
 
 
+async def generation_rollout(env: Env) -> None:
+    driver = env.driver()
+    await env.slice_("gr-old-1", driver, "pool", [dev("gpu-0")], count=2, generation=1)
+    await env.slice_("gr-old-2", driver, "pool", [dev("gpu-1")], count=2, generation=1)
+    await env.slice_("gr-new-1", driver, "pool", [dev("gpu-0")], count=2, generation=2)  # one of two so far
+    env.request("all", driver, pending=True)
+
+
+async def partition_errors(env: Env) -> None:
+    cost = [{"counterSet": "c", "counters": {"memory": {"value": "10Gi"}}}]
+    counters = [{"name": "c", "counters": {"memory": {"value": "80Gi"}}}]
+    missing = env.driver("a")  # a counter-consuming device without the grouping attribute
+    await env.slice_("pe-a", missing, "pool", [dev("typed", attributes={"profile": {"string": "S"}},
+                                                   consumesCounters=cost),
+                                               dev("untyped", consumesCounters=cost)], count=2)
+    await env.slice_("pe-a-counters", missing, "pool", [], count=2, sharedCounters=counters)
+    env.request("attribute-missing", missing, defaultPartitionTypeAttribute=f"{missing}/profile")
+    no_counters = env.driver("b")  # a grouping attribute but no shared counters in the pool
+    await env.slice_("pe-b", no_counters, "pool", [dev("d", attributes={"profile": {"string": "S"}})])
+    env.request("no-counters", no_counters, defaultPartitionTypeAttribute=f"{no_counters}/profile")
+    over = env.driver("c")  # 33 partition types: more than the status may list
+    await env.slice_("pe-c", over, "pool", [dev(f"t-{i}", attributes={"profile": {"string": f"T{i:02d}"}},
+                                                consumesCounters=cost) for i in range(33)], count=2)
+    await env.slice_("pe-c-counters", over, "pool", [], count=2, sharedCounters=counters)
+    env.request("over-cap", over, defaultPartitionTypeAttribute=f"{over}/profile")
+
+
+async def slice_attribute_wins(env: Env) -> None:
+    driver = env.driver()
+    cost = [{"counterSet": "c", "counters": {"memory": {"value": "20Gi"}}}]
+    attrs = {"profile": {"string": "Quarter"}, f"{driver}/shape": {"string": "Small"}}
+    await env.slice_("sa-devices", driver, "pool", [dev(f"q-{i}", attributes=attrs, consumesCounters=cost)
+                                                    for i in range(3)], count=2,
+                     partitionTypeAttribute=f"{driver}/profile")
+    await env.slice_("sa-counters", driver, "pool", [], count=2,
+                     sharedCounters=[{"name": "c", "counters": {"memory": {"value": "50Gi"}}}])
+    env.request("slice-attribute", driver, defaultPartitionTypeAttribute=f"{driver}/shape")
+
+
+async def shareable_edges(env: Env) -> None:
+    bare = env.driver("a")  # shareable devices without capacities
+    await env.slice_("se-a", bare, "pool", [dev("s-0", allowMultipleAllocations=True),
+                                            dev("s-1", allowMultipleAllocations=True)])
+    env.request("no-capacity", bare)
+    many = env.driver("b")  # 34 capacity names over two devices: more than the status may list
+    await env.slice_("se-b", many, "pool", [
+        dev(f"s-{d}", allowMultipleAllocations=True,
+            capacity={f"c{d}{i:02d}": {"value": "1Gi"} for i in range(17)}) for d in range(2)])
+    env.request("over-cap", many)
+    formats = env.driver("c")  # sums printed as resource.Quantity prints them
+    await env.slice_("se-c", formats, "pool", [
+        dev("s-0", allowMultipleAllocations=True, capacity={"mem": {"value": "1536Mi"}, "bw": {"value": "1500m"},
+                                                            "n": {"value": "1e3"}}),
+        dev("s-1", allowMultipleAllocations=True, capacity={"mem": {"value": "512Mi"}, "bw": {"value": "500m"},
+                                                            "n": {"value": "2e3"}})])
+    env.request("formats", formats)
+
+
+async def empty_and_odd_pools(env: Env) -> None:
+    driver = env.driver()
+    await env.slice_("eo-empty", driver, "empty", [])
+    await env.slice_("eo-slash", driver, "rack-1/tray-2", [dev("gpu-0")])
+    env.request("all", driver)
+    env.request("slashed", driver, poolName="rack-1/tray-2")
+
+
 SCENARIOS: list[Callable[[Env], Awaitable[None]]] = [
     plain_devices, allocated_devices, counters_partitions, shared_capacity, tainted_devices, filters, over_limit,
-    incomplete_pool, generations]
+    incomplete_pool, generations, generation_rollout, partition_errors, slice_attribute_wins, shareable_edges,
+    empty_and_odd_pools]
 
 
 # -- running them -----------------------------------------------------------------------------------
@@ -345,6 +412,20 @@ def test_scenarios_show_what_they_are_about(runs):
     assert runs.results["ours"]["over_limit"]["limit-2"]["status"]["poolCount"] == 3
     [mismatch] = pools("counters_partitions", "mismatch")
     assert mismatch["validationError"].startswith("PartitionCostMismatch:")
+    errors = {suffix: pools("partition_errors", suffix)[0]["validationError"].split(" ")[:2]
+              for suffix in ("attribute-missing", "no-counters", "over-cap")}
+    assert errors == {"attribute-missing": ["PartitionTypeMissing:", "device"],
+                      "no-counters": ["PartitionTypeMissing:", "pool"], "over-cap": ["PartitionSummaryOverCap:", "pool"]}
+    driver = runs.envs["slice_attribute_wins"].driver()
+    assert pools("slice_attribute_wins", "slice-attribute")[0]["partitionSummary"] == [
+        {"attribute": f"{driver}/profile", "type": "Quarter", "total": 3, "allocatable": 2}]
+    assert pools("shareable_edges", "no-capacity")[0]["shareableSummary"] == {
+        "fullyAvailableDevices": 2, "partiallyAvailableDevices": 0}
+    assert pools("shareable_edges", "over-cap")[0]["validationError"].startswith("ShareableSummaryOverCap:")
+    assert {c["name"]: c["total"] for c in pools("shareable_edges", "formats")[0]["shareableSummary"]["capacity"]} == {
+        "bw": "2", "mem": "2Gi", "n": "3e3"}
+    assert [(p["poolName"], p["totalDevices"]) for p in pools("empty_and_odd_pools")] == [("empty", 0),
+                                                                                          ("rack-1/tray-2", 1)]
 
 
 async def test_metrics_as_upstream_names_them(runs, poolstatus_operator):
