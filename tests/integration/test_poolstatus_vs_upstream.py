@@ -29,6 +29,7 @@ from operators.core.resources import (DEVICE_CLASSES, DEVICE_TAINT_RULES, NAMESP
 
 from . import objects
 from .operator_process import OperatorProcess
+from .test_deploy import base  # noqa: F401 - the kustomize base applied to the lab (a fixture)
 from .waiting import wait_for
 
 NODE = "lab-node-0"
@@ -528,3 +529,27 @@ async def test_exits_with_a_message_when_the_api_is_not_served(tmp_path):
     assert message.startswith("Error: poolstatus could not start: "), output[-3000:]
     assert "does not serve resource.k8s.io/v1alpha3 resourcepoolstatusrequests" in message, message
     assert "DRAResourcePoolStatus=true" in message and "resource.k8s.io/v1alpha3=true" in message, message
+
+
+async def test_operator_with_its_own_service_account(base, lab, kube, controllers, poolstatus_operator, runs,
+                                                     tmp_path):
+    """Exactly the kustomize RBAC (kustomize/base/poolstatus.yaml): leader election, the answer,
+    and the retention delete, without a single 403."""
+    from .test_deploy import NAMESPACE, assert_no_forbidden, service_account_kubeconfig
+
+    controllers.use("none")
+    kubeconfig = await service_account_kubeconfig(lab, kube, "dra-poolstatus", tmp_path / "poolstatus.kubeconfig")
+    operator = OperatorProcess(["poolstatus"], kubeconfig, tmp_path, env={
+        "DRA_LEADER_ELECTION": "true", "DRA_LEADER_ELECTION_NAMESPACE": NAMESPACE,
+        "DRA_POOLSTATUS_COMPLETED_TTL": "1", "DRA_POOLSTATUS_CLEANUP_INTERVAL": "0.5"})
+    await asyncio.to_thread(operator.start)
+    try:
+        name = f"rbac-{runs.unique}"
+        await kube.create(REQUESTS, {"metadata": {"name": name}, "spec": runs.envs["tainted_devices"].requests["all"]})
+        answer = await wait_for(lambda: _answered(kube, name), timeout=30, what="answered under the kustomize RBAC")
+        assert normalise(answer) == runs.results["upstream"]["tainted_devices"]["all"]  # DeviceTaintRules read too
+        await wait_for(lambda: _gone(kube, name), timeout=20, what="deleted under the kustomize RBAC")
+        assert "became leader" in operator.log.read_text()
+        assert_no_forbidden(operator)
+    finally:
+        operator.stop()
