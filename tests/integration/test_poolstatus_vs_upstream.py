@@ -22,12 +22,13 @@ from typing import Any, Awaitable, Callable
 
 import pytest
 
-from operators.core.kube import ApiError, Kube
+from operators.core.kube import Kube
 from operators.core.metrics import samples
 from operators.core.resources import (DEVICE_CLASSES, DEVICE_TAINT_RULES, NAMESPACES, PODS, RESOURCE_CLAIMS,
                                       RESOURCE_POOL_STATUS_REQUESTS, RESOURCE_SLICES, SERVICE_ACCOUNTS)
 
 from . import objects
+from .conftest import ClusterObjects
 from .operator_process import OperatorProcess
 from .test_deploy import base  # noqa: F401 - the kustomize base applied to the lab (a fixture)
 from .waiting import wait_for
@@ -44,7 +45,7 @@ class Env:
     namespace: str
     unique: str
     scenario: str
-    cleanup: list[tuple[Any, str]] = field(default_factory=list)
+    created: ClusterObjects | None = None   # cluster-scoped inputs, deleted at the end
     requests: dict[str, dict] = field(default_factory=dict)
     pending: set[str] = field(default_factory=set)   # requests neither controller answers
 
@@ -52,9 +53,8 @@ class Env:
         return f"{short}-{self.scenario[:12].replace('_', '-')}-{self.unique}.lab.dra-operators.dev"
 
     async def cluster(self, res, body: dict) -> dict:
-        obj = await self.kube.create(res, body)
-        self.cleanup.append((res, obj["metadata"]["name"]))
-        return obj
+        self.created = self.created or ClusterObjects(self.kube)
+        return await self.created.create(res, body)
 
     async def slice_(self, name: str, driver: str, pool: str, devices: list[dict], *, node: str | None = NODE,
                      count: int = 1, generation: int = 1, **spec: Any) -> None:
@@ -338,12 +338,8 @@ class Runs:
 
     async def cleanup(self) -> None:
         for env in self.envs.values():
-            for res, name in reversed(env.cleanup):
-                try:
-                    await self.kube.delete(res, name)
-                except ApiError as e:
-                    if not e.not_found:
-                        raise
+            if env.created is not None:
+                await env.created.cleanup()
 
 
 @pytest.fixture(scope="module")
