@@ -28,7 +28,7 @@ from .workqueue import WorkQueue
 log = get_logger(__name__)
 
 WATCHDOG_INTERVAL = 30.0
-API_WAIT = 60.0  # how long a starting operator waits for an API server that does not answer
+API_WAIT = 60.0  # the default of DRA_API_WAIT
 
 
 class Runtime:
@@ -53,8 +53,8 @@ class Runtime:
                 await self.kube.request("GET", "/version", retry=False, timeout=10)
                 return
             except ApiError as e:
-                if e.status not in (429, 500, 502, 503, 504):
-                    return
+                if e.status not in (429, 500, 502, 503, 504) or e.reason == "BadResponse":
+                    return  # an answer (garbage from something that is no API server is one too)
                 error = f"{e.status}: {e.message[:200]}"
             except ConnectionLost as e:
                 error = str(e)
@@ -155,7 +155,7 @@ class Runtime:
 async def start_or_undo(runtime: Runtime, start: Callable[[], Awaitable[None]]) -> None:
     """Run ``start``; if it fails, stop what it started and end the operator with the reason."""
     try:
-        await runtime.wait_for_api()
+        await runtime.wait_for_api(Settings.from_env().api_wait)
         await start()
     except asyncio.CancelledError:
         await runtime.stop()

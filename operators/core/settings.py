@@ -56,6 +56,9 @@ class Settings:
                                              "namespace of the Leases (default: the Pod's namespace)")
     leader_election_lease_duration: float = setting(15.0, "DRA_LEADER_ELECTION_LEASE_DURATION",
                                                     "seconds a leader's Lease lasts without renewal", positive=True)
+    api_wait: float = setting(60.0, "DRA_API_WAIT",
+                              "seconds a starting operator waits for an API server that does not answer yet, "
+                              "before it exits with the reason", minimum=0)
     watch_silence: float = setting(600.0, "DRA_WATCH_SILENCE",
                                    "seconds a watch may stay silent before the operator checks that it still "
                                    "delivers; a stuck watch fails liveness", positive=True)

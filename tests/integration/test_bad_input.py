@@ -754,9 +754,10 @@ def exit_cases(lab, agent: Agent, closed_port: int, garbage: str, files: Path) -
             f"check the user (token or client certificate) in KUBECONFIG ({bad_token})")),
     }
     for name in ("claims", "taints", "binding", "nodeagent"):
+        # Each waits DRA_API_WAIT (60 s by default, 3 s here) for the API server, saying so, then exits.
         cases[f"{name}-api-unreachable"] = ExitCase((name,), {**(node if name == "nodeagent" else {}),
-                                                              "KUBECONFIG": str(closed)}, (f"{name} could not start",
-                                                                                           *unreachable))
+                                                              "KUBECONFIG": str(closed), "DRA_API_WAIT": "3"},
+                                                    (f"{name} could not start", *unreachable))
     return cases
 
 
@@ -814,6 +815,8 @@ def test_exits_with_one_message_naming_the_fix(exits, name):
     assert "Traceback" not in result.output, result.output[-5000:]
     message = result.output.strip().splitlines()[-1]
     assert message.startswith("Error: "), result.output[-3000:]
+    if name.endswith("-api-unreachable"):
+        assert "waiting for the API server" in result.output, result.output[-3000:]
     for text in case.expected:
         assert text in message, f"{text!r} not in {message!r}"
 

@@ -71,3 +71,6 @@ async def test_the_wait_for_the_api_server_is_bounded_and_ends_at_any_other_answ
     forbidden = NoApi([ApiError(403, "forbidden")])
     await Runtime("t", forbidden, supervisor=Supervisor("t", on_dead=lambda reason: None)).wait_for_api()
     assert forbidden.calls == 1
+    garbage = NoApi([ApiError(502, {"reason": "BadResponse", "message": "not JSON"})])  # no API server at all
+    await Runtime("t", garbage, supervisor=Supervisor("t", on_dead=lambda reason: None)).wait_for_api()
+    assert garbage.calls == 1
