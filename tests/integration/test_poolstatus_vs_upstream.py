@@ -275,10 +275,72 @@ async def empty_and_odd_pools(env: Env) -> None:
     env.request("slashed", driver, poolName="rack-1/tray-2")
 
 
+async def taint_rule_scopes(env: Env) -> None:
+    whole, pooled = env.driver("a"), env.driver("b")
+    for driver in (whole, pooled):
+        for pool in ("p1", "p2"):
+            await env.slice_(f"trs-{driver[0]}-{pool}", driver, pool, [dev("gpu-0"), dev("gpu-1")])
+    rules = await env.kube.preferred_version(DEVICE_TAINT_RULES)
+    # The whole driver; one pool; one device name in every pool of a driver.
+    for name, selector in (("all", {"driver": whole}), ("pool", {"driver": pooled, "pool": "p2"}),
+                           ("device", {"driver": pooled, "device": "gpu-0"})):
+        await env.cluster(rules, {"apiVersion": rules.group_version, "kind": "DeviceTaintRule",
+                                  "metadata": {"name": f"trs-{name}-{env.unique}"},
+                                  "spec": {"deviceSelector": selector,
+                                           "taint": {"key": "example.com/rule", "effect": "NoSchedule"}}})
+    env.request("whole-driver", whole)
+    env.request("pool-and-device", pooled)
+
+
+async def tainted_allocated(env: Env) -> None:
+    """A device tainted after it was allocated counts as allocated and as unavailable (upstream
+    subtracts it twice from the available ones)."""
+    driver = env.driver()
+    await env.slice_("ta", driver, "pool", [dev("gpu-0"), dev("gpu-1")])
+    cls = await env.device_class(driver)
+    await env.claim("ta", cls)  # names are unique in the namespace all scenarios share
+    await env.pod("ta", "ta")
+
+    async def allocated():
+        claim = await env.kube.get(RESOURCE_CLAIMS, "ta", env.namespace)
+        return ((claim.get("status") or {}).get("allocation") or {}).get("devices", {}).get("results")
+    [result] = await wait_for(allocated, timeout=30, what="claim ta allocated")
+    rules = await env.kube.preferred_version(DEVICE_TAINT_RULES)
+    await env.cluster(rules, {"apiVersion": rules.group_version, "kind": "DeviceTaintRule",
+                              "metadata": {"name": f"ta-{env.unique}"},
+                              "spec": {"deviceSelector": {"driver": driver, "pool": "pool", "device": result["device"]},
+                                       "taint": {"key": "example.com/rule", "effect": "NoSchedule"}}})
+    env.request("all", driver)
+
+
+async def default_limit(env: Env) -> None:
+    """105 pools and no limit in the request: the API server defaults it to 100."""
+    driver = env.driver()
+    limit = asyncio.Semaphore(10)
+
+    async def one(i: int) -> None:
+        async with limit:
+            await env.slice_(f"dl-{i:03d}", driver, f"pool-{i:03d}", [dev("gpu-0")])
+    await asyncio.gather(*(one(i) for i in range(105)))
+    env.request("default", driver)
+
+
+async def multi_counter_sets(env: Env) -> None:
+    driver = env.driver()
+    cost = [{"counterSet": "mem", "counters": {"memory": {"value": "80Gi"}}},
+            {"counterSet": "cores", "counters": {"sm": {"value": "8"}}}]
+    await env.slice_("mc-counters", driver, "pool", [], count=2, sharedCounters=[
+        {"name": "mem", "counters": {"memory": {"value": "160Gi"}}}, {"name": "cores", "counters": {"sm": {"value": "8"}}}])
+    await env.slice_("mc-devices", driver, "pool", [dev(f"full-{i}", attributes={"profile": {"string": "Full"}},
+                                                        consumesCounters=cost) for i in range(2)],
+                     count=2, partitionTypeAttribute=f"{driver}/profile")
+    env.request("all", driver)
+
+
 SCENARIOS: list[Callable[[Env], Awaitable[None]]] = [
     plain_devices, allocated_devices, counters_partitions, shared_capacity, tainted_devices, filters, over_limit,
     incomplete_pool, generations, generation_rollout, partition_errors, slice_attribute_wins, shareable_edges,
-    empty_and_odd_pools]
+    empty_and_odd_pools, taint_rule_scopes, tainted_allocated, default_limit, multi_counter_sets]
 
 
 # -- running them -----------------------------------------------------------------------------------
@@ -423,6 +485,13 @@ def test_scenarios_show_what_they_are_about(runs):
         "bw": "2", "mem": "2Gi", "n": "3e3"}
     assert [(p["poolName"], p["totalDevices"]) for p in pools("empty_and_odd_pools")] == [("empty", 0),
                                                                                           ("rack-1/tray-2", 1)]
+    assert [p["unavailableDevices"] for p in pools("taint_rule_scopes", "whole-driver")] == [2, 2]
+    assert [p["unavailableDevices"] for p in pools("taint_rule_scopes", "pool-and-device")] == [1, 2]
+    [both] = pools("tainted_allocated")
+    assert (both["allocatedDevices"], both["unavailableDevices"], both["availableDevices"]) == (1, 1, 0)
+    default = runs.results["ours"]["default_limit"]["default"]
+    assert (default["spec"]["limit"], default["status"]["poolCount"], len(default["status"]["pools"])) == (100, 105, 100)
+    assert pools("multi_counter_sets")[0]["partitionSummary"][0]["allocatable"] == 1
 
 
 async def test_metrics_as_upstream_names_them(runs, poolstatus_operator):
