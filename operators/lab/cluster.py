@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import socket
 import ssl
 import subprocess
@@ -64,13 +65,29 @@ class LabOptions:
         return Path(self.bin_dir or paths.bin_dir()).resolve()
 
 
-def free_ports(count: int) -> list[int]:
-    """``count`` distinct free ports: all sockets stay open until every port is chosen, so the
-    kernel cannot hand out the same port twice."""
-    sockets = [socket.socket() for _ in range(count)]
+def _ephemeral_start() -> int:
     try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct free ports, below the kernel's ephemeral range: a port the kernel handed
+    out (bind to 0) can be taken again at once by any outgoing connection's local end, and a
+    server binding it later fails with "Address already in use". All sockets stay open until
+    every port is chosen, so none is picked twice."""
+    low, high = 10000, max(10001, _ephemeral_start())
+    sockets: list[socket.socket] = []
+    try:
+        while len(sockets) < count:
+            s = socket.socket()
+            try:
+                s.bind(("0.0.0.0", random.randrange(low, high)))
+            except OSError:
+                s.close()
+                continue
+            sockets.append(s)
         return [s.getsockname()[1] for s in sockets]
     finally:
         for s in sockets:
