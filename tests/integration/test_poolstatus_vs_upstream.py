@@ -35,7 +35,7 @@ from .waiting import wait_for
 
 NODE = "lab-node-0"
 REQUESTS = RESOURCE_POOL_STATUS_REQUESTS
-PENDING_WAIT = 3.0  # upstream drops a request with an incomplete pool after 5 retries (~0.2 s)
+PENDING_WAIT = 1.5  # upstream drops a request with an incomplete pool after 5 retries (~0.2 s)
 
 
 @dataclass
@@ -527,7 +527,6 @@ async def test_retention(runs, kube, controllers, poolstatus_operator):
         assert normalise(answer) == runs.results["upstream"]["plain_devices"]["all"]
         await wait_for(lambda: _gone(kube, names["done"]), timeout=20, what="completed request deleted")
         done_after = time.monotonic() - created
-        assert await kube.get_or_none(REQUESTS, names["pending"]) is not None, "pending request deleted too early"
         await wait_for(lambda: _gone(kube, names["pending"]), timeout=20, what="pending request deleted")
         pending_after = time.monotonic() - created
         # The TTLs count from whole-second timestamps: up to a second earlier than our clock.
@@ -616,5 +615,23 @@ async def test_operator_with_its_own_service_account(base, lab, kube, controller
         await wait_for(lambda: _gone(kube, name), timeout=20, what="deleted under the kustomize RBAC")
         assert "became leader" in operator.log.read_text()
         assert_no_forbidden(operator)
+    finally:
+        operator.stop()
+
+
+async def test_runs_beside_the_other_operators_in_one_process(kube, lab, controllers, poolstatus_operator, runs,
+                                                              tmp_path):
+    """`dra-operators run claims taints poolstatus`: one kopf process, handlers apart, one answer."""
+    controllers.use("none")
+    operator = OperatorProcess(["claims", "taints", "poolstatus"], lab.kubeconfig, tmp_path)
+    await asyncio.to_thread(operator.start)
+    try:
+        name = f"one-process-{runs.unique}"
+        await kube.create(REQUESTS, {"metadata": {"name": name}, "spec": runs.envs["allocated_devices"].requests["all"]})
+        answer = await wait_for(lambda: _answered(kube, name), timeout=30, what="answered by the shared process")
+        assert normalise(answer) == runs.results["upstream"]["allocated_devices"]["all"]
+        # Requests with an incomplete pool, left by the comparison, are dropped at error level, as upstream logs them.
+        errors = [e for e in operator.errors() if "dropping request out of the queue after max retries" not in e]
+        assert not errors, errors[:5]
     finally:
         operator.stop()
