@@ -70,7 +70,19 @@ class Informer:
         self._settle_timer: asyncio.TimerHandle | None = None
         self._verifying: set[asyncio.Task] = set()
         self._pending_probe: tuple[int, float] | None = None
+        self._stopped = False
         self.log = log.bind(resource=resource.plural)
+
+    def stop(self) -> None:
+        """At shutdown, before the API client closes: no new relist check, running ones cancelled
+        (kopf may still relist while it stops its watches)."""
+        self._stopped = True
+        if self._settle_timer is not None:
+            self._settle_timer.cancel()
+            self._settle_timer = None
+        self._epoch = None
+        for task in list(self._verifying):
+            task.cancel()
 
     # -- start -------------------------------------------------------------------------------
 
@@ -108,6 +120,8 @@ class Informer:
             self._listed(None)
 
     def _listed(self, key: str | None) -> None:
+        if self._stopped:
+            return
         if self._epoch is None:
             self._epoch = (self.store.next_stamp(), set())
             self.relists += 1
@@ -132,7 +146,14 @@ class Informer:
         task = asyncio.get_running_loop().create_task(self._verify(start, suspects),
                                                       name=f"informer-verify-{self.resource.plural}")
         self._verifying.add(task)
-        task.add_done_callback(self._verifying.discard)
+        task.add_done_callback(self._verified)
+
+    def _verified(self, task: asyncio.Task) -> None:
+        self._verifying.discard(task)
+        if not task.cancelled() and task.exception() is not None and not self._stopped:
+            error = task.exception()
+            # Nothing else awaits this task: a bug must be loud, not "never retrieved".
+            self.log.error("relist check failed", error=f"{type(error).__name__}: {error}", exc_info=error)
 
     # -- verification ------------------------------------------------------------------------
 

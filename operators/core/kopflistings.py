@@ -12,6 +12,7 @@ resource when the bookmark passes. kopf is pinned (requirements.lock); the unit 
 
 from __future__ import annotations
 
+import contextlib
 from collections import defaultdict
 from typing import Any, AsyncIterator, Callable
 
@@ -24,11 +25,16 @@ _original = watching.infinite_watch
 
 
 async def _infinite_watch(*, settings: Any, resource: Any, namespace: Any, **kwargs: Any) -> AsyncIterator[Any]:
-    async for event in _original(settings=settings, resource=resource, namespace=namespace, **kwargs):
-        if event is watching.Bookmark.LISTED:
-            for listener in list(_listeners.get((resource.group, resource.plural), ())):
-                listener()
-        yield event
+    # aclosing: when this generator is closed (kopf's watcher cancelled while it held an event),
+    # kopf's own is closed with it, at once, not later by the garbage collector after the API
+    # session is gone.
+    async with contextlib.aclosing(_original(settings=settings, resource=resource, namespace=namespace,
+                                             **kwargs)) as events:
+        async for event in events:
+            if event is watching.Bookmark.LISTED:
+                for listener in list(_listeners.get((resource.group, resource.plural), ())):
+                    listener()
+            yield event
 
 
 def install() -> None:

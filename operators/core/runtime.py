@@ -143,6 +143,8 @@ class Runtime:
                 "deletions_found_by_relist": sum(i.deletions_found for i in self.informers.values())}
 
     async def stop(self) -> None:
+        for informer in self.informers.values():
+            informer.stop()
         await self.supervisor.stop()
         for cleanup in reversed(self._cleanups):
             try:

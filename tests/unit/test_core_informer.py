@@ -217,3 +217,17 @@ async def test_the_end_of_a_listing_before_its_objects_events_keeps_the_listed_o
     await wait_for(lambda: informer._epoch is None and not informer._verifying)
     assert ("b", "2", True) in handler.calls and ("a", "1", True) not in handler.calls
     assert list(store.keys()) == ["ns/a"]
+
+
+async def test_a_stopped_informer_starts_no_relist_check_and_cancels_a_running_one():
+    api = Api([pod("a", "1")], failures=100)  # every read fails: the check keeps retrying
+    informer, store, handler = make(api)
+    api.failures = 0
+    await informer.prime()
+    api.failures = 100
+    informer.on_listed()
+    await wait_for(lambda: informer._verifying)
+    informer.stop()
+    await wait_for(lambda: not informer._verifying)
+    informer.on_listed()  # kopf relisting while it stops
+    assert informer._epoch is None and informer._settle_timer is None

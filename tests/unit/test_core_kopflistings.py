@@ -34,3 +34,19 @@ async def test_listeners_hear_the_end_of_each_listing_even_an_empty_one(monkeypa
     finally:
         undo()
         undo_other()
+
+
+async def test_closing_the_wrapper_closes_kopfs_generator_at_once(monkeypatch):
+    closed = []
+
+    async def original(*, settings, resource, namespace, **_):
+        try:
+            while True:
+                yield {"type": "ADDED", "object": {}}
+        finally:
+            closed.append(True)
+    monkeypatch.setattr(kopflistings, "_original", original)
+    stream = kopflistings._infinite_watch(settings=None, resource=Res(), namespace=None)
+    await stream.__anext__()  # kopf's watcher holds an event when it is cancelled
+    await stream.aclose()
+    assert closed == [True]
