@@ -96,10 +96,17 @@ def device_fit(request: Request, device_class: Obj | None, pool: Pool, s: Obj, d
     spec = s["spec"]
     device = (spec["driver"], spec["pool"]["name"], d["name"])
     nodes = tuple(n["metadata"]["name"] for n in usable_nodes if device_reaches(spec, d, n))
-    if pool.incomplete:
-        return Fit(device, nodes, POOL, "being updated (not all slices of its newest generation are published)")
-    if pool.invalid:
-        return Fit(device, nodes, POOL, f"invalid: {pool.invalid}")
+    if pool.incomplete or pool.invalid:
+        # The allocator skips such pools whole; a device the class would not select anyway is
+        # reported as such, so other drivers' pools do not crowd the answer.
+        try:
+            failed = selector_failure((device_class or {}).get("spec", {}).get("selectors") or [], spec["driver"], d)
+        except cel.SelectorError:
+            failed = None
+        if failed:
+            return Fit(device, nodes, CLASS_SELECTOR, failed[1])
+        return Fit(device, nodes, POOL, "being updated (not all slices of its newest generation are published)"
+                   if pool.incomplete else f"invalid: {pool.invalid}")
     if not nodes:
         where = spec.get("nodeName") or d.get("nodeName") or "a node selection"
         return Fit(device, nodes, NODE, f"{where}")

@@ -100,7 +100,11 @@ class Generator:
     def _node_local(self, s: Scenario) -> None:
         for node in s.nodes:
             name = node["metadata"]["name"]
-            devices = [self._device(s.driver, f"gpu-{i}", i) for i in range(self.rng.randint(1, 4))]
+            devices = [self._device(s.driver, f"gpu-{i}", i) for i in range(self.rng.randint(2, 4))]
+            if self.rng.random() < 0.3:  # an XID on every GPU of the node
+                taint = {"key": "xid", "value": "79", "effect": self.rng.choice(["NoSchedule", "NoExecute"])}
+                for device in devices:
+                    device["taints"] = [dict(taint)]
             s.slices.append(self._slice(f"{name}-gpus", s.driver, name, devices, nodeName=name))
 
     def _partitions(self, s: Scenario) -> None:
@@ -118,9 +122,9 @@ class Generator:
                 part["attributes"]["type"] = {"string": "partition"}
                 part["capacity"] = {"memory": {"value": "40Gi"}}
                 parts.append(part)
-            s.slices.append(self._slice(f"{name}-counters", s.driver, name, None, count=2, nodeName=name,
+            s.slices.append(self._slice(f"{name}-counters", s.driver, f"{name}-parts", None, count=2, nodeName=name,
                                         sharedCounters=[{"name": "gpu-0-counters", "counters": {"memory": {"value": "80Gi"}}}]))
-            s.slices.append(self._slice(f"{name}-devices", s.driver, name, [whole, *parts], count=2, nodeName=name))
+            s.slices.append(self._slice(f"{name}-devices", s.driver, f"{name}-parts", [whole, *parts], count=2, nodeName=name))
 
     def _shared(self, s: Scenario) -> None:
         """A device several claims share by memory (consumable capacity, a request policy)."""
@@ -132,7 +136,7 @@ class Generator:
             device = self._device(s.driver, "shared-0", 0, allowMultipleAllocations=True)
             device["attributes"]["type"] = {"string": "shared-gpu"}
             device["capacity"] = {"memory": {"value": "48Gi", "requestPolicy": policy}}
-            s.slices.append(self._slice(f"{name}-shared", s.driver, name, [device], nodeName=name))
+            s.slices.append(self._slice(f"{name}-shared", s.driver, f"{name}-shared", [device], nodeName=name))
 
     def _network(self, s: Scenario) -> None:
         """Devices not local to one node: a node selector (rack r0), or all nodes."""
@@ -166,8 +170,8 @@ class Generator:
             exactly["allocationMode"] = "All"
         else:
             exactly["allocationMode"] = "ExactCount"
-            exactly["count"] = r.choice([1, 1, 1, 2, 2, 3])
-        if r.random() < 0.3:
+            exactly["count"] = r.choice([1, 1, 1, 1, 2, 2, 3])
+        if r.random() < 0.25:
             exactly["selectors"] = [{"cel": {"expression": r.choice([
                 f'device.attributes["{s.driver}"].numa == 0', f'device.attributes["{s.driver}"].model == "b"',
                 f'device.capacity["{s.driver}"].memory.compareTo(quantity("20Gi")) > 0'])}}]
@@ -200,7 +204,7 @@ class Generator:
             key = r.choice(["matchAttribute", "distinctAttribute"])
             devices["constraints"] = [{key: f"{s.driver}/{r.choice(['numa', 'numa', 'model'])}"}]
             for request in requests:  # a constraint matters between two devices or more
-                if "exactly" in request and request["exactly"].get("count") == 1 and r.random() < 0.6:
+                if "exactly" in request and request["exactly"].get("count") == 1 and r.random() < 0.5:
                     request["exactly"]["count"] = 2
         return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
                 "metadata": {"name": name, "namespace": s.namespace}, "spec": {"devices": devices}}
@@ -283,7 +287,7 @@ class Generator:
         for i in range(self.rng.choice([0, 1, 1, 2, 2])):
             self._hold(s, i)
         s.claims = [self._claim(s, f"c{i}", classes, shape in ("shared", "mixed"))
-                    for i in range(self.rng.choice([1, 1, 2]))]
+                    for i in range(self.rng.choice([1, 1, 1, 2]))]
         self._pod(s)
         return s
 
