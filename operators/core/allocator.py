@@ -28,6 +28,9 @@ from .tolerations import untolerated
 Obj = dict[str, Any]
 
 ALLOCATION_RESULTS_MAX_SIZE = 32  # resourceapi.AllocationResultsMaxSize
+# The scheduler gives a node's search 10 s (DRASchedulerFilterTimeout's default) and then
+# stops with an error; a bound on the steps keeps explain from searching for ever instead.
+MAX_STEPS = 2_000_000
 
 
 class AllocationError(Exception):
@@ -355,6 +358,9 @@ class Allocation:
 
     def _one(self, ci: int, ri: int, si: int, di: int, sub: bool, start: tuple[int, int, int]) -> bool:
         self.calls += 1
+        if self.calls > MAX_STEPS:
+            raise AllocationError(f"the search for devices took more than {MAX_STEPS} steps; kube-scheduler "
+                                  "stops such a search after its filter timeout (10 s by default) with an error")
         if ci >= len(self.claims):
             return True
         if (ci, ri) not in self.parents:

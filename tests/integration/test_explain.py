@@ -31,8 +31,8 @@ from .waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
-SEED = int(os.environ.get("DRA_EXPLAIN_SEED", "1717"))
-SCENARIOS = int(os.environ.get("DRA_EXPLAIN_SCENARIOS", "70"))
+SEED = int(os.environ.get("DRA_EXPLAIN_SEED", "1"))
+SCENARIOS = int(os.environ.get("DRA_EXPLAIN_SCENARIOS", "100"))
 PARALLEL = 8  # API writes in flight (two shared cores)
 
 
