@@ -204,6 +204,8 @@ def explain_pod(world: World, pod: Obj) -> Obj:
             f"{s['podClaim']}: {s['state']}" for s in blocked)}
     elif not existing:
         report["verdict"] = {"allocatable": True, "summary": "the Pod uses no ResourceClaim"}
+    elif spec.get("nodeName") and not pending:
+        report["verdict"] = {"allocatable": True, "summary": f"on node {spec['nodeName']}, every claim allocated"}
     elif spec.get("nodeName") and pending:
         report["verdict"] = {"allocatable": False, "summary": (
             f"the Pod was bound to node {spec['nodeName']} without the scheduler (spec.nodeName): nobody allocates "

@@ -314,6 +314,9 @@ def test_missing_class_and_pod_with_node_name():
     assert r["verdict"]["summary"] == "request gpu of claim c: device class gpu does not exist"
     r = report(world([node_slice("n1", [device("gpu-0")])], [claim()]), pod(nodeName="n1"))
     assert "without the scheduler" in r["verdict"]["summary"]
+    done = claim(status={"allocation": {"devices": {"results": [{"request": "gpu", "driver": D, "pool": "n1", "device": "gpu-0"}]}}})
+    r = report(world([node_slice("n1", [device("gpu-0")])], [done]), pod(nodeName="n1"))
+    assert r["verdict"] == {"allocatable": True, "summary": "on node n1, every claim allocated"}
 
 
 def test_newest_pool_generation_only():
