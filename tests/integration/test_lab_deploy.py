@@ -73,15 +73,25 @@ async def test_every_workload_runs_from_the_image_on_the_real_nodes_as_its_user(
 
 
 async def test_one_leader_per_operator(deployed, dkube):
-    pods = {p["metadata"]["name"]: p for p in await operator_pods(dkube)}
-    for operator in ("claims", "taints", "binding"):
-        async def held():
+    """The Lease names one replica's process, and that replica's running container is the one
+    that says it became leader (a replica that loses its Lease exits, so its restarted container
+    starts as a standby with a new identity)."""
+    for deployment in DEPLOYMENTS:
+        operator = deployment.removeprefix("dra-")
+
+        async def one_leader():
             lease = await dkube.get_or_none(LEASES, f"dra-operators-{operator}", NAMESPACE)
-            return lease and lease["spec"].get("holderIdentity")
-        holder = await wait_for(held, timeout=60, what=f"the {operator} Lease held")
-        replicas = [name for name, p in pods.items() if p["metadata"]["labels"]["app.kubernetes.io/name"] == f"dra-{operator}"]
-        leading = [name for name in replicas if "became leader" in logs(deployed, NAMESPACE, name)]
-        assert len(leading) == 1 and leading[0] in holder, (operator, holder, leading)
+            holder = lease and lease["spec"].get("holderIdentity")
+            if not holder:
+                return None
+            replicas = [p["metadata"]["name"] for p in await operator_pods(dkube)
+                        if p["metadata"]["labels"]["app.kubernetes.io/name"] == deployment]
+            leading = [name for name in replicas
+                       if any("became leader" in line and holder in line
+                              for line in logs(deployed, NAMESPACE, name).splitlines())]
+            return (holder, leading) if len(replicas) == 2 and len(leading) == 1 else None
+        holder, [leader] = await wait_for(one_leader, timeout=90, interval=2, what=f"one {operator} leader")
+        assert holder.startswith(leader), (holder, leader)
 
 
 async def test_the_node_agents_publish_their_real_nodes_devices(deployed, dkube):
@@ -212,7 +222,7 @@ def _readme_walkthrough() -> tuple[list[str], list[str]]:
     """The README's kind walkthrough: its commands from the example on, and the lines it shows
     `kubectl logs basic` printing."""
     text = (ROOT / "README.md").read_text()
-    block = re.search(r"## Run on kind\n.*?```\n(.*?)```", text, re.S).group(1)
+    block = re.search(r"## Run on kind[^\n]*\n.*?```\n(.*?)```", text, re.S).group(1)
     commands, shown = [], []
     for line in block.splitlines():
         if line.startswith("#   DRA_"):

@@ -8,13 +8,18 @@ from operators.nodeagent.plugin import sockets
 
 def test_without_a_pod_uid_the_fixed_names():
     assert sockets.registration_name("/var/lib/kubelet/plugins_registry", "gpu.x", "") == "gpu.x-reg.sock"
-    assert sockets.dra_name("") == "dra.sock"
+    assert sockets.dra_name("/var/lib/kubelet/plugins/gpu.x", "") == "dra.sock"
 
 
 def test_with_a_pod_uid_the_first_name_that_fits():
     uid = "0b6f5e9e-5b0e-4d39-9f0b-2f6c3f7c1a11"
     assert sockets.registration_name("/r", "gpu.x", uid) == f"gpu.x-{uid}-reg.sock"
-    assert sockets.dra_name(uid) == f"dra-{uid}.sock"
+    assert sockets.dra_name("/var/lib/kubelet/plugins/gpu.x", uid) == f"dra-{uid}.sock"
+    # The lab's real nodes: kubelet's directories under /run/dra-lab/<hash>/<node> are longer.
+    lab = "/run/dra-lab/86054f1b/lab-real-0/kubelet/plugins/gpu.sim.dra-operators.dev"
+    short = sockets.dra_name(lab, uid)
+    assert short.startswith("dra-") and short.endswith(".sock") and len(f"{lab}/{short}") <= sockets.MAX_SOCKET_PATH
+    assert sockets.is_ours(short, "gpu.sim.dra-operators.dev", "dra")
     long_dir = "/" + "d" * 60
     hashed = base64.urlsafe_b64encode(hashlib.sha256(uid.encode()).digest()[:8]).decode().rstrip("=")
     assert sockets.registration_name(long_dir, "gpu.x", uid) == f"gpu.x-{hashed}-reg.sock"

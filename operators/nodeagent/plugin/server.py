@@ -53,7 +53,7 @@ class KubeletPlugin:
         self.data_dir = Path(plugins_dir) / self.driver
         # Unique per instance with a Pod UID, so two instances can run during a rolling update.
         self.pod_uid = pod_uid
-        self.dra_socket = self.data_dir / sockets.dra_name(pod_uid)
+        self.dra_socket = self.data_dir / sockets.dra_name(str(self.data_dir), pod_uid)
         self.registration_socket = Path(registry_dir) / sockets.registration_name(registry_dir, self.driver, pod_uid)
         self.lock_path = self.data_dir / "serialize.lock"
         self.cdi_root = Path(cdi_root)

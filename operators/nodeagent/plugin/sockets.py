@@ -7,7 +7,7 @@ data directory (kubelet uses the newest connected instance for each call). With 
 v0.37.1 kubeletplugin/draplugin.go ``RollingUpdateRegistrarSocketFile`` and ``dra<-uid>.sock``):
 registration ``<driver>-<uid>-reg.sock``, else ``<driver>-<b64url(sha256(uid))[:8]>-reg.sock``,
 else ``dra-<b64url(sha256(driver NUL uid))[:16]>-reg.sock``, whichever first fits; DRA service
-``dra-<uid>.sock``. Without a UID: ``<driver>-reg.sock`` and ``dra.sock``, as before.
+``dra-<uid>.sock`` (hashed the same way where too long). Without a UID: ``<driver>-reg.sock`` and ``dra.sock``, as before.
 """
 
 from __future__ import annotations
@@ -34,8 +34,14 @@ def registration_name(registry_dir: str, driver: str, pod_uid: str) -> str:
     return candidates[-1]
 
 
-def dra_name(pod_uid: str) -> str:
-    return f"dra-{pod_uid}.sock" if pod_uid else "dra.sock"
+def dra_name(data_dir: str, pod_uid: str) -> str:
+    """``dra-<uid>.sock``, or ``dra-<b64url(sha256(uid))[:8]>.sock`` where the whole path would
+    pass the socket limit (long kubelet directories, such as the lab's real nodes'; kubelet
+    dials whatever endpoint the registration names)."""
+    if not pod_uid:
+        return "dra.sock"
+    name = f"dra-{pod_uid}.sock"
+    return name if len(os.path.join(data_dir, name)) <= MAX_SOCKET_PATH else f"dra-{_b64(pod_uid, 8)}.sock"
 
 
 def is_ours(name: str, driver: str, kind: str) -> bool:
