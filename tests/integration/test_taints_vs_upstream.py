@@ -3,9 +3,15 @@
 Every scenario runs twice on the same lab: once with upstream's controllers inside
 kube-controller-manager, once with our claims and taints operators instead. To keep this quick
 the scenarios of one run go concurrently, each in its own namespace with its own driver and
-rules. Both runs must leave the same Pods evicted (with the same DisruptionTarget condition),
-the same Events and the same DeviceTaintRule conditions; each scenario also checks what it is
-about, on both runs.
+rules (a module-scoped fixture runs them all per mode once); a scenario that selects every device
+of the cluster runs alone after them. Each scenario is then a test of its own: both runs must
+leave the same Pods evicted (with the same DisruptionTarget condition), the same Events and the
+same DeviceTaintRule conditions; each scenario also checks what it is about, on both runs.
+
+Upstream's own scenarios these follow: test/e2e/dra/dra.go ("DeviceTaintRule evicts pod",
+"NoExecute can be tolerated", "NoSchedule keeps pod pending") and
+test/integration/dra/device_taints.go (testEvictCluster by slice taint and by rule,
+testNoScheduleRule), k8s.io/kubernetes v1.37.1.
 
 The first four scenarios are dra-example-driver's demo/examples/device-taints-tolerations. On
 Kubernetes 1.37 the scheduler honours DeviceTaintRules, so the demos' Pods created after a
@@ -18,6 +24,9 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+import uuid
+
+import pytest
 
 from operators.core.resources import DEVICE_TAINT_RULES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
 from operators.taints import decisions as d
@@ -286,9 +295,40 @@ async def extended_resource(env: TaintsEnv) -> dict:
     return await env.snapshot()
 
 
+async def empty_selector(env: TaintsEnv) -> dict:
+    """``deviceSelector: {}`` selects every device of the cluster and evicts every Pod using one
+    (kubernetes#141422; both controllers do it: the guard rail is ``taints preview``). Runs alone,
+    after the concurrent scenarios, since it would evict theirs too."""
+    await env.template("t")
+    await env.pod("everyone", {"gpu": tmpl("t")})
+    await env.wait_running("everyone")
+    await env.rule("everything", {})
+    await env.wait_evicted("everyone")
+    await env.wait_event("everyone", d.MARKING)
+    snap = await env.snapshot()
+    assert evicted(snap) == {"everyone"} and snap["pods"]["everyone"]["disruption"] == CONDITION
+    return snap
+
+
+async def slice_taint(env: TaintsEnv) -> dict:
+    """A driver's own NoExecute taint on the allocated device in the newest slice evicts at once
+    (test/integration/dra/device_taints.go testEvictCluster, taint in the ResourceSlice)."""
+    await env.claim("c", index=1)
+    await env.pod("victim", {"gpu": plain("c")}, node=NODES[0])
+    await env.wait_running("victim")
+    await env.set_device_taint(f"{NODES[0]}-{env.token}", "gpu-1", "NoExecute")
+    await env.wait_evicted("victim")
+    await env.wait_event("victim", d.MARKING)
+    snap = await env.snapshot()
+    assert evicted(snap) == {"victim"} and snap["pods"]["victim"]["disruption"] == CONDITION
+    return snap
+
+
 SCENARIOS = [noexecute, noschedule, toleration, eviction_time, selectors, nil_selector, old_generation,
              taint_removed, tolerated_after_rule_change, finished_before_due, pod_deleted_while_pending,
-             shared_claim, none_effect, extended_resource]
+             shared_claim, none_effect, extended_resource, slice_taint]
+SOLO = [empty_selector]  # after the others, one at a time
+ALL = SCENARIOS + SOLO
 
 
 def fixed_upstream(name: str, snap: dict) -> dict:
@@ -317,7 +357,9 @@ async def _run_all(kube, mode: str, token: str) -> dict[str, dict | BaseExceptio
             except AssertionError as e:
                 raise AssertionError(f"{scenario.__name__} [{mode}]: {e}\n{await env.describe()}") from None
     results = await asyncio.gather(*(one(i, s) for i, s in enumerate(SCENARIOS)), return_exceptions=True)
-    return {s.__name__: r for s, r in zip(SCENARIOS, results)}
+    for i, scenario in enumerate(SOLO, start=len(SCENARIOS)):
+        results += await asyncio.gather(one(i, scenario), return_exceptions=True)
+    return {s.__name__: r for s, r in zip(ALL, results)}
 
 
 async def _assert_quiet(env: TaintsEnv) -> None:
@@ -330,18 +372,25 @@ async def _assert_quiet(env: TaintsEnv) -> None:
         assert "kopf" not in text, f"{obj.get('kind', '')} {obj['metadata']['name']} carries a kopf key: {text[:500]}"
 
 
-async def test_same_evictions_as_upstream(kube, controllers, unique):
+@pytest.fixture(scope="module")
+async def runs(kube, controllers) -> dict[str, dict[str, dict | BaseException]]:
+    """Every scenario once per mode: upstream's controllers, then ours."""
+    unique = uuid.uuid4().hex[:6]
     runs = {}
     for mode in ("upstream", "ours"):
         controllers.use(mode)
         runs[mode] = await _run_all(kube, mode, f"{mode[:2]}{unique}")
-    problems = [f"{name} [{mode}]: {result!r}"[:4000] for mode, results in runs.items()
-                for name, result in results.items() if isinstance(result, BaseException)]
-    assert not problems, "\n\n".join(problems)
-    diffs = []
-    for name in runs["ours"]:
-        diff = differences(fixed_upstream(name, runs["upstream"][name]), runs["ours"][name])
-        if diff:
-            diffs.append(f"{name}:\n  " + "\n  ".join(diff))
-    assert not diffs, "ours differs from upstream:\n" + "\n".join(diffs)
+    return runs
+
+
+@pytest.mark.parametrize("scenario", [s.__name__ for s in ALL])
+def test_same_evictions_as_upstream(scenario, runs):
+    for mode in ("upstream", "ours"):
+        if isinstance(runs[mode][scenario], BaseException):
+            raise runs[mode][scenario]
+    diff = differences(fixed_upstream(scenario, runs["upstream"][scenario]), runs["ours"][scenario])
+    assert not diff, "ours differs from upstream:\n  " + "\n  ".join(diff)
+
+
+def test_operator_logged_no_error(runs, controllers):
     assert not controllers.operators["taints"].errors(), controllers.operators["taints"].errors()[:5]
