@@ -122,6 +122,7 @@ main.add_command(lab)
 main.add_command(kubectl.explain)
 main.add_command(kubectl.devices)
 main.add_command(kubectl.preview)
+main.add_command(kubectl.lint)
 
 if __name__ == "__main__":
     main()

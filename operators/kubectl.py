@@ -1,4 +1,4 @@
-"""``kubectl-dra``: the kubectl plugin (``kubectl dra explain|devices|preview``), with kubectl's
+"""``kubectl-dra``: the kubectl plugin (``kubectl dra explain|devices|preview|lint``), with kubectl's
 usual flags. kubectl finds any ``kubectl-<name>`` executable on PATH and runs it with the
 arguments after ``dra``; flags given before ``dra`` are kubectl's own and are not passed on, so
 they go after the subcommand: ``kubectl dra explain pod/NAME -n NS --kubeconfig FILE``.
@@ -225,15 +225,54 @@ def preview(rule: str, kubeconfig: str | None, context: str | None, namespace: s
         click.echo(text)
 
 
+# -- lint --------------------------------------------------------------------------------------
+
+
+@click.command("lint")
+@click.argument("files", nargs=-1, required=True)
+@kubectl_options
+@click.option("--offline", is_flag=True, help="Do not ask a cluster: only the rules that need no cluster.")
+def lint(files: tuple[str, ...], kubeconfig: str | None, context: str | None, namespace: str | None,
+         all_namespaces: bool, output: str, offline: bool) -> None:
+    """Check DRA YAML before applying it: API versions and field layouts, unqualified attributes
+    in CEL and constraints, sharedCounters beside devices, claim templates in Pod specs or
+    missing, selectors that match no published device, then the API server's own server-side
+    apply dry run. FILES: files or directories ('-' reads stdin). Exit code 1 on any error.
+    Without a reachable cluster (or with --offline) only the offline rules run."""
+    from .lint import run
+
+    paths = list(files)
+    if offline:
+        result = run.offline(paths, namespace or "default")
+    else:
+        try:
+            ns = resolve_namespace(kubeconfig, context, namespace)
+            result = run_with_kube(kubeconfig, context, lambda kube: run.against(kube, paths, ns))
+        except click.ClickException as e:
+            click.echo(f"no cluster ({e.message}): offline rules only", err=True)
+            result = run.offline(paths, namespace or "default")
+    if result is None:
+        return
+    from .lint.report import render, to_json
+
+    if output in ("json", "yaml"):
+        click.echo(dump(to_json(result.findings, result.loaded.errors, result.mode), output))
+    else:
+        click.echo(render(result.findings, result.files, len(result.loaded.documents), result.loaded.errors, result.mode))
+    if result.failed:
+        sys.exit(1)
+
+
 @click.group("kubectl-dra", context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="dra-operators")
 def main() -> None:
-    """Dynamic Resource Allocation from kubectl: explain, devices, preview."""
+    """Dynamic Resource Allocation from kubectl: explain, devices, preview, lint."""
 
 
 main.add_command(explain)
 main.add_command(devices)
 main.add_command(preview)
+main.add_command(lint)
 
 if __name__ == "__main__":
     main()

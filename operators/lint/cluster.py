@@ -1,0 +1,117 @@
+"""What the lint asks the API server: the context its rules need, and a server-side apply dry
+run of every object (strict field validation), so the cluster's own validation and served
+versions answer where they can."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from ..core.kube import ApiError, Kube
+from ..core.resources import (DEVICE_CLASSES, NAMESPACES, RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS, RESOURCE_SLICES,
+                              Resource)
+from .documents import Document
+from .rules import ERROR, RESOURCE_GROUP, Context, Finding
+
+FIELD_MANAGER = "dra-operators-lint"
+APPLY_PATCH = "application/apply-patch+yaml"
+
+
+async def _list(kube: Kube, res: Resource) -> list[dict[str, Any]]:
+    try:
+        return (await kube.list(res))["items"]
+    except ApiError as e:
+        if e.not_found:
+            return []
+        raise
+
+
+async def fill(kube: Kube, ctx: Context) -> None:
+    """The cluster's side of ``ctx``: served versions, classes, slices, templates, claims, namespaces."""
+    try:
+        info = await kube.request("GET", f"/apis/{RESOURCE_GROUP}")
+        served = [v["version"] for v in info.get("versions") or []]
+    except ApiError as e:
+        if not e.not_found:
+            raise
+        served = []
+    ctx.served = {RESOURCE_GROUP: served}
+    if "v1" not in served:
+        ctx.device_classes, ctx.slices, ctx.templates, ctx.claims = {}, [], set(), set()
+    else:
+        classes, slices, templates, claims = await asyncio.gather(
+            _list(kube, DEVICE_CLASSES), _list(kube, RESOURCE_SLICES),
+            _list(kube, RESOURCE_CLAIM_TEMPLATES), _list(kube, RESOURCE_CLAIMS))
+        ctx.device_classes = {c["metadata"]["name"]: c for c in classes}
+        ctx.slices = slices
+        ctx.templates = {(t["metadata"]["namespace"], t["metadata"]["name"]) for t in templates}
+        ctx.claims = {(c["metadata"]["namespace"], c["metadata"]["name"]) for c in claims}
+    ctx.namespaces = {n["metadata"]["name"]: n for n in await _list(kube, NAMESPACES)}
+
+
+class Discovery:
+    """apiVersion + kind -> the resource to send it to, from the server's discovery (cached)."""
+
+    def __init__(self, kube: Kube):
+        self.kube = kube
+        self.lists: dict[str, list[dict[str, Any]] | None] = {}
+
+    async def resource(self, api_version: str, kind: str) -> Resource | None:
+        if api_version not in self.lists:
+            path = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
+            try:
+                self.lists[api_version] = (await self.kube.request("GET", path)).get("resources") or []
+            except ApiError as e:
+                if not e.not_found:
+                    raise
+                self.lists[api_version] = None
+        for r in self.lists[api_version] or []:
+            if r.get("kind") == kind and "/" not in r.get("name", ""):
+                return Resource(api_version, r["name"], bool(r.get("namespaced")))
+        return None
+
+
+def _server_findings(doc: Document, error: ApiError) -> list[Finding]:
+    body = error.body if isinstance(error.body, dict) else {}
+    message = str(body.get("message") or error.body)
+    causes = (body.get("details") or {}).get("causes") or []
+    fix = "change the field as the API server's message says (kube-apiserver validation)"
+    if not causes:
+        return [Finding("server-dry-run", ERROR, doc.file, doc.line, doc.ref, "", f"the API server refuses it: {message}", fix)]
+    return [Finding("server-dry-run", ERROR, doc.file, doc.line, doc.ref, str(c.get("field") or "").lstrip("."),
+                    f"the API server refuses it: {c.get('message') or c.get('reason')}", fix) for c in causes]
+
+
+async def dry_run(kube: Kube, ctx: Context, doc: Document, discovery: Discovery) -> list[Finding]:
+    """A server-side apply dry run of ``doc`` with strict field validation: the server's own answer."""
+    if not doc.api_version or not doc.kind or not doc.name:
+        return [Finding("server-dry-run", ERROR, doc.file, doc.line, doc.ref, "metadata.name" if doc.kind else "kind",
+                        "apiVersion, kind and metadata.name are required", "add the missing field")]
+    resource = await discovery.resource(doc.api_version, doc.kind)
+    if resource is None:
+        if doc.api_version.split("/")[0] == RESOURCE_GROUP:
+            return []  # the served-version rule says it, with the fix
+        return [Finding("server-dry-run", ERROR, doc.file, doc.line, doc.ref, "apiVersion",
+                        f"the cluster serves no {doc.kind} in {doc.api_version}", "check apiVersion and kind")]
+    namespace = ctx.namespace_of(doc) if resource.namespaced else None
+    if namespace and ctx.namespaces is not None and namespace not in ctx.namespaces:
+        return []  # created by these files (or missing): nothing to validate against yet
+    body = dict(doc.body)
+    if namespace:
+        body["metadata"] = {**(body.get("metadata") or {}), "namespace": namespace}
+    try:
+        await kube.request("PATCH", resource.path(namespace, doc.name), body=body, content_type=APPLY_PATCH, params=[
+            ("fieldManager", FIELD_MANAGER), ("force", "true"), ("dryRun", "All"), ("fieldValidation", "Strict")])
+    except ApiError as e:
+        if e.status in (400, 403, 422):
+            return _server_findings(doc, e)
+        raise
+    return []
+
+
+async def dry_run_all(kube: Kube, ctx: Context) -> list[Finding]:
+    discovery = Discovery(kube)
+    found: list[Finding] = []
+    for doc in ctx.documents:  # in order: discovery is cached per group-version
+        found += await dry_run(kube, ctx, doc, discovery)
+    return found

@@ -1,0 +1,136 @@
+"""Each lint rule on its bad and fixed YAML (tests/lint/<case>/): the bad file gets the rule's
+finding on the named field with the fix, the fixed file gets no finding at all. The cluster is
+stood in for by what it would hold: config/deviceclasses and the simulated node agent's devices
+for the kind inventory (built by the agent's own pure function), namespace default only."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from operators.lint import documents, report, rules
+from operators.nodeagent.backends.simulated import build_inventory
+
+ROOT = Path(__file__).resolve().parents[2]
+CASES = ROOT / "tests" / "lint"
+INVENTORY = ROOT / "kustomize" / "overlays" / "simulated-devices" / "inventory.yaml"
+SIM = "gpu.sim.dra-operators.dev"
+
+# case -> (rule, field, a piece of the fix) the bad file must get
+EXPECTED = {
+    "slice-counters-with-devices": ("slice-counters-with-devices", "spec.sharedCounters", "ResourceSlice of their own"),
+    "unqualified-match-attribute": ("unqualified-attribute", "spec.spec.devices.constraints[0].matchAttribute",
+                                    f"matchAttribute: {SIM}/productName"),
+    "cel-unqualified-attribute": ("cel-attribute-domain", "spec.spec.devices.requests[0].exactly.selectors[0].cel.expression",
+                                  f"device.attributes['{SIM}'].architecture"),
+    "cel-typed-accessor": ("cel-typed-accessor", "spec.spec.devices.requests[0].exactly.selectors[0].cel.expression",
+                           f"device.attributes['{SIM}'].productName"),
+    "cel-dot-attribute": ("cel-attribute-domain", "spec.selectors[0].cel.expression",
+                          f"device.attributes['{SIM}'].architecture"),
+    "claim-templates-in-pod": ("claim-templates-in-pod", "spec.template.spec.resourceClaimTemplates",
+                               "resourceClaimTemplateName"),
+    "v1alpha2-claim": ("served-version", "apiVersion", "resource.k8s.io/v1"),
+    "v1-request-layout": ("v1-request-layout", "spec.devices.requests[0].deviceClassName",
+                          "under spec.devices.requests[0].exactly"),
+    "removed-kind": ("removed-kind", "kind", "DeviceClass"),
+    "device-layout-basic": ("device-layout", "spec.devices[0].basic", "onto the device itself"),
+    "missing-template": ("missing-template", "spec.resourceClaims[0].resourceClaimTemplateName",
+                         "create ResourceClaimTemplate one-gpu-typo"),
+    "claim-source": ("claim-source", "spec.resourceClaims[0].source", "resourceClaimTemplateName: one-gpu-src"),
+    "undeclared-claim": ("undeclared-claim", "spec.containers[0].resources.claims[0].name", "spec.resourceClaims"),
+    "missing-device-class": ("missing-device-class", "spec.devices.requests[0].exactly.deviceClassName", SIM),
+    "admin-access-namespace": ("admin-access-namespace", "spec.devices.requests[0].exactly.adminAccess",
+                               "resource.kubernetes.io/admin-access=true"),
+    "selector-never-matches": ("selector-never-matches", "spec.devices.requests[0].exactly.selectors[0].cel.expression",
+                               "productName"),
+    "shared-claim-in-workload": ("shared-claim-in-workload", "spec.template.spec.resourceClaims[0].resourceClaimName",
+                                 "resourceClaimTemplateName"),
+    "all-with-count": ("allocation-mode", "spec.devices.requests[0].exactly.count", "remove count"),
+}
+
+
+def cluster_context(docs: list[documents.Document]) -> rules.Context:
+    """What the lab holds when the examples run: the DeviceClasses and one node's simulated devices."""
+    classes = {}
+    for path in sorted((ROOT / "config" / "deviceclasses").glob("*.yaml")):
+        for body in yaml.safe_load_all(path.read_text()):
+            if body:
+                classes[body["metadata"]["name"]] = body
+    inventory = build_inventory(yaml.safe_load(INVENTORY.read_text()), "lab-node-0", SIM)
+    slices = [{"spec": {"driver": SIM, "nodeName": "lab-node-0", "pool": {"name": "lab-node-0"},
+                        "devices": inventory.devices}}]
+    return rules.Context(documents=docs, served={"resource.k8s.io": ["v1", "v1beta2", "v1beta1"]},
+                         device_classes=classes, slices=slices, templates=set(), claims=set(),
+                         namespaces={"default": {"metadata": {"name": "default"}}})
+
+
+def lint(path: Path) -> list[rules.Finding]:
+    loaded = documents.load([str(path)])
+    assert not loaded.errors
+    return rules.check(cluster_context(loaded.documents))
+
+
+def test_every_case_has_an_expectation():
+    assert sorted(p.name for p in CASES.iterdir() if p.is_dir()) == sorted(EXPECTED)
+
+
+@pytest.mark.parametrize("case", sorted(EXPECTED))
+def test_bad_is_reported_with_field_and_fix(case):
+    rule, field, fix = EXPECTED[case]
+    findings = lint(CASES / case / "bad.yaml")
+    ours = [f for f in findings if f.rule == rule and f.field == field]
+    assert ours, f"{case}: no {rule} on {field}; got {[(f.rule, f.field) for f in findings]}"
+    assert any(fix in f.fix for f in ours), f"{case}: fix {[f.fix for f in ours]} lacks {fix!r}"
+    assert all(f.message and f.file.endswith("bad.yaml") and f.line >= 1 for f in findings)
+
+
+@pytest.mark.parametrize("case", sorted(EXPECTED))
+def test_fixed_passes(case):
+    assert lint(CASES / case / "fixed.yaml") == []
+
+
+def test_every_example_passes():
+    examples = ROOT / "config" / "examples"
+    folders = sorted(p for p in examples.iterdir() if p.is_dir())
+    assert len(folders) >= 8
+    for folder in folders:
+        loaded = documents.load([str(folder)])
+        assert loaded.documents and not loaded.errors, folder
+        assert rules.check(cluster_context(loaded.documents)) == [], folder.name
+
+
+def test_offline_rules_need_no_cluster():
+    """Without a cluster the rules that need one stay silent instead of guessing."""
+    loaded = documents.load([str(CASES / "missing-template" / "bad.yaml"), str(CASES / "selector-never-matches" / "bad.yaml")])
+    assert rules.check(rules.Context(documents=loaded.documents)) == []
+    loaded = documents.load([str(CASES / "v1alpha2-claim" / "bad.yaml")])
+    found = {(f.rule, f.field) for f in rules.check(rules.Context(documents=loaded.documents))}
+    assert ("served-version", "apiVersion") in found  # the versions 1.37 has, without asking
+
+
+def test_v1alpha2_claim_fields_named():
+    loaded = documents.load([str(CASES / "v1alpha2-claim" / "bad.yaml")])
+    found = {(f.rule, f.field) for f in rules.check(rules.Context(documents=loaded.documents))}
+    assert {("removed-claim-field", "spec.allocationMode"), ("removed-claim-field", "spec.resourceClassName")} <= found
+
+
+def test_allocation_mode_wait_for_first_consumer_in_a_request():
+    loaded = documents.load([str(CASES / "v1-request-layout" / "bad.yaml")])
+    found = [f for f in rules.check(rules.Context(documents=loaded.documents)) if f.rule == "allocation-mode"]
+    assert found and "WaitForFirstConsumer" in found[0].message
+
+
+def test_parse_reports_line_and_lists():
+    loaded = documents.parse("a: 1\n---\nkind: List\napiVersion: v1\nitems:\n- kind: Pod\n  apiVersion: v1\n- 3\n", "f.yaml")
+    assert [d.kind for d in loaded.documents] == ["", "Pod"] and loaded.documents[1].line == 3
+    assert loaded.errors == [("f.yaml", "document 3 (line 3) is not a mapping")]
+    assert documents.parse("a: [", "g.yaml").errors[0][1].startswith("not valid YAML")
+
+
+def test_server_findings_on_fields_the_rules_named_are_dropped():
+    own = [rules.Finding("r", "error", "f", 1, "K/n", "spec.x", "m", "fix")]
+    server = [rules.Finding("server-dry-run", "error", "f", 1, "K/n", "spec.x", "m", "fix"),
+              rules.Finding("server-dry-run", "error", "f", 1, "K/n", "spec.y", "m", "fix")]
+    assert [f.field for f in report.merge(own, server)] == ["spec.x", "spec.y"]
