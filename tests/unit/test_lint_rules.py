@@ -1,7 +1,8 @@
 """Each lint rule on its bad and fixed YAML (tests/lint/<case>/): the bad file gets the rule's
 finding on the named field with the fix, the fixed file gets no finding at all. The cluster is
 stood in for by what it would hold: config/deviceclasses and the simulated node agent's devices
-for the kind inventory (built by the agent's own pure function), namespace default only."""
+for the kind inventory and the MIG example's (built by the agent's own pure function), namespace
+default only."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from operators.nodeagent.backends.simulated import build_inventory
 ROOT = Path(__file__).resolve().parents[2]
 CASES = ROOT / "tests" / "lint"
 INVENTORY = ROOT / "kustomize" / "overlays" / "simulated-devices" / "inventory.yaml"
+MIG_INVENTORY = ROOT / "config" / "examples" / "mig" / "node-agent" / "inventory.yaml"
 SIM = "gpu.sim.dra-operators.dev"
 
 # case -> (rule, field, a piece of the fix) the bad file must get
@@ -59,8 +61,12 @@ def cluster_context(docs: list[documents.Document]) -> rules.Context:
             if body:
                 classes[body["metadata"]["name"]] = body
     inventory = build_inventory(yaml.safe_load(INVENTORY.read_text()), "lab-node-0", SIM)
+    mig = build_inventory(yaml.safe_load(MIG_INVENTORY.read_text()), "lab-node-1", "gpu.nvidia.com")
+    assert not inventory.errors and not mig.errors
     slices = [{"spec": {"driver": SIM, "nodeName": "lab-node-0", "pool": {"name": "lab-node-0"},
-                        "devices": inventory.devices}}]
+                        "devices": inventory.devices}},
+              {"spec": {"driver": "gpu.nvidia.com", "nodeName": "lab-node-1", "pool": {"name": "lab-node-1"},
+                        "devices": mig.devices}}]
     return rules.Context(documents=docs, served={"resource.k8s.io": ["v1", "v1beta2", "v1beta1"]},
                          device_classes=classes, slices=slices, templates=set(), claims=set(),
                          namespaces={"default": {"metadata": {"name": "default"}}})
@@ -96,7 +102,7 @@ def test_every_example_passes():
     folders = sorted(p for p in examples.iterdir() if p.is_dir())
     assert len(folders) >= 8
     for folder in folders:
-        loaded = documents.load([str(folder)])
+        loaded = documents.load([str(folder)] + [str(p) for p in folder.iterdir() if p.is_dir() and p.name != "node-agent"])
         assert loaded.documents and not loaded.errors, folder
         assert rules.check(cluster_context(loaded.documents)) == [], folder.name
 
