@@ -11,9 +11,9 @@ import copy
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from ..core import podgroup as pg
 from ..core.resourceclaim import (ClaimNotCreatedYet, Obj, UnsupportedPodClaim, claim_name, controller_ref,
-                                  is_allocated, is_for_pod, is_pod_done, is_reserved_for_pod, is_terminal,
-                                  pod_claims)
+                                  is_allocated, is_pod_done, is_terminal, pod_claims)
 
 POD_CLAIM_ANNOTATION = "resource.kubernetes.io/pod-claim-name"
 EXTENDED_RESOURCE_CLAIM_ANNOTATION = "resource.kubernetes.io/extended-resource-claim"
@@ -27,10 +27,15 @@ def pod_needs_claims(pod: Obj, deleted: bool) -> bool:
     return not deleted and not is_pod_done(pod)
 
 
-def pod_needs_work(pod: Obj, get_claim: Callable[[str], Obj | None]) -> bool:
+def pod_needs_work(pod: Obj, get_claim: Callable[[str], Obj | None],
+                   get_group: Callable[[str], Obj | None] = lambda key: None, *,
+                   generic_workload: bool = False, workload_claims: bool = False) -> bool:
     """``podNeedsWork``: a claim must be created, or an allocated claim reserved for a
     scheduled Pod. Terminal Pods need no work (unlike upstream, kubernetes#141274: upstream
-    re-reserves a claim for a finished but scheduled Pod, and cleanup then fights it)."""
+    re-reserves a claim for a finished but scheduled Pod, and cleanup then fights it).
+
+    A missing claim that the Pod shares with its PodGroup is the PodGroup's to create, so it is
+    no work for the Pod (gate on or off: with the gate off it is never created, KEP-5729)."""
     if pod["metadata"].get("deletionTimestamp") or is_terminal(pod):
         return False
     namespace = pod["metadata"]["namespace"]
@@ -44,13 +49,63 @@ def pod_needs_work(pod: Obj, get_claim: Callable[[str], Obj | None]) -> bool:
         claim = get_claim(f"{namespace}/{name}")
         if claim is None:
             if pod_claim.get("resourceClaimTemplateName"):
+                try:
+                    group = pod_group_of(pod, get_group, generic_workload)
+                except GroupLookupError:
+                    return True  # the claim might have to be created from the template
+                try:
+                    bind = pg.bind_to(pod, group, pod_claim)
+                except pg.BindError:
+                    continue
+                if pg.is_group_entry(bind):
+                    continue
                 return True  # must create (or re-create) it from the template
             continue  # the user must create it
-        if check_owner and is_for_pod(pod, claim):
+        if check_owner and pg.is_for_pod_or_group(pod, claim, workload_claims):
             continue
         if not pod["spec"].get("nodeName"):
             continue
-        if is_allocated(claim) and not is_reserved_for_pod(pod, claim):
+        if is_allocated(claim) and not pg.is_reserved_for_pod_or_group(pod, claim, workload_claims):
+            return True
+    return False
+
+
+class GroupLookupError(Exception):
+    """``getPodGroup`` failed: retried, unless ``retry`` is False (the PodGroup API is off)."""
+
+    def __init__(self, message: str, retry: bool = True):
+        super().__init__(message)
+        self.retry = retry
+
+
+def pod_group_of(pod: Obj, get_group: Callable[[str], Obj | None], generic_workload: bool) -> Obj | None:
+    """``getPodGroup``: the PodGroup the Pod is a member of, from the cache; None for a Pod in no
+    group. Upstream looks it up whether or not DRAWorkloadResourceClaims is on."""
+    name = pg.pod_group_name(pod)
+    if not name:
+        return None
+    if not generic_workload:
+        raise GroupLookupError(f"Pod is a member of PodGroup {name} but GenericWorkload feature is disabled",
+                               retry=False)
+    group = get_group(f"{pod['metadata']['namespace']}/{name}")
+    if group is None:
+        raise GroupLookupError(f'podgroup.scheduling.k8s.io "{name}" not found')
+    return group
+
+
+def pod_group_needs_work(pod_group: Obj, get_claim: Callable[[str], Obj | None]) -> bool:
+    """``podGroupNeedsWork``: a claim of the PodGroup must be created from its template."""
+    if pod_group["metadata"].get("deletionTimestamp"):
+        return False
+    namespace = pod_group["metadata"]["namespace"]
+    for group_claim in pg.group_claims(pod_group):
+        try:
+            name, _ = pg.claim_name_from_group(pod_group, group_claim)
+        except (ClaimNotCreatedYet, UnsupportedPodClaim):
+            return True
+        if name is None:
+            continue
+        if get_claim(f"{namespace}/{name}") is None and group_claim.get("resourceClaimTemplateName"):
             return True
     return False
 
@@ -86,15 +141,28 @@ def template_problem(template: Obj, admin_access: bool, prioritized_list: bool) 
 
 def build_claim(pod: Obj, pod_claim: Obj, template: Obj) -> Obj:
     """The ResourceClaim upstream creates for ``pod_claim`` of ``pod`` from ``template``."""
+    # 1.35+: controller only (1.34 also set blockOwnerDeletion).
+    owner = {"apiVersion": "v1", "kind": "Pod", "name": pod["metadata"]["name"],
+             "uid": pod["metadata"]["uid"], "controller": True}
+    return _claim_from_template(pod["metadata"], pod_claim["name"], owner, template)
+
+
+def build_group_claim(pod_group: Obj, group_claim: Obj, template: Obj) -> Obj:
+    """``handlePodGroupClaim``: the claim for ``group_claim`` of ``pod_group``, controlled by the
+    PodGroup and named ``<podgroup>-<claim>-``, with the same pod-claim annotation."""
+    owner = {"apiVersion": pg.API_VERSION, "kind": pg.KIND, "name": pod_group["metadata"]["name"],
+             "uid": pod_group["metadata"]["uid"], "controller": True}
+    return _claim_from_template(pod_group["metadata"], group_claim["name"], owner, template)
+
+
+def _claim_from_template(owner_meta: Obj, claim_key: str, owner: Obj, template: Obj) -> Obj:
     template_meta = (template.get("spec") or {}).get("metadata") or {}
     annotations = dict(template_meta.get("annotations") or {})
-    annotations[POD_CLAIM_ANNOTATION] = pod_claim["name"]
+    annotations[POD_CLAIM_ANNOTATION] = claim_key
     metadata: Obj = {
-        "generateName": generate_name(pod["metadata"]["name"], pod_claim["name"]),
-        "namespace": pod["metadata"]["namespace"],
-        # 1.35+: controller only (1.34 also set blockOwnerDeletion).
-        "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": pod["metadata"]["name"],
-                             "uid": pod["metadata"]["uid"], "controller": True}],
+        "generateName": generate_name(owner_meta["name"], claim_key),
+        "namespace": owner_meta["namespace"],
+        "ownerReferences": [owner],
         "annotations": annotations,
     }
     if template_meta.get("labels"):
@@ -132,6 +200,15 @@ def pod_reference(pod: Obj) -> Obj:
     return {"resource": "pods", "name": pod["metadata"]["name"], "uid": pod["metadata"]["uid"]}
 
 
+def build_group_status_apply(pod_group: Obj, new: dict[str, str]) -> Obj:
+    """``syncPodGroup``'s apply: only the claims created or found in this sync (as upstream; the
+    apply is forced and owned by the same field manager)."""
+    meta = pod_group["metadata"]
+    return {"apiVersion": pg.API_VERSION, "kind": pg.KIND,
+            "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
+            "status": {"resourceClaimStatuses": [{"name": n, "resourceClaimName": new[n]} for n in sorted(new)]}}
+
+
 @dataclass(frozen=True)
 class ReservationCheck:
     """How ``syncClaim`` judges one ``reservedFor`` Pod entry."""
@@ -148,6 +225,15 @@ def check_pod_reservation(entry: Obj, cached_pod: Obj | None, deleted_uids: Any)
     if cached_pod["metadata"].get("uid") != entry.get("uid"):
         return ReservationCheck(keep=False)
     return ReservationCheck(keep=not is_pod_done(cached_pod))
+
+
+def check_group_reservation(entry: Obj, cached_group: Obj | None, deleted_uids: Any) -> ReservationCheck:
+    """How ``syncClaim`` judges a PodGroup entry (gate on): kept while the PodGroup of that UID exists."""
+    if entry.get("uid") in deleted_uids:
+        return ReservationCheck(keep=False)
+    if cached_group is None:
+        return ReservationCheck(keep=True, needs_api_check=True)
+    return ReservationCheck(keep=cached_group["metadata"].get("uid") == entry.get("uid"))
 
 
 def released_claim_status(claim: Obj, remaining: list[Obj]) -> Obj:

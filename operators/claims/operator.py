@@ -1,9 +1,16 @@
-"""kopf wiring of the claims operator: watches feed the controller's cache and work queue."""
+"""kopf wiring of the claims operator: watches feed the controller's cache and work queue.
+
+PodGroups (KEP-5729) are watched when the cluster serves them (scheduling.k8s.io/v1beta1,
+GenericWorkload); their claims are handled when the API server runs with DRAWorkloadResourceClaims
+(``core.featuregates``), as kube-controller-manager does with the same gate.
+"""
 
 from __future__ import annotations
 
 import kopf
 
+from ..core import podgroup as pg
+from ..core.featuregates import apiserver_feature_gates
 from ..core.kopfsettings import quiet
 from ..core.kube import Kube
 from ..core.logging import get_logger
@@ -11,10 +18,26 @@ from ..core.metrics import serve
 from ..core.resources import PODS, RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS
 from ..core.runtime import Runtime, runtime_liveness, start_or_undo, stop_runtime
 from ..core.settings import Settings
-from .controller import ClaimsController
+from .controller import ClaimsController, Features
 from .metrics import Metrics
 
 log = get_logger("operators.claims")
+
+WORKLOAD_CLAIMS_GATE = "DRAWorkloadResourceClaims"
+_pod_groups_served = {"served": False}
+
+
+async def detect_features(kube: Kube) -> Features:
+    """GenericWorkload: PodGroups served at the version upstream's controller uses.
+    DRAWorkloadResourceClaims: the API server's own gate (it drops ``spec.resourceClaims`` of
+    new PodGroups when off); unknown (``/metrics`` not readable) counts as off, 1.37's default."""
+    generic_workload = pg.API_VERSION.split("/")[1] in await kube.served_versions(pg.GROUP, pg.RESOURCE)
+    gates = await apiserver_feature_gates(kube)
+    if gates is None:
+        log.warning("cannot read the API server's feature gates (GET /metrics); PodGroup claims are "
+                    "handled as with the gate off", gate=WORKLOAD_CLAIMS_GATE)
+    workload_claims = generic_workload and bool((gates or {}).get(WORKLOAD_CLAIMS_GATE))
+    return Features(generic_workload=generic_workload, workload_claims=workload_claims)
 
 
 @kopf.on.startup(errors=kopf.ErrorsMode.PERMANENT)  # start-up is all-or-nothing: any failure ends the process
@@ -26,8 +49,10 @@ async def start_claims(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) ->
     runtime.on_cleanup(kube.close)
 
     async def start() -> None:
+        features = await detect_features(kube)
+        _pod_groups_served["served"] = features.generic_workload
         metrics = Metrics()
-        controller = ClaimsController(kube, workers=config.claims_workers, metrics=metrics)
+        controller = ClaimsController(kube, workers=config.claims_workers, features=features, metrics=metrics)
         metrics.watch_claims(controller.claims.values)
         runtime.on_cleanup(controller.queue.stop)
         # Fill the cache before any worker runs: a restarted operator must see the claims it
@@ -35,6 +60,8 @@ async def start_claims(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) ->
         runtime.informer(RESOURCE_CLAIMS, controller.claims, controller.on_claim, kind="ResourceClaim")
         runtime.informer(RESOURCE_CLAIM_TEMPLATES, controller.templates, controller.on_template,
                          kind="ResourceClaimTemplate")
+        if features.generic_workload:
+            runtime.informer(pg.POD_GROUPS, controller.pod_groups, controller.on_pod_group, kind=pg.KIND)
         runtime.informer(PODS, controller.pods, controller.on_pod, kind="Pod")
         counts = await runtime.prime(settings)
         serve(metrics.registry, config.metrics_port)
@@ -42,7 +69,8 @@ async def start_claims(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) ->
         # Watches keep the cache warm on a standby; only the leader's workers act.
         await runtime.lead(config, "dra-operators-claims", controller.queue)
         log.info("claims operator started", workers=config.claims_workers, claims=counts["resourceclaims"],
-                 pods=counts["pods"], metrics_port=config.metrics_port)
+                 pods=counts["pods"], pod_groups=counts.get(pg.RESOURCE), generic_workload=features.generic_workload,
+                 workload_resource_claims=features.workload_claims, metrics_port=config.metrics_port)
 
     await start_or_undo(runtime, start)
 
@@ -71,3 +99,13 @@ async def claim_event(event: kopf.RawEvent, memo: kopf.Memo, **_) -> None:
 @kopf.on.event("resource.k8s.io", "v1", "resourceclaimtemplates")
 async def template_event(event: kopf.RawEvent, memo: kopf.Memo, **_) -> None:
     memo.claims_runtime.informers["resourceclaimtemplates"].on_event(event)
+
+
+def _served_pod_groups(resource: kopf.Resource) -> bool:
+    return (_pod_groups_served["served"] and resource.group == pg.GROUP and resource.plural == pg.RESOURCE
+            and resource.version == pg.POD_GROUPS.version)
+
+
+@kopf.on.event(_served_pod_groups, id="claims-podgroups")
+async def pod_group_event(event: kopf.RawEvent, memo: kopf.Memo, **_) -> None:
+    memo.claims_runtime.informers[pg.RESOURCE].on_event(event)
