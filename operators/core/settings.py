@@ -130,6 +130,13 @@ class Settings:
     nodeagent_nvml_refresh: float = setting(30.0, "DRA_NODEAGENT_NVML_REFRESH",
                                             "nodeagent: seconds between checks for GPUs gone or back and MIG changes "
                                             "(nvml backend)", minimum=0.1)
+    nodeagent_grpc_health_port: int = setting(0, "DRA_NODEAGENT_GRPC_HEALTH_PORT",
+                                              "nodeagent: TCP port of the grpc.health.v1 service for kubelet's grpc "
+                                              "liveness probe (services \"\" and \"liveness\"; 0 = not served)",
+                                              minimum=0)
+    nodeagent_self_check_period: float = setting(10.0, "DRA_NODEAGENT_SELF_CHECK_PERIOD",
+                                                 "nodeagent: seconds between the plugin's calls to its own sockets; "
+                                                 "3 misses in a row fail liveness", minimum=0.1)
     # -- binding -----------------------------------------------------------------------------
     binding_drivers: str = setting("", "DRA_BINDING_DRIVERS",
                                    "binding: drivers served, comma-separated names or patterns (* = all; "

@@ -16,6 +16,7 @@ from .agent import NodeAgent
 from .backends import BackendError, create_backend
 from .health import HealthTracker
 from .metrics import Metrics
+from .plugin.liveness import SelfCheck
 from .plugin.server import KubeletPlugin
 
 DEFAULT_DRIVERS = {"nvml": "gpu.nvidia.com", "simulated": "gpu.sim.dra-operators.dev"}
@@ -88,10 +89,25 @@ async def start_nodeagent(settings: kopf.OperatorSettings, memo: kopf.Memo, **_)
             runtime.on_cleanup(plugin.stop)
             await plugin.start(runtime.supervisor)
             memo.nodeagent_plugin = plugin
+        await check_itself(runtime, config, memo)
         serve(metrics.registry, config.metrics_port)
         runtime.start_watchdog()
 
     await start_or_undo(runtime, start)
+
+
+async def check_itself(runtime: Runtime, config: Settings, memo: kopf.Memo) -> None:
+    """The kubelet plugin's self-check (when it runs) and the gRPC health service (when a port is
+    set), both behind liveness."""
+    plugin: KubeletPlugin | None = getattr(memo, "nodeagent_plugin", None)
+    sockets = (lambda: (plugin.registration_socket, plugin.dra_socket)) if plugin is not None else None
+    check = SelfCheck(sockets, runtime.supervisor.problems, period=config.nodeagent_self_check_period)
+    runtime.supervisor.add_check(check.problem)
+    if config.nodeagent_grpc_health_port:
+        runtime.on_cleanup(check.stop)
+        await check.serve(config.nodeagent_grpc_health_port)
+    if sockets is not None:
+        runtime.supervisor.spawn("kubelet-plugin-self-check", check.run)
 
 
 @kopf.on.cleanup()

@@ -315,3 +315,55 @@ async def test_fake_nvml_cdi_names_gpu_and_mig_device_nodes(lab, kube, namespace
         await plugin.stop()
         await agent.stop()
         lab.api("DELETE", f"/api/v1/nodes/{name}")
+
+
+async def test_liveness_fails_when_the_plugin_stops_answering(lab, kube, namespace, unique, tmp_path):
+    """The agent calls its own sockets as kubelet does; with its DRA socket gone (removed under the
+    server: kubelet can no longer reach it, and nothing in the process notices otherwise) both
+    liveness answers turn: kopf's /healthz 500 and the grpc.health.v1 service NOT_SERVING."""
+    import urllib.error
+    import urllib.request
+
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    from operators.lab.cluster import free_ports
+
+    [port] = free_ports(1)
+    node = Node(lab, kube, namespace, unique, tmp_path)
+    node.agent.extra_env.update({"DRA_NODEAGENT_GRPC_HEALTH_PORT": str(port),
+                                 "DRA_NODEAGENT_SELF_CHECK_PERIOD": "0.5"})
+    await node.start()
+    try:
+        async def status(service: str = "liveness") -> str:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+                answer = await health_pb2_grpc.HealthStub(channel).Check(
+                    health_pb2.HealthCheckRequest(service=service), timeout=5)
+            return health_pb2.HealthCheckResponse.ServingStatus.Name(answer.status)
+
+        def healthz() -> tuple[int, str]:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{node.agent.liveness_port}/healthz", timeout=5) as r:
+                    return r.status, r.read().decode()
+            except urllib.error.HTTPError as e:
+                return e.code, e.read().decode()
+
+        assert await status() == "SERVING" and await status("") == "SERVING"
+        assert healthz()[0] == 200
+        dra_socket = Path(node.kubelet.info.endpoint)
+        dra_socket.unlink()
+
+        async def not_serving():
+            return await status() == "NOT_SERVING"
+        await wait_for(not_serving, what="gRPC health liveness NOT_SERVING")
+        # kopf answers /healthz from probe results it keeps for a while: wait for the next one.
+        async def failing():
+            answer = healthz()
+            return answer if answer[0] != 200 else None
+        code, body = await wait_for(failing, what="/healthz failing")
+        assert code == 500, body
+        failures = [line for line in node.agent.log.read_text().splitlines() if "self-check failed" in line]
+        assert failures and str(dra_socket) in failures[-1], node.agent.tail()
+    finally:
+        await node.stop()
+        await kube.delete(DEVICE_CLASSES, node.driver)

@@ -72,6 +72,30 @@ async def test_every_workload_runs_from_the_image_on_the_real_nodes_as_its_user(
         assert uid == ("0" if pod in by_app[DAEMONSET] else "65532"), (pod["metadata"]["name"], uid)
 
 
+HEALTH_CHECK = """
+import sys, grpc
+from grpc_health.v1 import health_pb2 as pb, health_pb2_grpc as stub
+with grpc.insecure_channel("127.0.0.1:51515") as channel:
+    print(pb.HealthCheckResponse.ServingStatus.Name(stub.HealthStub(channel).Check(
+        pb.HealthCheckRequest(service=sys.argv[1]), timeout=5).status))
+"""
+
+
+async def test_the_node_agents_grpc_liveness_probe_answers_serving(deployed, dkube):
+    """kubelet probes the agent through grpc.health.v1 (service "liveness"), which stays SERVING
+    while the agent's self-check reaches its own kubelet plugin sockets: no restart."""
+    agents = [p for p in await operator_pods(dkube) if p["metadata"]["labels"]["app.kubernetes.io/name"] == DAEMONSET]
+    assert len(agents) == 2
+    for pod in agents:
+        [container] = pod["spec"]["containers"]
+        assert container["livenessProbe"]["grpc"] == {"port": 51515, "service": "liveness"}, container
+        answer = deployed.kubectl("exec", "-n", NAMESPACE, pod["metadata"]["name"], "--", "python", "-c",
+                                  HEALTH_CHECK, "liveness", check=False)
+        assert answer.returncode == 0 and answer.stdout.strip() == "SERVING", (answer.stdout, answer.stderr)
+        fresh = await dkube.get(PODS, pod["metadata"]["name"], NAMESPACE)
+        assert fresh["status"]["containerStatuses"][0]["restartCount"] == 0, fresh["status"]
+
+
 async def test_one_leader_per_operator(deployed, dkube):
     """The Lease names one replica's process, and that replica's running container is the one
     that says it became leader (a replica that loses its Lease exits, so its restarted container

@@ -695,6 +695,13 @@ async def test_status_devices_carry_the_agents_data_and_no_other_nodes_claim_is_
         await rkube.delete(RESOURCE_SLICES, far_slice)
     await delete_and_wait_unprepared(rkube, agent, ns, "st", [claim["metadata"]["uid"]])
 
+    # Deallocated by the claims operator once no Pod uses it: the API server drops the entries of
+    # devices no longer allocated (strategy.go dropDeallocatedStatusDevices), nothing else needed.
+    async def deallocated():
+        status = (await rkube.get(RESOURCE_CLAIMS, "st", ns)).get("status") or {}
+        return status if not status.get("allocation") else None
+    assert not (await wait_for(deallocated, what="claim st deallocated")).get("devices")
+
 
 async def _kube_client(kubeconfig: Path):
     return (await Kube.connect(str(kubeconfig)))._api

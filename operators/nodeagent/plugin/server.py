@@ -201,6 +201,8 @@ class KubeletPlugin:
 
     async def prepare(self, claims: list[dict[str, str]]) -> dict[str, tuple[list[PreparedDevice], str]]:
         """uid -> (devices, error) for every requested claim."""
+        if not claims:  # the self-check's call (and any empty one): nothing to wait for the lock for
+            return {}
         fetched = await asyncio.gather(*(self._get_claim(c) for c in claims))
         results: dict[str, tuple[list[PreparedDevice], str]] = {}
         new: list[tuple[dict, PreparedClaim]] = []

@@ -1,0 +1,117 @@
+"""The kubelet plugin's self-check and the grpc.health.v1 service behind liveness, through real
+gRPC clients and servers (Unix sockets for the plugin, TCP for the health service)."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from operators.nodeagent.plugin import liveness
+from operators.nodeagent.plugin.kubeletapi import (dra_v1_pb2, dra_v1_pb2_grpc, pluginregistration_v1_pb2,
+                                                   pluginregistration_v1_pb2_grpc)
+
+
+class _Registration(pluginregistration_v1_pb2_grpc.RegistrationServicer):
+    async def GetInfo(self, request, context):
+        return pluginregistration_v1_pb2.PluginInfo(type="DRAPlugin", name="d")
+
+
+class _Dra(dra_v1_pb2_grpc.DRAPluginServicer):
+    def __init__(self):
+        self.calls = 0
+        self.hang = asyncio.Event()
+
+    async def NodePrepareResources(self, request, context):
+        self.calls += 1
+        assert not request.claims  # the self-check prepares nothing
+        if self.hang.is_set():
+            await asyncio.sleep(3600)
+        return dra_v1_pb2.NodePrepareResourcesResponse()
+
+
+@pytest.fixture
+async def plugin(tmp_path):
+    registration, dra = tmp_path / "d-reg.sock", tmp_path / "dra.sock"
+    servers, dra_servicer = [], _Dra()
+    for path, add in ((registration, lambda s: pluginregistration_v1_pb2_grpc.add_RegistrationServicer_to_server(
+                           _Registration(), s)),
+                      (dra, lambda s: dra_v1_pb2_grpc.add_DRAPluginServicer_to_server(dra_servicer, s))):
+        server = grpc.aio.server()
+        add(server)
+        server.add_insecure_port(f"unix://{path}")
+        await server.start()
+        servers.append(server)
+    yield SimpleNamespace(sockets=lambda: (registration, dra), servers=servers, dra=dra_servicer, dra_path=dra)
+    for server in servers:
+        await server.stop(0)
+
+
+async def status(port: int, service: str) -> str:
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        answer = await health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=service),
+                                                                 timeout=5)
+    return health_pb2.HealthCheckResponse.ServingStatus.Name(answer.status)
+
+
+async def test_serving_while_the_sockets_answer_then_not_after_three_misses(plugin):
+    problems: list[str] = []
+    check = liveness.SelfCheck(plugin.sockets, lambda: problems + [p for p in [check.problem()] if p],
+                               timeout=0.5, failures=3)
+    port = await check.serve(0)
+    try:
+        assert await check.check_once() == ""
+        assert plugin.dra.calls == 1
+        assert (await status(port, ""), await status(port, "liveness")) == ("SERVING", "SERVING")
+        with pytest.raises(grpc.aio.AioRpcError) as unknown:
+            await status(port, "something-else")
+        assert unknown.value.code() == grpc.StatusCode.NOT_FOUND
+
+        plugin.dra_path.unlink()  # the DRA socket deleted under the server: kubelet cannot reach it
+        for missed in (1, 2):
+            assert "NodePrepareResources on" in await check.check_once()
+            assert check.problem() == "" and await status(port, "liveness") == "SERVING", missed
+        await check.check_once()
+        assert check.problem().startswith("kubelet plugin does not answer (3 checks in a row): NodePrepareResources")
+        assert str(plugin.dra_path) in check.problem()
+        assert await status(port, "liveness") == "NOT_SERVING"
+    finally:
+        await check.stop()
+
+
+async def test_a_hanging_call_is_a_miss_and_an_answer_clears_the_count(plugin):
+    check = liveness.SelfCheck(plugin.sockets, lambda: [], timeout=0.3, failures=2)
+    plugin.dra.hang.set()
+    assert "DEADLINE_EXCEEDED" in await check.check_once()
+    assert check.missed == 1
+    plugin.dra.hang.clear()
+    assert await check.check_once() == ""
+    assert check.missed == 0 and check.problem() == ""
+
+
+async def test_any_other_problem_is_not_serving_at_the_time_of_the_call(plugin):
+    """A dead task elsewhere (what /healthz reports) answers NOT_SERVING at once, without waiting
+    for the next self-check."""
+    problems: list[str] = []
+    check = liveness.SelfCheck(None, lambda: problems)  # an agent without the kubelet plugin
+    port = await check.serve(0)
+    try:
+        assert await check.check_once() == "" and await status(port, "liveness") == "SERVING"
+        problems.append("task informer-nodes is dead")
+        assert await status(port, "liveness") == "NOT_SERVING"
+        assert await status(port, "") == "NOT_SERVING"
+    finally:
+        await check.stop()
+
+
+async def test_a_port_in_use_is_a_clear_error():
+    first = liveness.SelfCheck(None, lambda: [])
+    port = await first.serve(0)
+    try:
+        with pytest.raises(OSError, match="DRA_NODEAGENT_GRPC_HEALTH_PORT"):
+            await liveness.SelfCheck(None, lambda: []).serve(port)
+    finally:
+        await first.stop()
