@@ -66,7 +66,7 @@ test-prerequisites:
 
 # pytest exits 5 when it collected nothing: that is a failure here, never a pass.
 test: test-prerequisites
-	$(PY) -m pytest tests/unit tests/integration $(PYTEST_ARGS); \
+	$(PY) -m pytest tests/unit tests/integration --durations=30 $(PYTEST_ARGS); \
 	  code=$$?; if [ $$code -eq 5 ]; then echo "make test: no tests were collected" >&2; exit 1; fi; exit $$code
 
 run: venv lab-build lab-build-node
