@@ -239,20 +239,35 @@ def lint(files: tuple[str, ...], kubeconfig: str | None, context: str | None, na
     missing, selectors that match no published device, then the API server's own server-side
     apply dry run. FILES: files or directories ('-' reads stdin). Exit code 1 on any error.
     Without a reachable cluster (or with --offline) only the offline rules run."""
+    from .core.logging import configure_logging
     from .lint import run
 
+    configure_logging("ERROR", "console")
     paths = list(files)
-    if offline:
-        result = run.offline(paths, namespace or "default")
-    else:
+    result, unreachable = None, ""
+    if not offline:
+        started = False
+
+        async def work(kube):
+            nonlocal started, unreachable
+            started = True
+            try:
+                await kube.request("GET", "/version", retry=False, timeout=10)
+            except Exception as e:  # noqa: BLE001 - any failure to reach the server: offline rules
+                unreachable = f"{type(e).__name__}: {e}"
+                return None
+            return await run.against(kube, paths, resolve_namespace(kubeconfig, context, namespace))
+
         try:
-            ns = resolve_namespace(kubeconfig, context, namespace)
-            result = run_with_kube(kubeconfig, context, lambda kube: run.against(kube, paths, ns))
+            result = run_with_kube(kubeconfig, context, work)
         except click.ClickException as e:
-            click.echo(f"no cluster ({e.message}): offline rules only", err=True)
-            result = run.offline(paths, namespace or "default")
+            if started:
+                raise  # the cluster answered and the lint failed: say so, do not guess offline
+            unreachable = e.message
     if result is None:
-        return
+        if unreachable:
+            click.echo(f"no cluster ({unreachable}): offline rules only", err=True)
+        result = run.offline(paths, namespace or "default")
     from .lint.report import render, to_json
 
     if output in ("json", "yaml"):

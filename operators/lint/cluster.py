@@ -19,7 +19,7 @@ APPLY_PATCH = "application/apply-patch+yaml"
 
 async def _list(kube: Kube, res: Resource) -> list[dict[str, Any]]:
     try:
-        return (await kube.list(res))["items"]
+        return await kube.list(res)
     except ApiError as e:
         if e.not_found:
             return []
