@@ -64,9 +64,11 @@ integration: venv lab-build lab-build-node
 test-prerequisites:
 	$(MAKE) --no-print-directory -j3 venv lab-build lab-build-node $(if $(filter 0,$(shell id -u)),image)
 
-# pytest exits 5 when it collected nothing: that is a failure here, never a pass.
+# pytest exits 5 when it collected nothing: that is a failure here, never a pass. Two xdist
+# workers: the tests on the shared lab in one, the unit tests and the modules with labs of their
+# own in the other (tests/conftest.py); PYTEST_ARGS="-p no:xdist" runs everything in one process.
 test: test-prerequisites
-	$(PY) -m pytest tests/unit tests/integration --durations=30 $(PYTEST_ARGS); \
+	$(PY) -m pytest tests/unit tests/integration -n 2 --dist loadgroup --durations=30 $(PYTEST_ARGS); \
 	  code=$$?; if [ $$code -eq 5 ]; then echo "make test: no tests were collected" >&2; exit 1; fi; exit $$code
 
 run: venv lab-build lab-build-node
