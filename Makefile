@@ -66,7 +66,7 @@ test-prerequisites:
 
 # pytest exits 5 when it collected nothing: that is a failure here, never a pass. Two xdist
 # workers: the tests on the shared lab in one, the unit tests and the modules with labs of their
-# own in the other (tests/conftest.py); PYTEST_ARGS="-p no:xdist" runs everything in one process.
+# own in the other (tests/conftest.py); PYTEST_ARGS="-n 0" runs everything in one process.
 test: test-prerequisites
 	$(PY) -m pytest tests/unit tests/integration -n 2 --dist loadgroup --durations=30 $(PYTEST_ARGS); \
 	  code=$$?; if [ $$code -eq 5 ]; then echo "make test: no tests were collected" >&2; exit 1; fi; exit $$code
