@@ -5,6 +5,7 @@ versions answer where they can."""
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import Any
 
 from ..core.kube import ApiError, Kube
@@ -14,6 +15,7 @@ from .documents import Document
 from .rules import ERROR, RESOURCE_GROUP, Context, Finding
 
 FIELD_MANAGER = "dra-operators-lint"
+_UNDECLARED = re.compile(r"\): (\S+): field not declared in schema")
 APPLY_PATCH = "application/apply-patch+yaml"
 
 
@@ -76,6 +78,11 @@ def _server_findings(doc: Document, error: ApiError) -> list[Finding]:
     message = str(body.get("message") or error.body)
     causes = (body.get("details") or {}).get("causes") or []
     fix = "change the field as the API server's message says (kube-apiserver validation)"
+    if m := _UNDECLARED.search(message):
+        # Server-side apply answers a field unknown to the schema with a 500 before any validation.
+        return [Finding("server-dry-run", ERROR, doc.file, doc.line, doc.ref, m.group(1).lstrip("."),
+                        f"the API server refuses it: {m.group(1).lstrip('.')}: field not declared in schema "
+                        f"of {doc.api_version} {doc.kind}", "remove the field, or write it where this version has it")]
     if not causes:
         return [Finding("server-dry-run", ERROR, doc.file, doc.line, doc.ref, "", f"the API server refuses it: {message}", fix)]
     return [Finding("server-dry-run", ERROR, doc.file, doc.line, doc.ref, str(c.get("field") or "").lstrip("."),
@@ -100,10 +107,11 @@ async def dry_run(kube: Kube, ctx: Context, doc: Document, discovery: Discovery)
     if namespace:
         body["metadata"] = {**(body.get("metadata") or {}), "namespace": namespace}
     try:
-        await kube.request("PATCH", resource.path(namespace, doc.name), body=body, content_type=APPLY_PATCH, params=[
-            ("fieldManager", FIELD_MANAGER), ("force", "true"), ("dryRun", "All"), ("fieldValidation", "Strict")])
+        await kube.request("PATCH", resource.path(namespace, doc.name), body=body, content_type=APPLY_PATCH, retry=False,
+                           params=[("fieldManager", FIELD_MANAGER), ("force", "true"), ("dryRun", "All"),
+                                   ("fieldValidation", "Strict")])
     except ApiError as e:
-        if e.status in (400, 403, 422):
+        if 400 <= e.status < 500 or _UNDECLARED.search(str(e.body)):
             return _server_findings(doc, e)
         raise
     return []
