@@ -118,9 +118,10 @@ class Target:
                                "--namespace=k8s.io", *args], capture_output=True, text=True)
 
 
-def deploy(lab: Target, progress: Callable[[str], None] = print, timeout: float = 300) -> None:
+def deploy(lab: Target, progress: Callable[[str], None] = print, timeout: float = 600) -> None:
     """Build (when needed) and import the image, apply the DeviceClasses and the overlay, wait
-    for the rollout."""
+    for the rollout (a Pod is ready once its startup probe answered: on a loaded 2-core machine
+    the import and the operators' start-up take minutes, hence the generous timeout)."""
     if not lab.nodes:
         raise DeployError("--deploy needs real nodes: lab up --real-nodes 2 --deploy")
     started = time.monotonic()
