@@ -20,37 +20,18 @@ INVENTORY = ROOT / "kustomize" / "overlays" / "simulated-devices" / "inventory.y
 MIG_INVENTORY = ROOT / "config" / "examples" / "mig" / "node-agent" / "inventory.yaml"
 SIM = "gpu.sim.dra-operators.dev"
 
-# case -> (rule, field, a piece of the fix) the bad file must get
-EXPECTED = {
-    "slice-counters-with-devices": ("slice-counters-with-devices", "spec.sharedCounters", "ResourceSlice of their own"),
-    "unqualified-match-attribute": ("unqualified-attribute", "spec.spec.devices.constraints[0].matchAttribute",
-                                    f"matchAttribute: {SIM}/productName"),
-    "cel-unqualified-attribute": ("cel-attribute-domain", "spec.spec.devices.requests[0].exactly.selectors[0].cel.expression",
-                                  f"device.attributes['{SIM}'].architecture"),
-    "cel-typed-accessor": ("cel-typed-accessor", "spec.spec.devices.requests[0].exactly.selectors[0].cel.expression",
-                           f"device.attributes['{SIM}'].productName"),
-    "cel-dot-attribute": ("cel-attribute-domain", "spec.selectors[0].cel.expression",
-                          f"device.attributes['{SIM}'].architecture"),
-    "claim-templates-in-pod": ("claim-templates-in-pod", "spec.template.spec.resourceClaimTemplates",
-                               "resourceClaimTemplateName"),
-    "v1alpha2-claim": ("served-version", "apiVersion", "resource.k8s.io/v1"),
-    "v1-request-layout": ("v1-request-layout", "spec.devices.requests[0].deviceClassName",
-                          "under spec.devices.requests[0].exactly"),
-    "removed-kind": ("removed-kind", "kind", "DeviceClass"),
-    "device-layout-basic": ("device-layout", "spec.devices[0].basic", "onto the device itself"),
-    "missing-template": ("missing-template", "spec.resourceClaims[0].resourceClaimTemplateName",
-                         "create ResourceClaimTemplate one-gpu-typo"),
-    "claim-source": ("claim-source", "spec.resourceClaims[0].source", "resourceClaimTemplateName: one-gpu-src"),
-    "undeclared-claim": ("undeclared-claim", "spec.containers[0].resources.claims[0].name", "spec.resourceClaims"),
-    "missing-device-class": ("missing-device-class", "spec.devices.requests[0].exactly.deviceClassName", SIM),
-    "admin-access-namespace": ("admin-access-namespace", "spec.devices.requests[0].exactly.adminAccess",
-                               "resource.kubernetes.io/admin-access=true"),
-    "selector-never-matches": ("selector-never-matches", "spec.devices.requests[0].exactly.selectors[0].cel.expression",
-                               "productName"),
-    "shared-claim-in-workload": ("shared-claim-in-workload", "spec.template.spec.resourceClaims[0].resourceClaimName",
-                                 "resourceClaimTemplateName"),
-    "all-with-count": ("allocation-mode", "spec.devices.requests[0].exactly.count", "remove count"),
-}
+
+
+def expected() -> dict[str, tuple[str, str, str]]:
+    """case -> (rule, field, a piece of the fix) its bad file must get (tests/lint/<case>/expect.yaml)."""
+    found = {}
+    for folder in sorted(p for p in CASES.iterdir() if p.is_dir()):
+        e = yaml.safe_load((folder / "expect.yaml").read_text())
+        found[folder.name] = (e["rule"], e["field"], e["fix"])
+    return found
+
+
+EXPECTED = expected()
 
 
 def cluster_context(docs: list[documents.Document]) -> rules.Context:
@@ -78,8 +59,10 @@ def lint(path: Path) -> list[rules.Finding]:
     return rules.check(cluster_context(loaded.documents))
 
 
-def test_every_case_has_an_expectation():
-    assert sorted(p.name for p in CASES.iterdir() if p.is_dir()) == sorted(EXPECTED)
+def test_every_case_has_bad_fixed_and_expectation():
+    assert len(EXPECTED) >= 15
+    for case in EXPECTED:
+        assert (CASES / case / "bad.yaml").is_file() and (CASES / case / "fixed.yaml").is_file(), case
 
 
 @pytest.mark.parametrize("case", sorted(EXPECTED))
