@@ -123,3 +123,19 @@ def test_server_findings_on_fields_the_rules_named_are_dropped():
     server = [rules.Finding("server-dry-run", "error", "f", 1, "K/n", "spec.x", "m", "fix"),
               rules.Finding("server-dry-run", "error", "f", 1, "K/n", "spec.y", "m", "fix")]
     assert [f.field for f in report.merge(own, server)] == ["spec.x", "spec.y"]
+
+
+def test_server_answers_become_findings_on_their_fields():
+    from operators.core.kube import ApiError
+    from operators.lint.cluster import _server_findings
+
+    doc = documents.parse("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\n", "p.yaml").documents[0]
+    invalid = ApiError(422, {"message": "Pod \"p\" is invalid", "details": {"causes": [
+        {"field": "spec.containers[0].resources.claims[0]", "message": "Not found: \"x\""}]}})
+    [f] = _server_findings(doc, invalid)
+    assert (f.rule, f.field, f.file) == ("server-dry-run", "spec.containers[0].resources.claims[0]", "p.yaml")
+    # Server-side apply answers a field the schema lacks with a 500 naming the field.
+    undeclared = ApiError(500, {"message": "failed to create typed patch object (default/p; /v1, Kind=Pod): "
+                                           ".spec.resourceClaims[name=\"gpu\"].source: field not declared in schema"})
+    [f] = _server_findings(doc, undeclared)
+    assert f.field == 'spec.resourceClaims[name="gpu"].source' and "not declared" in f.message
