@@ -15,10 +15,13 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import ssl
+import urllib.request
 import uuid
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from operators.core.podgroup import POD_GROUPS
 from operators.core.resources import PODS, RESOURCE_CLAIMS
@@ -268,12 +271,17 @@ GATE_OFF = [group_claims_dropped, member_deleted_gate_off, member_before_group, 
             member_reserved_through_group]
 
 
-async def _side_by_side(scenario, kube, controllers: Controllers, token: str) -> None:
+async def _side_by_side(scenario, kube, controllers: Controllers, token: str, metrics: bool = False) -> list:
     results = {}
     for mode in ("upstream", "ours"):
         controllers.use(mode)
         async with PodGroupEnv(kube, f"{mode[:2]}{token}") as env:
             results[mode] = await scenario(env)
+            if metrics:
+                text = await asyncio.to_thread(
+                    _controller_manager_metrics if mode == "upstream" else controllers.operators["claims"].metrics,
+                    *([controllers.lab] if mode == "upstream" else []))
+                results[mode].append(_pod_group_creates(text))
     diff = differences(results["upstream"], results["ours"])
     assert not diff, "ours differs from upstream:\n" + "\n".join(diff) + \
         "\n\nupstream: " + json.dumps(results["upstream"], indent=1)[:6000]
@@ -285,6 +293,35 @@ async def _side_by_side(scenario, kube, controllers: Controllers, token: str) ->
 async def test_gate_on_same_as_upstream(scenario, kube, controllers, unique, lab):
     assert GATE in lab.feature_gates
     await _side_by_side(scenario, kube, controllers, unique)
+
+
+def _controller_manager_metrics(lab: Lab) -> str:
+    """kube-controller-manager's /metrics with the lab's admin client certificate (self-signed server)."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    context.load_cert_chain(lab.files.pki / "admin.crt", lab.files.pki / "admin.key")
+    with urllib.request.urlopen(f"https://127.0.0.1:{lab.ports.controller_manager}/metrics", context=context,
+                                timeout=10) as r:
+        return r.read().decode()
+
+
+def _pod_group_creates(text: str) -> dict[str, Any]:
+    """The create counter's samples for claims owned by PodGroups: label values and counts."""
+    return {"creates": sorted(
+        [sorted(sample.labels.items()), sample.value]
+        for family in text_string_to_metric_families(text)
+        if family.name == "dynamic_resource_allocation_resourceclaim_creates"
+        for sample in family.samples
+        if sample.name.endswith("_total") and sample.labels.get("owner_api_kind") == "PodGroup")}
+
+
+async def test_gate_on_create_metric_of_podgroup_claims_as_upstream(kube, controllers, unique, lab):
+    """``dynamic_resource_allocation_resourceclaim_creates_total`` counts a PodGroup's claim with
+    owner_api_group scheduling.k8s.io and owner_api_kind PodGroup, once, as upstream's."""
+    results = await _side_by_side(group_template_claim_shared, kube, controllers, unique, metrics=True)
+    assert results[-1] == {"creates": [[[("admin_access", "false"), ("owner_api_group", "scheduling.k8s.io"),
+                                         ("owner_api_kind", "PodGroup"), ("status", "success")], 1.0]]}
 
 
 @pytest.fixture(scope="module")
