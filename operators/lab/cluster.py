@@ -144,6 +144,7 @@ class Lab:
         self._log = log
         self._procs: dict[str, subprocess.Popen] = {}
         self._gates: list[str] = []
+        self._all_gates: list[str] = []
         self.ports: Ports | None = None
         self.upstream_controllers = self.options.upstream_controllers
         # Serializes changes to the process table (restarts from tests, timers, the control socket).
@@ -224,9 +225,10 @@ class Lab:
         for stale in existing.real_nodes if existing else []:  # a lab that died without stopping
             realnode.cleanup(RealNodeInfo(**stale), self.bin_dir / "runc")
         self._prepare_run_dir()
-        self._gates = [g for g in components.dra_feature_gates(
+        self._all_gates = components.dra_feature_gates(
             subprocess.run([str(self.bin_dir / "kube-apiserver"), "--help"],
-                           capture_output=True, text=True).stdout) if g not in self.options.disabled_gates]
+                           capture_output=True, text=True).stdout)
+        self._gates = [g for g in self._all_gates if g not in self.options.disabled_gates]
         self._write_configs()
         try:
             self._start_component("etcd")
@@ -482,6 +484,16 @@ class Lab:
         with self._lock:
             self.upstream_controllers = upstream_controllers
             self.restart("kube-controller-manager")
+
+    def restart_with_gates(self, disabled_gates: tuple[str, ...]) -> None:
+        """Switch DRA gates in the running lab, as an admin would (kube-apiserver, then
+        kube-controller-manager and kube-scheduler restarted with ``disabled_gates`` left out;
+        objects keep what was written while a gate was on)."""
+        with self._lock:
+            self.options.disabled_gates = tuple(disabled_gates)
+            self._gates = [g for g in self._all_gates if g not in self.options.disabled_gates]
+            for component in ("kube-apiserver", "kube-controller-manager", "kube-scheduler"):
+                self.restart(component)
 
     def restart_scheduler(self, scheduler_config: dict[str, Any] | None) -> None:
         """Run the scheduler with another KubeSchedulerConfiguration (None: the default)."""

@@ -353,6 +353,38 @@ async def test_gate_off_same_as_upstream(scenario, gate_off, unique):
     await _side_by_side(scenario, kube, switch, unique)
 
 
+async def test_gate_switched_off_after_podgroups_got_claims(gate_off, unique):
+    """The issue's case: PodGroups that got resourceClaims while the gate was on keep them when it
+    is switched off, and then 1.37 creates no claim for a Pod whose claim matches its PodGroup's
+    (podNeedsWork: the PodGroup's to create; 1.36 made one per Pod). A member with another claim
+    besides is synced, fails on the PodGroup claim for good (an Event, no retry) and so gets
+    neither. The PodGroups are made with no claims controller running; then the lab switches
+    the gate off and the controller under test starts (ours reads the gate at start-up)."""
+    lab, switch, kube = gate_off
+    results = {}
+    for mode in ("upstream", "ours"):
+        switch.use("none")
+        await asyncio.to_thread(lab.restart_with_gates, ())
+        try:
+            async with PodGroupEnv(kube, f"{mode[:2]}{unique}") as env:
+                await env.template("t")
+                await env.pod_group("pg", {"gpu": tmpl("t")})
+                made = await kube.get(POD_GROUPS, "pg", env.namespace)
+                assert made["spec"].get("resourceClaims"), "the gate was on: the claims are kept"
+                await asyncio.to_thread(lab.restart_with_gates, (GATE,))
+                switch.use(mode)
+                await env.member("p1", "pg", {"gpu": tmpl("t")})
+                await env.member("p2", "pg", {"gpu": tmpl("t"), "own": tmpl("t")})
+                await env.wait_event("FailedResourceClaimCreation")
+                results[mode] = await env.snapshot()
+        finally:
+            await asyncio.to_thread(lab.restart_with_gates, (GATE,))
+    diff = differences(results["upstream"], results["ours"])
+    assert not diff, "ours differs from upstream:\n" + "\n".join(diff) + \
+        "\n\nupstream: " + json.dumps(results["upstream"], indent=1)[:6000]
+    assert results["ours"]["claims"] == [] and [p["phase"] for p in results["ours"]["pods"]] == ["Pending"] * 2
+
+
 async def test_gate_is_read_from_the_api_server(gate_off, kube):
     """The operator's detection: the session's lab says on, this module's lab says off."""
     from operators.claims.operator import detect_features
