@@ -16,11 +16,13 @@ import asyncio
 import json
 from dataclasses import dataclass
 from typing import Any, Iterable
+from urllib.parse import urlencode
 
 import aiohttp
 import tenacity
 from kubernetes_asyncio import client, config
 
+from . import wirejson
 from .logging import get_logger
 from .resources import Resource
 
@@ -144,7 +146,7 @@ class Kube:
             if kubeconfig:
                 raise
             config.load_incluster_config(client_configuration=configuration)
-        return cls(client.ApiClient(configuration))
+        return cls(_ApiClient(configuration))
 
     @classmethod
     def with_token(cls, host: str, token: str, ca_file: str) -> "Kube":
@@ -153,7 +155,7 @@ class Kube:
         configuration.api_key = {"BearerToken": token}
         configuration.api_key_prefix = {"BearerToken": "Bearer"}
         configuration.ssl_ca_cert = ca_file
-        return cls(client.ApiClient(configuration))
+        return cls(_ApiClient(configuration))
 
     def without_retries(self) -> "Kube":
         """The same connection pool, each request tried once (for callers with their own
@@ -359,6 +361,36 @@ class Kube:
         """``res`` at the version the cluster prefers for it, or None if it is not served."""
         versions = await self.served_versions(res.group, res.plural)
         return res.with_version(versions[0]) if versions else None
+
+
+class _ApiClient(client.ApiClient):
+    """kubernetes-asyncio's client, sending bodies as Go clients do (``wirejson``): its own
+    ``json.dumps`` puts spaces into raw-extension fields, which the API server then sees as
+    changed. Every request of ``Kube`` reads its response itself (``_preload_content=False``)."""
+
+    def request(self, method, url, query_params=None, headers=None, post_params=None, body=None,
+                _preload_content=True, _request_timeout=None):
+        if body is None or _preload_content:
+            return super().request(method, url, query_params=query_params, headers=headers,
+                                   post_params=post_params, body=body, _preload_content=_preload_content,
+                                   _request_timeout=_request_timeout)
+        return self._send(method, url, query_params, headers or {}, wirejson.dumps(body), _request_timeout)
+
+    async def _send(self, method: str, url: str, query_params: Any, headers: dict, data: bytes,
+                    timeout: Any) -> aiohttp.ClientResponse:
+        rest = self.rest_client
+        if query_params:
+            url += "?" + urlencode(query_params)
+        args: dict[str, Any] = {
+            "method": method, "url": url, "headers": headers, "data": data,
+            "timeout": timeout if isinstance(timeout, aiohttp.ClientTimeout) else aiohttp.ClientTimeout(total=timeout)}
+        if rest.proxy:
+            args["proxy"] = rest.proxy
+        if rest.proxy_headers:
+            args["proxy_headers"] = rest.proxy_headers
+        if rest.server_hostname:
+            args["server_hostname"] = rest.server_hostname
+        return await rest.pool_manager.request(**args)
 
 
 def _parse_retry_after(value: str | None) -> float | None:

@@ -191,3 +191,48 @@ async def test_scale_500_pods_on_10_nodes(lab, kube, controllers, unique):
     finally:
         for node in nodes:
             lab.api("DELETE", f"/api/v1/nodes/{node}")
+
+
+async def test_status_updates_send_raw_fields_back_as_they_are_stored(lab, kube, controllers, unique, tmp_path):
+    """A shared claim whose allocation carries an opaque config written by kubectl (compact JSON,
+    `<` and `&` escaped, UTF-8) and whose status.devices a driver wrote: when one Pod is done the
+    operator updates the status with the allocation kept. The API server compares raw fields byte
+    for byte (allocation is immutable; a status.devices change needs resourceclaims/driver), so
+    the update passes only if they go back exactly as they were read (core/wirejson.py)."""
+    import json
+
+    import yaml
+
+    controllers.use("ours")
+    operator = controllers.operators["claims"]
+    async with ClaimsEnv(kube, f"rw{unique}") as env:
+        claim = objects.resource_claim("shared", env.device_class)
+        claim["spec"]["devices"]["config"] = [{"requests": ["gpu"], "opaque": {
+            "driver": env.driver, "parameters": {"kind": "Config", "note": "<x & y>", "owner": "équipe"}}}]
+        manifest = tmp_path / "claim.yaml"
+        manifest.write_text(yaml.safe_dump(claim, allow_unicode=True))
+        created = lab.kubectl("create", "-n", env.namespace, "-f", str(manifest), check=False)
+        assert created.returncode == 0, created.stderr
+        await env.pod("a", {"gpu": {"resourceClaimName": "shared"}})
+        await env.pod("b", {"gpu": {"resourceClaimName": "shared"}})
+        await env.wait_running("a")
+        await env.wait_running("b")
+        allocated = await env.wait_claim("shared", lambda c: len(c["status"].get("reservedFor") or []) == 2,
+                                         "reserved for a and b")
+        [result] = allocated["status"]["allocation"]["devices"]["results"]
+        await kube.apply(RESOURCE_CLAIMS, {
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+            "metadata": {"name": "shared", "namespace": env.namespace},
+            "status": {"devices": [{"driver": result["driver"], "pool": result["pool"], "device": result["device"],
+                                    "data": {"uuid": "GPU-1", "note": "a<b"}}]}},
+            field_manager=env.driver, force=True, subresource="status")
+        await env.finish("a")
+        done = await env.wait_claim("shared", lambda c: [r["name"] for r in c["status"].get("reservedFor") or []]
+                                    == ["b"], "reserved for b only")
+        assert done["status"]["allocation"] == allocated["status"]["allocation"]
+        assert done["status"]["devices"][0]["data"] == {"uuid": "GPU-1", "note": "a<b"}
+        failures = [line for line in operator.log.read_text().splitlines()
+                    if "sync failed" in line and f"{env.namespace}/shared" in line]
+        assert not failures, "\n".join(failures)
+        assert json.dumps(done["status"]["allocation"]["devices"]["config"][0]["opaque"]["parameters"],
+                          ensure_ascii=False) == '{"kind": "Config", "note": "<x & y>", "owner": "équipe"}'
