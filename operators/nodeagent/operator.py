@@ -101,7 +101,9 @@ async def check_itself(runtime: Runtime, config: Settings, memo: kopf.Memo) -> N
     set), both behind liveness."""
     plugin: KubeletPlugin | None = getattr(memo, "nodeagent_plugin", None)
     sockets = (lambda: (plugin.registration_socket, plugin.dra_socket)) if plugin is not None else None
-    check = SelfCheck(sockets, runtime.supervisor.problems, period=config.nodeagent_self_check_period)
+    check = SelfCheck(sockets, runtime.supervisor.problems, period=config.nodeagent_self_check_period,
+                      registered=(lambda: bool(plugin.registration and plugin.registration[0]))
+                      if plugin is not None else (lambda: True))
     runtime.supervisor.add_check(check.problem)
     if config.nodeagent_grpc_health_port:
         runtime.on_cleanup(check.stop)

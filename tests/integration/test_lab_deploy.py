@@ -6,6 +6,7 @@ README's kind walkthrough prints what it says."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import subprocess
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from operators.core.kube import ApiError, Kube
-from operators.core.resources import (LEASES, NAMESPACES, PODS, RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS,
+from operators.core.resources import (EVENTS, LEASES, NAMESPACES, PODS, RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS,
                                       RESOURCE_SLICES, SERVICE_ACCOUNTS)
 from operators.lab import Lab
 from operators.lab.cluster import LabState
@@ -153,8 +154,11 @@ async def _printed(lab: Lab, namespace: str, pod: str) -> dict[str, str]:
 EXAMPLE_PODS = {
     "basic-template": ["basic"], "shared-claim": ["shared-a", "shared-b"], "cel-selector": None,
     "prioritized-list": None, "consumable-capacity": ["capacity-small", "capacity-large"],
-    "taints-tolerations": ["tolerating"],
+    "taints-tolerations": ["tolerating"], "opaque-config": ["configured"],
 }
+# What else the container must print: the merged class and claim configs of opaque-config.
+EXAMPLE_PRINTS = {"opaque-config": {"GPU_PROFILE": "training", "GPU_OWNER": "platform-team",
+                                    "_SHARING_STRATEGY": "TimeSlicing", "_TIMESLICE_INTERVAL": "Long"}}
 
 
 def _pods_of(example: str) -> list[str]:
@@ -181,6 +185,9 @@ async def test_example_runs_on_a_real_node_with_its_devices(deployed, dkube, uni
                             if r["pool"] == pod["spec"]["nodeName"]}
             assert devices and devices <= {v for k, v in printed.items() if re.fullmatch(r"DRA_DEVICE_\w+_\d+", k)}, \
                 (printed, devices)
+            for key, value in EXAMPLE_PRINTS.get(example, {}).items():
+                assert [v for k, v in printed.items() if k == key or (key.startswith("_") and k.endswith(key))] \
+                    == [value], (key, value, printed)
     finally:
         await dkube.delete(NAMESPACES, namespace)
         deployed.kubectl("delete", "devicetaintrules", "--all", check=False)
@@ -200,7 +207,7 @@ async def test_admin_access_example(deployed, dkube):
 async def test_the_admission_policy_holds_for_the_deployed_agents_token(deployed, dkube, unique, tmp_path):
     """The node agent Pod's own token (projected, bound to the Pod and so to its node)."""
     [agent] = [p for p in await operator_pods(dkube)
-               if p["metadata"]["name"].startswith("dra-nodeagent-") and p["spec"]["nodeName"] == "lab-real-0"]
+               if p["metadata"]["name"].startswith("dra-nodeagent-") and p["spec"].get("nodeName") == "lab-real-0"]
     token = deployed.kubectl("exec", "-n", NAMESPACE, agent["metadata"]["name"], "--",
                              "cat", "/var/run/secrets/kubernetes.io/serviceaccount/token").stdout.strip()
     async with Kube.with_token(deployed.server, token, str(deployed.pki.ca_cert)) as agent_kube:
@@ -215,12 +222,12 @@ async def test_the_admission_policy_holds_for_the_deployed_agents_token(deployed
 
 async def test_a_replaced_node_agent_pod_registers_again_and_prepares(deployed, dkube, unique):
     [agent] = [p for p in await operator_pods(dkube)
-               if p["metadata"]["name"].startswith("dra-nodeagent-") and p["spec"]["nodeName"] == "lab-real-0"]
+               if p["metadata"]["name"].startswith("dra-nodeagent-") and p["spec"].get("nodeName") == "lab-real-0"]
     await dkube.delete(PODS, agent["metadata"]["name"], NAMESPACE)
 
     async def replaced():
         pods = [p for p in await operator_pods(dkube) if p["metadata"]["name"].startswith("dra-nodeagent-")
-                and p["spec"]["nodeName"] == "lab-real-0" and p["metadata"]["uid"] != agent["metadata"]["uid"]]
+                and p["spec"].get("nodeName") == "lab-real-0" and p["metadata"]["uid"] != agent["metadata"]["uid"]]
         return pods and all(c["ready"] for p in pods for c in p["status"].get("containerStatuses") or [{"ready": False}])
     await wait_for(replaced, timeout=120, what="the DaemonSet's new node agent Pod on lab-real-0 ready")
     namespace = await _namespace(dkube, f"re-{unique}")
@@ -238,6 +245,79 @@ async def test_a_replaced_node_agent_pod_registers_again_and_prepares(deployed, 
         await _running(dkube, namespace, "after")
         printed = await _printed(deployed, namespace, "after")
         assert any(re.fullmatch(r"DRA_DEVICE_GPU_\d+", k) and v.startswith("gpu-") for k, v in printed.items()), printed
+    finally:
+        await dkube.delete(NAMESPACES, namespace)
+
+
+async def test_a_daemonset_rolling_update_while_pods_are_created(deployed, dkube, unique):
+    """`kubectl rollout restart` of the node agent's DaemonSet (maxSurge 1, maxUnavailable 0) while
+    Pods with claims keep coming on both nodes: each node runs the new agent beside the old one,
+    kubelet moves to the newest registration, and the old one goes. Every Pod is prepared (it
+    prints its device), kubelet reports no failed prepare, and afterwards each node's registry
+    holds only the live agent's socket."""
+    from operators.nodeagent.plugin import sockets
+
+    before = {p["metadata"]["uid"] for p in await operator_pods(dkube)
+              if p["metadata"]["labels"]["app.kubernetes.io/name"] == DAEMONSET}
+    namespace = await _namespace(dkube, f"ru-{unique}")
+    await dkube.create(RESOURCE_CLAIM_TEMPLATES, {
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate", "metadata": {"name": "one"},
+        "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": DRIVER}}]}}}},
+        namespace)
+
+    async def agents() -> list[dict]:
+        return [p for p in await operator_pods(dkube) if p["metadata"]["labels"]["app.kubernetes.io/name"] == DAEMONSET]
+
+    async def rolled_out() -> bool:
+        pods = await agents()
+        return len(pods) == 2 and not {p["metadata"]["uid"] for p in pods} & before and all(
+            s.get("ready") for p in pods for s in p["status"].get("containerStatuses") or [{}])
+
+    created: list[str] = []
+
+    async def create(i: int) -> None:
+        name = f"p{i}"
+        pod = objects.pod(name, {"gpu": {"resourceClaimTemplateName": "one"}})
+        pod["spec"]["nodeSelector"] = {"kubernetes.io/hostname": NODES[i % 2]}
+        pod["spec"]["restartPolicy"] = "Never"  # done after printing: its device is free for the next
+        pod["spec"]["containers"] = [{"name": "main", "image": "busybox:1.37",
+                                      "command": ["sh", "-c", "env | grep ^DRA_DEVICE_"],
+                                      "resources": {"claims": [{"name": "gpu"}]}}]
+        await dkube.create(PODS, pod, namespace)
+        created.append(name)
+
+    try:
+        restarted = deployed.kubectl("rollout", "restart", "-n", NAMESPACE, f"daemonset/{DAEMONSET}", check=False)
+        assert restarted.returncode == 0, restarted.stderr
+        i = 0
+        while not await rolled_out():  # Pods keep coming for as long as the update lasts
+            await create(i)
+            i += 1
+            await asyncio.sleep(2)  # pacing of the arrivals, not a wait for a result
+            assert i < 150, "the rolling update did not finish: " + str(await agents())
+        for _ in range(2):  # and right after it
+            await create(i)
+            i += 1
+        assert len(created) >= 3, created
+
+        async def all_done():
+            pods = {p["metadata"]["name"]: p["status"].get("phase") for p in await dkube.list(PODS, namespace)}
+            return pods if all(pods.get(n) in ("Succeeded", "Failed") for n in created) else None
+        phases = await wait_for(all_done, timeout=300, interval=1, what="every Pod created during the update done",
+                                describe=lambda: describe_namespace(dkube, namespace))
+        assert set(phases.values()) == {"Succeeded"}, phases
+        for name in created:
+            printed = deployed.kubectl("logs", "-n", namespace, name, check=False).stdout
+            assert re.search(r"^DRA_DEVICE_GPU_\d+=gpu-\d+$", printed, re.M), (name, printed)
+        failed = [e for e in await dkube.list(EVENTS, namespace) if e.get("reason") == "FailedPrepareDynamicResources"]
+        assert not failed, [e.get("message") for e in failed]
+
+        live = await agents()
+        for node in NODES:
+            [agent] = [p for p in live if p["spec"].get("nodeName") == node]
+            registry = deployed.real_node(node).plugins_registry
+            ours = sorted(p.name for p in registry.iterdir() if sockets.is_ours(p.name, DRIVER, "registration"))
+            assert ours == [sockets.registration_name(str(registry), DRIVER, agent["metadata"]["uid"])], (node, ours)
     finally:
         await dkube.delete(NAMESPACES, namespace)
 
@@ -285,4 +365,5 @@ async def test_the_operators_logs_show_no_denied_request(deployed, dkube):
     denied = re.compile(r"(?<![\d.])403(?!\d)|forbidden", re.I)
     for pod in await operator_pods(dkube):
         text = logs(deployed, NAMESPACE, pod["metadata"]["name"])
-        assert not [line for line in text.splitlines() if denied.search(line)], pod["metadata"]["name"]
+        found = [line for line in text.splitlines() if denied.search(line)]
+        assert not found, pod["metadata"]["name"] + ":\n" + "\n".join(found)

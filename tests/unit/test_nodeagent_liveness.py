@@ -115,3 +115,16 @@ async def test_a_port_in_use_is_a_clear_error():
             await liveness.SelfCheck(None, lambda: []).serve(port)
     finally:
         await first.stop()
+
+
+async def test_ready_only_once_kubelet_registered_the_plugin(plugin):
+    registered = {"yes": False}
+    check = liveness.SelfCheck(plugin.sockets, lambda: [], registered=lambda: registered["yes"])
+    port = await check.serve(0)
+    try:
+        await check.check_once()
+        assert (await status(port, "liveness"), await status(port, "readiness")) == ("SERVING", "NOT_SERVING")
+        registered["yes"] = True
+        assert await status(port, "readiness") == "SERVING"
+    finally:
+        await check.stop()

@@ -8,7 +8,8 @@ does, every ``period`` seconds: ``GetInfo`` on the registration socket and an em
 ``failures`` misses in a row the supervisor reports a problem: the HTTP liveness probe (kopf's
 /healthz) answers 500, and the standard ``grpc.health.v1.Health`` service (grpcio-health-checking),
 served on a TCP port for kubelet's ``grpc`` probe, answers NOT_SERVING for ``""`` and ``liveness``.
-Either probe then restarts the container, and the fresh agent serves new sockets.
+Either probe then restarts the container, and the fresh agent serves new sockets. ``readiness``
+answers SERVING only once kubelet has also confirmed the plugin's registration.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from .kubeletapi import dra_v1_pb2, dra_v1_pb2_grpc, pluginregistration_v1_pb2, 
 log = structlog.stdlib.get_logger("operators.nodeagent.liveness")
 
 SERVICES = ("", "liveness")  # "" = the server as a whole (grpc_health_probe's default)
+READINESS = "readiness"  # also: kubelet has confirmed the plugin's registration
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
@@ -51,9 +53,11 @@ class SelfCheck:
     """Calls the plugin's sockets periodically; a supervisor check and the gRPC health status."""
 
     def __init__(self, sockets: Callable[[], tuple[Path, Path]] | None, other_problems: Callable[[], list[str]], *,
-                 period: float = 10.0, timeout: float = 5.0, failures: int = 3):
+                 period: float = 10.0, timeout: float = 5.0, failures: int = 3,
+                 registered: Callable[[], bool] = lambda: True):
         self.sockets = sockets
         self.other_problems = other_problems
+        self.registered = registered
         self.period, self.timeout, self.failures = period, timeout, failures
         self.missed = 0
         self.last_error = ""
@@ -91,6 +95,10 @@ class SelfCheck:
         status = NOT_SERVING if self.other_problems() else SERVING
         for service in SERVICES:
             await self.servicer.set(service, status)
+        # A DaemonSet rolling update removes the old agent once the new one is ready: ready only
+        # once kubelet has registered it, or kubelet would be left without the driver between
+        # the old one's deregistration and the new one's registration.
+        await self.servicer.set(READINESS, status if self.registered() else NOT_SERVING)
 
     async def serve(self, port: int) -> int:
         """The grpc.health.v1 service on ``port`` (0: any free one); returns the port bound."""
