@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from operators.core.kube import MERGE_PATCH, ApiError, Kube
+from operators.core.kube import MERGE_PATCH, STRATEGIC_PATCH, ApiError, Kube
 from operators.core.resources import (DEVICE_CLASSES, NAMESPACES, PODS, RESOURCE_CLAIM_TEMPLATES,
                                       RESOURCE_CLAIMS, RESOURCE_SLICES, SERVICE_ACCOUNTS)
 from operators.lab.components import FINISH_ANNOTATION
@@ -19,19 +19,36 @@ NODE = "lab-node-0"
 
 
 class ClaimsEnv:
-    def __init__(self, kube: Kube, token: str, devices: int = 8):
+    """``all_nodes``: the devices are reachable from every Node (an ``allNodes`` slice), so Pods
+    sharing a claim may spread over the lab's Nodes; ``extended_resource``: the class also
+    answers the extended resource ``self.extended_resource`` (DRAExtendedResource)."""
+
+    def __init__(self, kube: Kube, token: str, devices: int = 8, all_nodes: bool = False,
+                 extended_resource: bool = False):
         self.kube = kube
         self.token = token
         self.namespace = f"cl-{token}"
         self.driver = f"{token}.claims.lab.dra-operators.dev"
         self.device_class = f"class-{token}"
         self.devices = devices
+        self.all_nodes = all_nodes
+        self.extended_resource = f"{token}.lab.dra-operators.dev/gpu" if extended_resource else None
+        self.mode = ""              # "upstream" or "ours", set by the runner
+        self.controllers: Any = None  # conftest's Controllers switch, for scenarios that restart them
 
     async def __aenter__(self) -> "ClaimsEnv":
         await self.kube.create(NAMESPACES, {"metadata": {"name": self.namespace}})
-        await self.kube.create(DEVICE_CLASSES, objects.device_class(self.device_class, self.driver))
-        await self.kube.create(RESOURCE_SLICES, objects.resource_slice(
-            f"slice-{self.token}", self.driver, NODE, [objects.device(f"gpu-{i}") for i in range(self.devices)]))
+        device_class = objects.device_class(self.device_class, self.driver)
+        if self.extended_resource:
+            device_class["spec"]["extendedResourceName"] = self.extended_resource
+        await self.kube.create(DEVICE_CLASSES, device_class)
+        body = objects.resource_slice(f"slice-{self.token}", self.driver, NODE,
+                                      [objects.device(f"gpu-{i}") for i in range(self.devices)])
+        if self.all_nodes:
+            del body["spec"]["nodeName"]
+            body["spec"]["allNodes"] = True
+            body["spec"]["pool"]["name"] = "everywhere"
+        await self.kube.create(RESOURCE_SLICES, body)
         await wait_for(lambda: self.kube.get_or_none(SERVICE_ACCOUNTS, "default", self.namespace), timeout=30,
                        what="default ServiceAccount")
         return self
@@ -57,11 +74,21 @@ class ClaimsEnv:
     async def claim(self, name: str) -> None:
         await self.kube.create(RESOURCE_CLAIMS, objects.resource_claim(name, self.device_class), self.namespace)
 
-    async def pod(self, name: str, claims: dict[str, dict[str, str]], node: str | None = None) -> None:
+    async def pod(self, name: str, claims: dict[str, dict[str, str]], node: str | None = None, *,
+                  scheduler: str | None = None, extended: int = 0) -> None:
         body = objects.pod(name, claims)
         if node:
             body["spec"]["nodeName"] = node
+        if scheduler:
+            body["spec"]["schedulerName"] = scheduler  # no such scheduler: the Pod stays Pending
+        if extended:
+            body["spec"]["containers"][0]["resources"]["limits"] = {self.extended_resource: str(extended)}
         await self.kube.create(PODS, body, self.namespace)
+
+    async def patch_pod_status(self, pod: str, status: dict) -> dict:
+        """Another writer of ``pods/status`` (strategic merge: conditions merge by type)."""
+        return await self.kube.patch(PODS, pod, {"status": status}, self.namespace,
+                                     content_type=STRATEGIC_PATCH, subresource="status")
 
     async def finish(self, pod: str, phase: str = "Succeeded") -> None:
         await self.kube.patch(PODS, pod, {"metadata": {"annotations": {FINISH_ANNOTATION: phase}}},

@@ -57,6 +57,10 @@ def _claim(claim: dict, n: Normaliser) -> dict[str, Any]:
     }
 
 
+def _generated_or_none(n: Normaliser, name: str | None) -> str | None:
+    return n.generated(name) if name else None
+
+
 def _pod(pod: dict, n: Normaliser) -> dict[str, Any]:
     status = pod.get("status") or {}
     return {
@@ -66,6 +70,8 @@ def _pod(pod: dict, n: Normaliser) -> dict[str, Any]:
         "resourceClaimStatuses": [dict(s, resourceClaimName=n.generated(s["resourceClaimName"]))
                                   if s.get("resourceClaimName") else s
                                   for s in status.get("resourceClaimStatuses") or []],
+        "extendedResourceClaimName": _generated_or_none(n, (status.get("extendedResourceClaimStatus") or {})
+                                                        .get("resourceClaimName")),
         "managers": sorted({(m.get("manager"), m.get("operation"), m.get("subresource", ""))
                             for m in pod["metadata"].get("managedFields") or []
                             if m.get("manager") in CONTROLLER_MANAGERS}),
