@@ -282,7 +282,8 @@ async def _side_by_side(scenario, kube, controllers: Controllers, token: str, me
                     _controller_manager_metrics if mode == "upstream" else controllers.operators["claims"].metrics,
                     *([controllers.lab] if mode == "upstream" else []))
                 results[mode].append(_pod_group_creates(text))
-    diff = differences(results["upstream"], results["ours"])
+    upstream = [without_known_upstream_bugs(snap) for snap in results["upstream"]]
+    diff = differences(upstream, results["ours"])
     assert not diff, "ours differs from upstream:\n" + "\n".join(diff) + \
         "\n\nupstream: " + json.dumps(results["upstream"], indent=1)[:6000]
     assert any(snap["pods"] or snap["podGroups"] for snap in results["ours"]), "the scenario left nothing to compare"
@@ -293,6 +294,21 @@ async def _side_by_side(scenario, kube, controllers: Controllers, token: str, me
 async def test_gate_on_same_as_upstream(scenario, kube, controllers, unique, lab):
     assert GATE in lab.feature_gates
     await _side_by_side(scenario, kube, controllers, unique)
+
+
+def without_known_upstream_bugs(snap: dict) -> dict:
+    """Upstream's snapshot without the bug the claims operator deliberately does not copy (README,
+    the claims operator's differences): kubernetes#141274, upstream adds a finished but scheduled
+    Pod back to a shared claim's reservedFor after its cleanup removed it, so the two fight and a
+    snapshot may catch the entry. Ours drops it for good."""
+    if not isinstance(snap, dict) or "pods" not in snap:
+        return snap
+    finished = {p["name"] for p in snap["pods"] if p["phase"] in ("Succeeded", "Failed")}
+    fixed = json.loads(json.dumps(snap))
+    for claim in fixed["claims"]:
+        claim["reservedFor"] = [r for r in claim["reservedFor"]
+                                if r.get("resource") != "pods" or r["name"] not in finished]
+    return fixed
 
 
 def _controller_manager_metrics(lab: Lab) -> str:
