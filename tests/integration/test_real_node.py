@@ -699,8 +699,9 @@ async def test_status_devices_carry_the_agents_data_and_no_other_nodes_claim_is_
     # devices no longer allocated (strategy.go dropDeallocatedStatusDevices), nothing else needed.
     async def deallocated():
         status = (await rkube.get(RESOURCE_CLAIMS, "st", ns)).get("status") or {}
-        return status if not status.get("allocation") else None
-    assert not (await wait_for(deallocated, what="claim st deallocated")).get("devices")
+        return [status] if not status.get("allocation") else None
+    [status] = await wait_for(deallocated, what="claim st deallocated")
+    assert not status.get("devices"), status
 
 
 async def _kube_client(kubeconfig: Path):
