@@ -307,7 +307,7 @@ async def shared_by_256(env: ClaimsEnv) -> list:
     """test/integration/dra/resourceclaim.go testShareResourceClaim: one claim, more Pods than
     ``reservedFor`` may hold (256). Here the Pods after the first come with ``spec.nodeName``, so
     the controller itself reserves the claim for them (the scheduler does it for the first): it
-    stops at 256, leaves 10 waiting, and reserves for those once the first 256 are gone."""
+    stops at 256, leaves 10 waiting, and gives each slot a Pod frees to a waiting one."""
     limit, more = 256, 10
     await env.claim("shared")
     await env.pod("p-000", {"gpu": plain("shared")})
@@ -327,31 +327,32 @@ async def shared_by_256(env: ClaimsEnv) -> list:
                        what=f"{i + 1} reservations", describe=count)
     for i in range(limit, limit + more):
         await env.pod(f"p-{i:03d}", {"gpu": plain("shared")}, node=NODES[i % 2])
-    gate = asyncio.Semaphore(32)
     await asyncio.sleep(4)  # nothing more is reserved
     first = await reserved()
     pods = {p["metadata"]["name"] for p in await env.kube.list(PODS, env.namespace)}
     at_limit = {"reserved": len(first), "waiting": len(pods - set(first))}
     assert at_limit == {"reserved": limit, "waiting": more}, at_limit
 
-    async def delete(name: str) -> None:
-        async with gate:
-            await env.kube.delete(PODS, name, env.namespace)
-    await asyncio.gather(*(delete(name) for name in first))
+    # The first users leave one at a time: each freed slot goes to a waiting Pod before the next
+    # leaves (all at once, the claim could drop to no reservation and be deallocated before the
+    # waiting Pods are reserved, which both controllers would do).
     waiting = pods - set(first)
-    await wait_for(lambda: _equal(reserved, waiting), timeout=240, interval=1, what="the 10 waiting Pods reserved",
-                   describe=count)
+    for n, name in enumerate(sorted(first)[:more], start=1):
+        await env.kube.delete(PODS, name, env.namespace)
+        await wait_for(lambda: _taken(reserved, waiting, n, limit), timeout=120, interval=0.1,
+                       what=f"{n} waiting Pods reserved", describe=count)
     after = await reserved()
     return [at_limit, {"reserved": len(after), "waiting": len(waiting - set(after))}]
+
+
+async def _taken(get, waiting: set[str], n: int, limit: int) -> bool:
+    got = await get()
+    return len(waiting & set(got)) == n and len(got) == limit
 
 
 async def _at_least(get, n: int) -> list | None:
     got = await get()
     return got if len(got) >= n else None
-
-
-async def _equal(get, names: set[str]) -> bool:
-    return set(await get()) == names
 
 
 async def scale_out(env: ClaimsEnv) -> list:
