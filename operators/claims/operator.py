@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import kopf
 
+from ..core import resourceclaim as rc
 from ..core.kopfsettings import quiet
 from ..core.kube import Kube
 from ..core.logging import get_logger
@@ -21,7 +22,7 @@ log = get_logger("operators.claims")
 async def start_claims(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None:
     quiet(settings)
     config = Settings.from_env()
-    kube = await Kube.connect(config.kubeconfig)
+    kube = await Kube.connect(config.kubeconfig, qps=config.api_qps, burst=config.api_burst)
     runtime = memo.claims_runtime = Runtime("claims", kube, watch_silence=config.watch_silence)
     runtime.on_cleanup(kube.close)
 
@@ -35,7 +36,7 @@ async def start_claims(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) ->
         runtime.informer(RESOURCE_CLAIMS, controller.claims, controller.on_claim, kind="ResourceClaim")
         runtime.informer(RESOURCE_CLAIM_TEMPLATES, controller.templates, controller.on_template,
                          kind="ResourceClaimTemplate")
-        runtime.informer(PODS, controller.pods, controller.on_pod, kind="Pod")
+        runtime.informer(PODS, controller.pods, controller.on_pod, kind="Pod", keep=rc.uses_claims)
         counts = await runtime.prime(settings)
         serve(metrics.registry, config.metrics_port)
         memo.claims_controller = controller

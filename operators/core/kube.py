@@ -22,6 +22,7 @@ import tenacity
 from kubernetes_asyncio import client, config
 
 from .logging import get_logger
+from .ratelimit import TokenBucket
 from .resources import Resource
 
 log = get_logger(__name__)
@@ -128,13 +129,18 @@ class _Wait(tenacity.wait.wait_base):
 class Kube:
     """One connection pool to one API server."""
 
-    def __init__(self, api_client: client.ApiClient, retry: RetryPolicy = RetryPolicy()):
+    def __init__(self, api_client: client.ApiClient, retry: RetryPolicy = RetryPolicy(),
+                 limiter: TokenBucket | None = None):
         self._api = api_client
         self.retry = retry
+        self.limiter = limiter
 
     @classmethod
-    async def connect(cls, kubeconfig: str | None = None, context: str | None = None) -> "Kube":
-        """From a kubeconfig (KUBECONFIG or the path given), else the in-cluster ServiceAccount."""
+    async def connect(cls, kubeconfig: str | None = None, context: str | None = None, *,
+                      qps: float = 0.0, burst: int = 0) -> "Kube":
+        """From a kubeconfig (KUBECONFIG or the path given), else the in-cluster ServiceAccount.
+        ``qps`` > 0: at most that many requests a second, ``burst`` at once (client-go's
+        client-side limit; DRA_API_QPS, DRA_API_BURST); watches are kopf's and not limited."""
         configuration = client.Configuration()
         try:
             await config.load_kube_config(
@@ -144,7 +150,8 @@ class Kube:
             if kubeconfig:
                 raise
             config.load_incluster_config(client_configuration=configuration)
-        return cls(client.ApiClient(configuration))
+        limiter = TokenBucket(qps, max(1, burst or int(qps))) if qps > 0 else None
+        return cls(client.ApiClient(configuration), limiter=limiter)
 
     @classmethod
     def with_token(cls, host: str, token: str, ca_file: str) -> "Kube":
@@ -158,7 +165,7 @@ class Kube:
     def without_retries(self) -> "Kube":
         """The same connection pool, each request tried once (for callers with their own
         schedule, such as leader election, whose every try must fit in its renew deadline)."""
-        return Kube(self._api, RetryPolicy(attempts=1))
+        return Kube(self._api, RetryPolicy(attempts=1), self.limiter)
 
     @property
     def host(self) -> str:
@@ -204,6 +211,8 @@ class Kube:
     async def _request_once(self, method: str, path: str, params: Iterable[tuple[str, Any]] | None,
                             body: Any, content_type: str, timeout: float | None, raw_text: bool = False) -> Any:
         query = [(k, v) for k, v in (params or []) if v is not None]
+        if self.limiter is not None and (delay := self.limiter.reserve()) > 0:
+            await asyncio.sleep(delay)
         try:
             response = await self._api.call_api(
                 path,

@@ -102,6 +102,9 @@ class Store:
         old = self._objects.get(key)
         if old is not None and uid_of(old) == uid and resource_version(old) > resource_version(obj):
             return False
+        # No decision reads managedFields; often the largest part of an object. An update sent
+        # without them keeps the server's (the API server's field manager takes the live ones).
+        obj["metadata"].pop("managedFields", None)
         self._unindex(key)
         self._objects[key] = obj
         self._stamps[key] = next(self._counter)

@@ -116,3 +116,13 @@ def test_should_retry_rules():
     assert should_retry(ConnectionLost("PUT", "/", OSError()), "PUT", "application/json")
     assert not should_retry(ConnectionLost("PATCH", "/", OSError()), "PATCH", JSON_PATCH)
     assert not should_retry(KeyError("x"), "GET", "application/json")
+
+
+async def test_a_client_side_limit_spaces_requests_after_the_burst(server):
+    kube, state = server
+    from operators.core.ratelimit import TokenBucket
+    limited = Kube(kube._api, kube.retry, TokenBucket(20, 2))  # DRA_API_QPS=20, DRA_API_BURST=2
+    started = time.monotonic()
+    await asyncio.gather(*(limited.request("GET", "/api/v1/pods") for _ in range(6)))
+    assert len(state["calls"]) == 6 and time.monotonic() - started >= 4 / 20 - 0.01
+    assert limited.without_retries().limiter is limited.limiter
