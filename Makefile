@@ -81,6 +81,7 @@ soak: venv lab-build
 # A benchmark, not a test (not part of `make test`): our claims, taints and node agent against
 # upstream's controllers on one lab; the knobs (BENCH_SIZES, BENCH_NOISE, ...) in README, *Bench*.
 bench: venv lab-build
+	$(if $(BENCH_PROFILE),$(PY) -m pip install --quiet -e '.[bench]')
 	$(PY) bench/bench.py
 
 lab-up: venv lab-build

@@ -36,6 +36,7 @@ import json
 import os
 import platform
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -89,7 +90,7 @@ def env_int(name: str, default: int) -> int:
 
 
 KNOBS = ("BENCH_SIZES", "BENCH_NOISE", "BENCH_UPSTREAM_DEFAULT_SIZES", "BENCH_INFLIGHT", "BENCH_TAINT_PODS",
-         "BENCH_DEVICES", "BENCH_PARTS", "BENCH_OPERATOR_SRC", "BENCH_RUN_DIR")
+         "BENCH_DEVICES", "BENCH_PARTS", "BENCH_OPERATOR_SRC", "BENCH_PROFILE", "BENCH_RUN_DIR")
 
 
 def the_command() -> str:
@@ -176,6 +177,27 @@ class Operator:
             except OSError:
                 time.sleep(0.2)
         raise RuntimeError(f"{self.name} not live after {timeout:.0f}s; log {self.log}")
+
+    def profile(self, output: Path) -> subprocess.Popen | None:
+        """With BENCH_PROFILE: py-spy samples the process (40 Hz, without stopping it) until
+        ``stop_profile``; a flame graph in ``output`` (.svg)."""
+        if not os.environ.get("BENCH_PROFILE") or self.proc is None:
+            return None
+        spy = shutil.which("py-spy", path=str(Path(sys.executable).parent)) or shutil.which("py-spy")
+        if spy is None:
+            say("BENCH_PROFILE: py-spy not found (pip install py-spy, or make bench BENCH_PROFILE=1)")
+            return None
+        return subprocess.Popen([spy, "record", "-p", str(self.proc.pid), "--rate", "40", "--nonblocking",
+                                 "-o", str(output)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    @staticmethod
+    def stop_profile(spy: subprocess.Popen | None) -> None:
+        if spy is not None and spy.poll() is None:
+            spy.send_signal(signal.SIGINT)  # py-spy writes its output on SIGINT
+            try:
+                spy.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                spy.kill()
 
     @property
     def rss(self) -> float | None:
@@ -362,6 +384,7 @@ class Bench:
         ns = await self.namespace("bench")
         noise_ns = await self.namespace("noise") if noise else None
         watch = StatusWatch(self.kube, ns)
+        spy = None
         try:
             await self.kube.create(RESOURCE_CLAIM_TEMPLATES, {
                 "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate", "metadata": {"name": "gpu"},
@@ -372,6 +395,8 @@ class Bench:
             await self.until(lambda: "warm-up" in watch.seen, 300, "the warm-up Pod's claim status")
             created: dict[str, float] = {}
             names = [f"p-{i}" for i in range(size)]
+            if operator:
+                spy = operator.profile(self.run_dir / f"profile-claims-{size}-{noise}.svg")
             t0 = time.monotonic()
             tasks = [self.create_all(ns, names, template_pod, created)]
             if noise:
@@ -393,6 +418,7 @@ class Bench:
             if noise:
                 result.noise_seconds = round(seconds[1], 1)
             result.rss = operator.rss if operator else self.kcm_rss()
+            Operator.stop_profile(spy)
             latencies = [watch.seen[n] - created[n] for n in names if n in watch.seen]
             result.done = len(latencies)
             if latencies:
@@ -407,6 +433,7 @@ class Bench:
             say(f"claims: {controller} {size}+{noise}: {result.done} done in {result.total}s, p50 {result.p50}s, "
                 f"p99 {result.p99}s, RSS {result.rss} MiB {result.note}")
         finally:
+            Operator.stop_profile(spy)
             await watch.stop()
             if operator:
                 operator.stop()
@@ -450,6 +477,7 @@ class Bench:
         ns = await self.namespace("taints")
         rule = f"bench-evict-{self.serial}"
         result: dict[str, Any] = {"controller": controller, "pods": count}
+        spy = None
         try:
             names = [f"t-{i}" for i in range(count)]
             sem = asyncio.Semaphore(env_int("BENCH_INFLIGHT", 64))
@@ -475,6 +503,8 @@ class Bench:
 
             await asyncio.gather(*(one(n) for n in names))
             await asyncio.sleep(3)  # the controller has seen them all (both sides alike)
+            if operator:
+                spy = operator.profile(self.run_dir / f"profile-taints-{count}.svg")
             t0 = time.monotonic()
             await self.kube.create(DEVICE_TAINT_RULES, {
                 "apiVersion": "resource.k8s.io/v1", "kind": "DeviceTaintRule", "metadata": {"name": rule},
@@ -497,6 +527,7 @@ class Bench:
                           rss=operator.rss if operator else self.kcm_rss())
             say(f"taints: {controller}: {result['evicted']} evicted in {seconds}s, RSS {result['rss']} MiB")
         finally:
+            Operator.stop_profile(spy)
             if operator:
                 operator.stop()
             await self.kube.delete(DEVICE_TAINT_RULES, rule)
@@ -660,14 +691,18 @@ def main() -> int:
     bench = Bench(run_dir, results)
     say(f"{results.command}: parts {parts}, run directory {run_dir}")
     t0 = time.monotonic()
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    interrupted = False
     try:
         bench.start_lab()
         asyncio.run(bench.run(parts))
     except KeyboardInterrupt:
-        say("interrupted (no results written)")
-        return 130
+        interrupted = True
+        say("interrupted: writing what was measured so far")
     finally:
         bench.stop()
+    if interrupted:
+        results.command += " (interrupted)"
     results.seconds = time.monotonic() - t0
     results.load_end = os.getloadavg()
     (run_dir / "results.json").write_text(json.dumps(asdict(results), indent=2))
@@ -675,7 +710,7 @@ def main() -> int:
     write_results_section(results.command, text)
     print(text, flush=True)
     say(f"results in {RESULTS} and {run_dir}")
-    return 0
+    return 130 if interrupted else 0
 
 
 if __name__ == "__main__":

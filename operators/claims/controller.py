@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import structlog
 
 from ..core import resourceclaim as rc
+from ..core import slim
 from ..core.events import WARNING, EventRecorder
 from ..core.kube import APPLY_PATCH, ApiError, ConnectionLost, Kube
 from ..core.resources import PODS, RESOURCE_CLAIMS
@@ -52,7 +53,7 @@ class ClaimsController:
         self.kube = kube
         self.features = features
         self.metrics = metrics or Metrics()
-        self.pods = Store({"claim": _pod_claim_index, "template": _pod_template_index})
+        self.pods = Store({"claim": _pod_claim_index, "template": _pod_template_index}, transform=slim.pod)
         self.claims = Store({"owner": _claim_owner_index})
         self.templates = Store()
         self.deleted_pods = UidCache()
