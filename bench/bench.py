@@ -694,8 +694,11 @@ def main() -> int:
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     interrupted = False
     try:
-        bench.start_lab()
-        asyncio.run(bench.run(parts))
+        if parts == ["cel"]:
+            bench.cel_part()  # in process; no lab needed
+        else:
+            bench.start_lab()
+            asyncio.run(bench.run(parts))
     except KeyboardInterrupt:
         interrupted = True
         say("interrupted: writing what was measured so far")

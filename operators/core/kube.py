@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from dataclasses import dataclass
 from typing import Any, Iterable
 
@@ -151,7 +152,9 @@ class Kube:
                 raise
             config.load_incluster_config(client_configuration=configuration)
         limiter = TokenBucket(qps, max(1, burst or int(qps))) if qps > 0 else None
-        return cls(client.ApiClient(configuration), limiter=limiter)
+        api = client.ApiClient(configuration)
+        _trust_env_only_for_proxies(api)
+        return cls(api, limiter=limiter)
 
     @classmethod
     def with_token(cls, host: str, token: str, ca_file: str) -> "Kube":
@@ -368,6 +371,22 @@ class Kube:
         """``res`` at the version the cluster prefers for it, or None if it is not served."""
         versions = await self.served_versions(res.group, res.plural)
         return res.with_version(versions[0]) if versions else None
+
+
+PROXY_VARIABLES = ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "NO_PROXY", "NETRC")
+
+
+def _trust_env_only_for_proxies(api: client.ApiClient) -> None:
+    """kubernetes-asyncio's aiohttp session trusts the environment, so every request looks for
+    proxy variables and reads ~/.netrc in a thread of the default executor: a tenth of the
+    taints operator's CPU while it evicts (bench/RESULTS.md, profile). Without any proxy or
+    NETRC variable there is nothing to find; then the session stops looking. With one, as
+    client-go honours HTTPS_PROXY, it keeps looking."""
+    if any(os.environ.get(v) or os.environ.get(v.lower()) for v in PROXY_VARIABLES):
+        return
+    session = getattr(api.rest_client, "pool_manager", None)
+    if session is not None and hasattr(session, "_trust_env"):
+        session._trust_env = False
 
 
 def _parse_retry_after(value: str | None) -> float | None:

@@ -126,3 +126,20 @@ async def test_a_client_side_limit_spaces_requests_after_the_burst(server):
     await asyncio.gather(*(limited.request("GET", "/api/v1/pods") for _ in range(6)))
     assert len(state["calls"]) == 6 and time.monotonic() - started >= 4 / 20 - 0.01
     assert limited.without_retries().limiter is limited.limiter
+
+
+async def test_the_session_stops_reading_netrc_and_proxies_only_when_none_is_set(monkeypatch):
+    from operators.core import kube as kube_module
+    for name in kube_module.PROXY_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.lower(), raising=False)
+    api = client.ApiClient(client.Configuration(host="http://127.0.0.1:1"))
+    assert api.rest_client.pool_manager._trust_env  # kubernetes-asyncio's choice, private in aiohttp
+    kube_module._trust_env_only_for_proxies(api)
+    assert not api.rest_client.pool_manager._trust_env
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy:3128")
+    with_proxy = client.ApiClient(client.Configuration(host="http://127.0.0.1:1"))
+    kube_module._trust_env_only_for_proxies(with_proxy)
+    assert with_proxy.rest_client.pool_manager._trust_env
+    await api.close()
+    await with_proxy.close()
