@@ -53,7 +53,7 @@ if str(ROOT) not in sys.path:
 import yaml  # noqa: E402
 from kubernetes_asyncio import client as k8s_client, config as k8s_config  # noqa: E402
 
-from operators.core.kube import ApiError, Kube  # noqa: E402
+from operators.core.kube import ApiError, ConnectionLost, Kube  # noqa: E402
 from operators.core.resources import (DEVICE_CLASSES, DEVICE_TAINT_RULES, NAMESPACES, PODS,  # noqa: E402
                                       RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS, RESOURCE_SLICES,
                                       SERVICE_ACCOUNTS)
@@ -341,8 +341,16 @@ class Bench:
         """Delete its Pods and claims at once (not through the namespace controller, whose pace
         depends on the client limits under test), then the namespace."""
         for res in (PODS, RESOURCE_CLAIMS):
-            await self.kube.request("DELETE", res.path(name), params=[("gracePeriodSeconds", "0")], timeout=600)
+            try:
+                await self.kube.request("DELETE", res.path(name), params=[("gracePeriodSeconds", "0")], timeout=600)
+            except (ApiError, ConnectionLost) as e:
+                # A loaded API server ends a long delete with 504 and goes on deleting.
+                say(f"deleting the {res.plural} of {name}: {e}; the namespace controller finishes")
         await self.kube.delete(NAMESPACES, name)
+        await self.until(lambda: self._namespace_gone(name), 900, f"namespace {name} gone")
+
+    async def _namespace_gone(self, name: str) -> bool:
+        return await self.kube.get_or_none(NAMESPACES, name) is None
 
     async def create_all(self, namespace: str, names: list[str], build, created: dict[str, float] | None) -> float:
         inflight = env_int("BENCH_INFLIGHT", 64)
@@ -702,6 +710,9 @@ def main() -> int:
     except KeyboardInterrupt:
         interrupted = True
         say("interrupted: writing what was measured so far")
+    except Exception as e:  # noqa: BLE001 - what was measured is still written, marked as such
+        interrupted = True
+        say(f"failed ({type(e).__name__}: {e}): writing what was measured so far")
     finally:
         bench.stop()
     if interrupted:
