@@ -143,3 +143,15 @@ async def test_the_session_stops_reading_netrc_and_proxies_only_when_none_is_set
     assert with_proxy.rest_client.pool_manager._trust_env
     await api.close()
     await with_proxy.close()
+
+
+async def test_plain_bodies_are_sent_as_they_are_and_others_still_converted():
+    import datetime
+    from operators.core.kube import _ApiClient
+    api = _ApiClient(client.Configuration(host="http://127.0.0.1:1"))
+    body = {"metadata": {"name": "a", "labels": {"x": "y"}}, "spec": {"n": [1, 2.5, True, None]}}
+    assert api.sanitize_for_serialization(body) is body
+    when = datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.timezone.utc)
+    assert api.sanitize_for_serialization({"t": when}) == {"t": "2026-01-02T03:04:05+00:00"}
+    assert api.sanitize_for_serialization([("k", "v")]) == [("k", "v")]
+    await api.close()
