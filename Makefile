@@ -6,13 +6,14 @@ PY := $(VENV)/bin/python
 LAB_BIN := .cache/lab/bin
 PYTEST_ARGS ?=
 
-.PHONY: help venv lab-modules lab-build lab-build-node image test-prerequisites test unit integration run soak lab-up lab-down protos clean
+.PHONY: help venv lab-modules lab-build lab-build-node image test-prerequisites test unit integration run soak bench lab-up lab-down protos clean
 
 help:
 	@echo "make run           the whole suite on a lab (or \$$KUBECONFIG): operators, node agents, examples, live table"
 	@echo "make test          install, build the lab if needed, run unit and integration tests"
 	@echo "make unit          unit tests only (no lab)"
 	@echo "make soak          one-hour churn soak of the four operators (SOAK_SECONDS, SOAK_WARMUP); bench/RESULTS.md"
+	@echo "make bench         ours vs upstream's controllers on one lab (BENCH_SIZES, BENCH_NOISE, ...); bench/RESULTS.md"
 	@echo "make lab-build     build etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kubectl, kwok, toxiproxy"
 	@echo "make lab-build-node  build what real nodes need: kubelet, containerd, runc, CNI plugins, busybox"
 	@echo "make image         the container image with buildah (no Docker engine), as .cache/image/dra-operators-<version>.tar"
@@ -78,6 +79,12 @@ run: venv lab-build lab-build-node
 # checked; SOAK_SECONDS (default 3600) and SOAK_WARMUP (600) shorten it. Results: bench/RESULTS.md.
 soak: venv lab-build
 	$(PY) bench/soak.py
+
+# A benchmark, not a test (not part of `make test`): our claims, taints and node agent against
+# upstream's controllers on one lab; the knobs (BENCH_SIZES, BENCH_NOISE, ...) in README, *Bench*.
+bench: venv lab-build
+	$(if $(BENCH_PROFILE),$(PY) -m pip install --quiet -e '.[bench]')
+	$(PY) bench/bench.py
 
 lab-up: venv lab-build
 	$(VENV)/bin/dra-operators lab up

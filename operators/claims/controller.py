@@ -10,6 +10,7 @@ import structlog
 
 from ..core import podgroup as pg
 from ..core import resourceclaim as rc
+from ..core import slim
 from ..core.events import WARNING, EventRecorder
 from ..core.kube import APPLY_PATCH, ApiError, ConnectionLost, Kube
 from ..core.resources import PODS, RESOURCE_CLAIMS
@@ -59,7 +60,8 @@ class ClaimsController:
         self.kube = kube
         self.features = features
         self.metrics = metrics or Metrics()
-        self.pods = Store({"claim": _pod_claim_index, "template": _pod_template_index, "group": pg.member_keys})
+        self.pods = Store({"claim": _pod_claim_index, "template": _pod_template_index, "group": pg.member_keys},
+                          transform=slim.pod)
         self.claims = Store({"owner": _claim_owner_index})
         self.templates = Store()
         self.pod_groups = Store({"claim": pg.group_claim_keys, "template": pg.group_template_keys})

@@ -10,6 +10,7 @@ from __future__ import annotations
 import kopf
 
 from ..core import podgroup as pg
+from ..core import resourceclaim as rc
 from ..core.featuregates import apiserver_feature_gates
 from ..core.kopfsettings import quiet
 from ..core.kube import Kube
@@ -44,7 +45,7 @@ async def detect_features(kube: Kube) -> Features:
 async def start_claims(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None:
     quiet(settings)
     config = Settings.from_env()
-    kube = await Kube.connect(config.kubeconfig)
+    kube = await Kube.connect(config.kubeconfig, qps=config.api_qps, burst=config.api_burst)
     runtime = memo.claims_runtime = Runtime("claims", kube, watch_silence=config.watch_silence)
     runtime.on_cleanup(kube.close)
 
@@ -62,7 +63,7 @@ async def start_claims(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) ->
                          kind="ResourceClaimTemplate")
         if features.generic_workload:
             runtime.informer(pg.POD_GROUPS, controller.pod_groups, controller.on_pod_group, kind=pg.KIND)
-        runtime.informer(PODS, controller.pods, controller.on_pod, kind="Pod")
+        runtime.informer(PODS, controller.pods, controller.on_pod, kind="Pod", keep=rc.uses_claims)
         counts = await runtime.prime(settings)
         serve(metrics.registry, config.metrics_port)
         memo.claims_controller = controller

@@ -36,8 +36,20 @@ class SelectorError(Exception):
 # -- Kubernetes quantities (exact fractions, operators.core.quantity) ------------------------
 
 
+# Parsing quantities and fractions was most of an evaluation's time (the same few texts over
+# and over: every device's capacities, every ``quantity("16Gi")`` literal): parsed once each.
+@functools.lru_cache(maxsize=4096)
+def _quantity_text(text: str) -> str:
+    return str(parse_quantity(text))
+
+
+@functools.lru_cache(maxsize=4096)
+def _fraction(text: str) -> Fraction:
+    return Fraction(text)
+
+
 def quantity_value(text: str) -> dict[str, str]:
-    return {_Q: str(parse_quantity(text))}
+    return {_Q: _quantity_text(text)}
 
 
 # -- semantic versions -------------------------------------------------------------------------
@@ -47,6 +59,7 @@ _SEMVER = re.compile(r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)"
                      r"(?:\+([0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?$")
 
 
+@functools.lru_cache(maxsize=1024)
 def parse_semver(text: str) -> tuple[int, int, int, tuple]:
     match = _SEMVER.match(text)
     if not match:
@@ -60,7 +73,7 @@ def parse_semver(text: str) -> tuple[int, int, int, tuple]:
 
 def _unwrap(value: Any) -> tuple[str, Any]:
     if isinstance(value, dict) and _Q in value:
-        return "quantity", Fraction(value[_Q])
+        return "quantity", _fraction(value[_Q])
     if isinstance(value, dict) and _SV in value:
         return "semver", parse_semver(value[_SV])
     raise TypeError(f"not a quantity or semver: {value!r}")

@@ -49,9 +49,12 @@ _VERIFY_DELAYS = (1, 2, 5, 10, 30)
 class Informer:
     def __init__(self, kube: Kube, resource: Resource, store: Store, handler: Handler, *,
                  field_selector: str | None = None, label_selector: str | None = None,
-                 settle: float = 2.0, silence: float = 600.0, kind: str | None = None):
+                 settle: float = 2.0, silence: float = 600.0, kind: str | None = None,
+                 keep: Callable[[Obj], bool] | None = None):
         """``handler(obj, deleted)`` is the controller's event handler; it updates ``store``.
-        ``kind`` is set on listed objects (a LIST's items carry none; Events need it)."""
+        ``kind`` is set on listed objects (a LIST's items carry none; Events need it).
+        ``keep``: objects it refuses are dropped before they cost anything (no handler, no
+        cache entry) unless already stored (then the handler sees them change or go)."""
         self.kube = kube
         self.resource = resource
         self.store = store
@@ -60,6 +63,7 @@ class Informer:
         self.settle = settle
         self.silence = silence
         self.kind = kind
+        self.keep = keep
         self.primed = False
         self.relists = 0
         self.deletions_found = 0
@@ -105,11 +109,15 @@ class Informer:
         self.last_event_at = time.monotonic()
         self.last_rv = max(self.last_rv, resource_version(obj))
         self.stale_reason = ""
+        if self.keep is not None and not self.keep(obj) and key_of(obj) not in self.store:
+            return
         if kind is None and self.primed:
             self._listed(key_of(obj))
         self._deliver(obj, kind == "DELETED")
 
     def _deliver(self, obj: Obj, deleted: bool) -> None:
+        if self.keep is not None and not self.keep(obj) and key_of(obj) not in self.store:
+            return
         self.handler(obj, deleted)
 
     def on_listed(self) -> None:

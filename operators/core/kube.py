@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from dataclasses import dataclass
 from typing import Any, Iterable
 from urllib.parse import urlencode
@@ -24,6 +25,7 @@ from kubernetes_asyncio import client, config
 
 from . import wirejson
 from .logging import get_logger
+from .ratelimit import TokenBucket
 from .resources import Resource
 
 log = get_logger(__name__)
@@ -130,13 +132,18 @@ class _Wait(tenacity.wait.wait_base):
 class Kube:
     """One connection pool to one API server."""
 
-    def __init__(self, api_client: client.ApiClient, retry: RetryPolicy = RetryPolicy()):
+    def __init__(self, api_client: client.ApiClient, retry: RetryPolicy = RetryPolicy(),
+                 limiter: TokenBucket | None = None):
         self._api = api_client
         self.retry = retry
+        self.limiter = limiter
 
     @classmethod
-    async def connect(cls, kubeconfig: str | None = None, context: str | None = None) -> "Kube":
-        """From a kubeconfig (KUBECONFIG or the path given), else the in-cluster ServiceAccount."""
+    async def connect(cls, kubeconfig: str | None = None, context: str | None = None, *,
+                      qps: float = 0.0, burst: int = 0) -> "Kube":
+        """From a kubeconfig (KUBECONFIG or the path given), else the in-cluster ServiceAccount.
+        ``qps`` > 0: at most that many requests a second, ``burst`` at once (client-go's
+        client-side limit; DRA_API_QPS, DRA_API_BURST); watches are kopf's and not limited."""
         configuration = client.Configuration()
         try:
             await config.load_kube_config(
@@ -146,7 +153,10 @@ class Kube:
             if kubeconfig:
                 raise
             config.load_incluster_config(client_configuration=configuration)
-        return cls(_ApiClient(configuration))
+        limiter = TokenBucket(qps, max(1, burst or int(qps))) if qps > 0 else None
+        api = _ApiClient(configuration)
+        _trust_env_only_for_proxies(api)
+        return cls(api, limiter=limiter)
 
     @classmethod
     def with_token(cls, host: str, token: str, ca_file: str) -> "Kube":
@@ -160,7 +170,7 @@ class Kube:
     def without_retries(self) -> "Kube":
         """The same connection pool, each request tried once (for callers with their own
         schedule, such as leader election, whose every try must fit in its renew deadline)."""
-        return Kube(self._api, RetryPolicy(attempts=1))
+        return Kube(self._api, RetryPolicy(attempts=1), self.limiter)
 
     @property
     def host(self) -> str:
@@ -206,6 +216,8 @@ class Kube:
     async def _request_once(self, method: str, path: str, params: Iterable[tuple[str, Any]] | None,
                             body: Any, content_type: str, timeout: float | None, raw_text: bool = False) -> Any:
         query = [(k, v) for k, v in (params or []) if v is not None]
+        if self.limiter is not None and (delay := self.limiter.reserve()) > 0:
+            await asyncio.sleep(delay)
         try:
             response = await self._api.call_api(
                 path,
@@ -364,9 +376,16 @@ class Kube:
 
 
 class _ApiClient(client.ApiClient):
-    """kubernetes-asyncio's client, sending bodies as Go clients do (``wirejson``): its own
-    ``json.dumps`` puts spaces into raw-extension fields, which the API server then sees as
-    changed. Every request of ``Kube`` reads its response itself (``_preload_content=False``)."""
+    """kubernetes-asyncio's client, with bodies written as Go clients write them (``wirejson``):
+    its own ``json.dumps`` puts spaces into raw-extension fields, which the API server then sees
+    as changed. And without its deep copy of every body (``sanitize_for_serialization`` walks a
+    dict in Python to turn typed models into JSON types; the suite sends plain dicts, and the copy
+    was a seventh of the claims operator's CPU while it created claims: py-spy, bench). A body
+    that is not plain JSON (a datetime, a model) still goes the long way. Every request of
+    ``Kube`` reads its response itself (``_preload_content=False``)."""
+
+    def sanitize_for_serialization(self, obj: Any) -> Any:
+        return obj if isinstance(obj, (dict, list)) else super().sanitize_for_serialization(obj)
 
     def request(self, method, url, query_params=None, headers=None, post_params=None, body=None,
                 _preload_content=True, _request_timeout=None):
@@ -374,7 +393,11 @@ class _ApiClient(client.ApiClient):
             return super().request(method, url, query_params=query_params, headers=headers,
                                    post_params=post_params, body=body, _preload_content=_preload_content,
                                    _request_timeout=_request_timeout)
-        return self._send(method, url, query_params, headers or {}, wirejson.dumps(body), _request_timeout)
+        try:
+            data = wirejson.dumps(body)
+        except TypeError:
+            data = wirejson.dumps(super().sanitize_for_serialization(body))
+        return self._send(method, url, query_params, headers or {}, data, _request_timeout)
 
     async def _send(self, method: str, url: str, query_params: Any, headers: dict, data: bytes,
                     timeout: Any) -> aiohttp.ClientResponse:
@@ -391,6 +414,22 @@ class _ApiClient(client.ApiClient):
         if rest.server_hostname:
             args["server_hostname"] = rest.server_hostname
         return await rest.pool_manager.request(**args)
+
+
+PROXY_VARIABLES = ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "NO_PROXY", "NETRC")
+
+
+def _trust_env_only_for_proxies(api: client.ApiClient) -> None:
+    """kubernetes-asyncio's aiohttp session trusts the environment, so every request looks for
+    proxy variables and reads ~/.netrc in a thread of the default executor: a tenth of the
+    taints operator's CPU while it evicts (bench/RESULTS.md, profile). Without any proxy or
+    NETRC variable there is nothing to find; then the session stops looking. With one, as
+    client-go honours HTTPS_PROXY, it keeps looking."""
+    if any(os.environ.get(v) or os.environ.get(v.lower()) for v in PROXY_VARIABLES):
+        return
+    session = getattr(api.rest_client, "pool_manager", None)
+    if session is not None and hasattr(session, "_trust_env"):
+        session._trust_env = False
 
 
 def _parse_retry_after(value: str | None) -> float | None:

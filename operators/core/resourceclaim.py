@@ -61,6 +61,13 @@ def extended_claim_name(pod: Obj) -> str | None:
     return ((pod.get("status") or {}).get("extendedResourceClaimStatus") or {}).get("resourceClaimName")
 
 
+def uses_claims(pod: Obj) -> bool:
+    """Whether the Pod has anything to do with DRA: claims in its spec, or the scheduler's
+    extended-resource claim. Upstream's claim controller ignores the other Pods' events
+    (``enqueuePod``); our caches do not even keep them (see ``Informer``'s ``keep``)."""
+    return bool(pod_claims(pod) or extended_claim_name(pod))
+
+
 def pod_claim_names(pod: Obj, *, extended: bool = True) -> list[tuple[str, bool]]:
     """(claim name, must check owner) for every claim of ``spec.resourceClaims`` whose name is
     known (``claim_name``), then, with ``extended``, the scheduler's extended-resource claim

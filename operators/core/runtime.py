@@ -71,6 +71,8 @@ class Runtime:
         self.informers[resource.plural] = informer
         self.on_cleanup(lambda undo=kopflistings.listen(resource.group, resource.plural, informer.on_listed):
                         asyncio.sleep(0, undo()))
+        self.on_cleanup(lambda undo=kopflistings.consume(resource.group, resource.plural, informer.on_event):
+                        asyncio.sleep(0, undo()))
         return informer
 
     async def use_watch_list(self, settings: kopf.OperatorSettings) -> bool:

@@ -56,6 +56,12 @@ class Settings:
                                              "namespace of the Leases (default: the Pod's namespace)")
     leader_election_lease_duration: float = setting(15.0, "DRA_LEADER_ELECTION_LEASE_DURATION",
                                                     "seconds a leader's Lease lasts without renewal", positive=True)
+    api_qps: float = setting(0.0, "DRA_API_QPS",
+                             "claims, taints, binding, poolstatus: most API requests a second (client-go's QPS; "
+                             "0: no limit, the default)", minimum=0)
+    api_burst: int = setting(0, "DRA_API_BURST",
+                             "requests allowed at once above DRA_API_QPS (client-go's burst; 0: DRA_API_QPS)",
+                             minimum=0)
     api_wait: float = setting(60.0, "DRA_API_WAIT",
                               "seconds a starting operator waits for an API server that does not answer yet, "
                               "before it exits with the reason", minimum=0)

@@ -53,7 +53,10 @@ def is_gone(obj: Obj) -> bool:
 
 
 class Store:
-    def __init__(self, indexers: dict[str, IndexFunc] | None = None):
+    def __init__(self, indexers: dict[str, IndexFunc] | None = None,
+                 transform: Callable[[Obj], Obj] | None = None):
+        """``transform``: what is kept of each object stored (client-go's ``SetTransform``)."""
+        self._transform = transform
         self._objects: dict[str, Obj] = {}
         self._stamps: dict[str, int] = {}
         self._counter = itertools.count(1)
@@ -102,6 +105,12 @@ class Store:
         old = self._objects.get(key)
         if old is not None and uid_of(old) == uid and resource_version(old) > resource_version(obj):
             return False
+        if self._transform is not None:
+            obj = self._transform(obj)
+        else:
+            # No decision reads managedFields, often the largest part of an object. An update
+            # sent without them keeps the server's (its field manager takes the live ones).
+            obj["metadata"].pop("managedFields", None)
         self._unindex(key)
         self._objects[key] = obj
         self._stamps[key] = next(self._counter)

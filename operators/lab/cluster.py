@@ -61,6 +61,8 @@ class LabOptions:
     # kube-scheduler, so at their default (off for DRAWorkloadResourceClaims in 1.37); the gates
     # they depend on (GenericWorkload) stay on.
     disabled_gates: tuple[str, ...] = ()
+    # kube-controller-manager's client limits (--kube-api-qps, --kube-api-burst).
+    controller_manager_api_limits: tuple[int, int] = (500, 1000)
 
     def resolved_run_dir(self) -> Path:
         return Path(self.run_dir or paths.run_dir(self.name)).resolve()
@@ -479,10 +481,14 @@ class Lab:
             except (OSError, urllib.error.URLError) as e:
                 self._log(f"lab: could not release the Lease of Node {meta['name']}: {e}")
 
-    def restart_controller_manager(self, upstream_controllers: bool) -> None:
-        """Switch between upstream's DRA controllers and ours (cheaper than a second lab)."""
+    def restart_controller_manager(self, upstream_controllers: bool,
+                                   api_limits: tuple[int, int] | None = None) -> None:
+        """Switch between upstream's DRA controllers and ours (cheaper than a second lab);
+        ``api_limits``: new client limits (QPS, burst), kept for later restarts."""
         with self._lock:
             self.upstream_controllers = upstream_controllers
+            if api_limits is not None:
+                self.options.controller_manager_api_limits = tuple(api_limits)
             self.restart("kube-controller-manager")
 
     def restart_with_gates(self, disabled_gates: tuple[str, ...]) -> None:
@@ -585,7 +591,7 @@ class Lab:
     def _start_controller_manager(self) -> None:
         self._start("kube-controller-manager", components.build_controller_manager_args(
             self.bin_dir / "kube-controller-manager", self.files, self.ports, self._gates,
-            self.upstream_controllers))
+            self.upstream_controllers, self.options.controller_manager_api_limits))
 
     def _start_scheduler(self) -> None:
         self._start("kube-scheduler", components.build_scheduler_args(

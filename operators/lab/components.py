@@ -179,7 +179,9 @@ def build_apiserver_args(binary: Path, files: Files, ports: Ports, gates: list[s
 
 
 def build_controller_manager_args(binary: Path, files: Files, ports: Ports, gates: list[str],
-                                  upstream_controllers: bool) -> list[str]:
+                                  upstream_controllers: bool, api_limits: tuple[int, int] = (500, 1000)) -> list[str]:
+    """``api_limits``: its client's (QPS, burst); the lab's 500/1000 as large clusters run it,
+    ``make bench`` also upstream's defaults (20/30)."""
     pki = files.pki
     kubeconfig = files.kubeconfig("kube-controller-manager")
     controllers = "*" if upstream_controllers else ",".join(["*", *(f"-{c}" for c in REPLACED_CONTROLLERS)])
@@ -194,7 +196,7 @@ def build_controller_manager_args(binary: Path, files: Files, ports: Ports, gate
         f"--service-account-private-key-file={pki / 'sa.key'}",
         f"--root-ca-file={pki / 'ca.crt'}",
         "--leader-elect=false",
-        "--kube-api-qps=500", "--kube-api-burst=1000",
+        f"--kube-api-qps={api_limits[0]}", f"--kube-api-burst={api_limits[1]}",
         feature_gates_flag(gates),
     ]
 

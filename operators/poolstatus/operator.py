@@ -37,7 +37,7 @@ def not_served_message(host: str | None) -> str:
 async def start_poolstatus(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None:
     quiet(settings)
     config = Settings.from_env()
-    kube = await Kube.connect(config.kubeconfig)
+    kube = await Kube.connect(config.kubeconfig, qps=config.api_qps, burst=config.api_burst)
     runtime = memo.poolstatus_runtime = Runtime("poolstatus", kube, watch_silence=config.watch_silence)
     runtime.on_cleanup(kube.close)
 

@@ -17,7 +17,7 @@ from typing import Any, Iterable
 
 import structlog
 
-from ..core import cel, resourceclaim as rc
+from ..core import cel, resourceclaim as rc, slim
 from ..core.events import NORMAL, WARNING, EventRecorder
 from ..core.kube import STRATEGIC_PATCH, ApiError, Kube
 from ..core.metatime import format_time, utcnow
@@ -57,7 +57,7 @@ class TaintsController:
         self.rule_status = rule_status and rules is not None
         self.guards = guards
         self.metrics = metrics or Metrics()
-        self.pods = Store({"claim": rc.pod_claim_keys})
+        self.pods = Store({"claim": rc.pod_claim_keys}, transform=slim.pod)
         self.claims = Store({"device": lambda c: d.claim_device_keys(c) if rc.is_allocated(c) else []})
         self.slices = Store({"pool": lambda s: [d.slice_pool_key(s)]})
         self.rules = Store()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import kopf
 
+from ..core import resourceclaim as rc
 from ..core.kopfsettings import quiet
 from ..core.kube import Kube
 from ..core.logging import get_logger
@@ -47,7 +48,7 @@ async def discover_rules(kube: Kube, pinned: str = "") -> tuple[Resource | None,
 async def start_taints(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None:
     quiet(settings)
     config = Settings.from_env()
-    kube = await Kube.connect(config.kubeconfig)
+    kube = await Kube.connect(config.kubeconfig, qps=config.api_qps, burst=config.api_burst)
     runtime = memo.taints_runtime = Runtime("taints", kube, watch_silence=config.watch_silence)
     runtime.on_cleanup(kube.close)
 
@@ -69,7 +70,7 @@ async def start_taints(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) ->
         if rules is not None:
             runtime.informer(rules, controller.rules, controller.on_rule, kind="DeviceTaintRule")
         runtime.informer(RESOURCE_CLAIMS, controller.claims, controller.on_claim, kind="ResourceClaim")
-        runtime.informer(PODS, controller.pods, controller.on_pod, kind="Pod")
+        runtime.informer(PODS, controller.pods, controller.on_pod, kind="Pod", keep=rc.uses_claims)
         counts = await runtime.prime(settings)
         serve(metrics.registry, config.metrics_port)
         memo.taints_controller = controller

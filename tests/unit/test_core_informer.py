@@ -231,3 +231,20 @@ async def test_a_stopped_informer_starts_no_relist_check_and_cancels_a_running_o
     await wait_for(lambda: not informer._verifying)
     informer.on_listed()  # kopf relisting while it stops
     assert informer._epoch is None and informer._settle_timer is None
+
+
+async def test_objects_refused_by_keep_cost_nothing_unless_already_stored():
+    uses = lambda obj: bool(obj["metadata"].get("labels"))  # noqa: E731 - stands for "uses claims"
+    store = Store()
+    handler = Recorder(store)
+    informer = Informer(Api([pod("plain", "1")]), PODS, store, handler, keep=uses)
+    assert await informer.prime() == 1 and len(store) == 0 and handler.calls == []
+    informer.on_event({"type": "ADDED", "object": pod("other", "2", 200)})
+    kept = {**pod("dra", "3", 201), "metadata": {**pod("dra", "3", 201)["metadata"], "labels": {"a": "b"}}}
+    informer.on_event({"type": "ADDED", "object": kept})
+    assert store.keys() == ["ns/dra"]
+    # Once stored, the handler sees it change (even to something it would not keep) and go.
+    informer.on_event({"type": "MODIFIED", "object": pod("dra", "3", 202)})
+    informer.on_event({"type": "DELETED", "object": pod("dra", "3", 203)})
+    assert [c[0] for c in handler.calls] == ["dra", "dra", "dra"] and len(store) == 0
+    assert informer.last_rv == 203

@@ -50,3 +50,29 @@ async def test_closing_the_wrapper_closes_kopfs_generator_at_once(monkeypatch):
     await stream.__anext__()  # kopf's watcher holds an event when it is cancelled
     await stream.aclose()
     assert closed == [True]
+
+
+async def test_consumers_get_the_events_and_kopf_only_the_rest(monkeypatch):
+    async def original(*, settings, resource, namespace, **_):
+        yield {"type": None, "object": {"n": 1}}
+        yield watching.Bookmark.LISTED
+        yield {"type": "ADDED", "object": {"n": 2}}
+        yield {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "5"}}}
+        yield {"type": "MODIFIED", "object": {"n": 3}}
+    monkeypatch.setattr(kopflistings, "_original", original)
+    got = []
+
+    def consumer(event):
+        got.append(event["object"]["n"])
+        if event["object"]["n"] == 2:
+            raise RuntimeError("a bad event")  # logged; the watch goes on
+
+    undo = kopflistings.consume("resource.k8s.io", "resourceslices", consumer)
+    try:
+        events = [e async for e in watching.infinite_watch(settings=None, resource=Res(), namespace=None)]
+    finally:
+        undo()
+    assert got == [1, 2, 3]
+    assert events == [watching.Bookmark.LISTED, {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "5"}}}]
+    events = [e async for e in watching.infinite_watch(settings=None, resource=Res(), namespace=None)]
+    assert len(events) == 5  # no consumer left: kopf gets everything again

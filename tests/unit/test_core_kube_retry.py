@@ -116,3 +116,51 @@ def test_should_retry_rules():
     assert should_retry(ConnectionLost("PUT", "/", OSError()), "PUT", "application/json")
     assert not should_retry(ConnectionLost("PATCH", "/", OSError()), "PATCH", JSON_PATCH)
     assert not should_retry(KeyError("x"), "GET", "application/json")
+
+
+async def test_a_client_side_limit_spaces_requests_after_the_burst(server):
+    kube, state = server
+    from operators.core.ratelimit import TokenBucket
+    limited = Kube(kube._api, kube.retry, TokenBucket(20, 2))  # DRA_API_QPS=20, DRA_API_BURST=2
+    started = time.monotonic()
+    await asyncio.gather(*(limited.request("GET", "/api/v1/pods") for _ in range(6)))
+    assert len(state["calls"]) == 6 and time.monotonic() - started >= 4 / 20 - 0.01
+    assert limited.without_retries().limiter is limited.limiter
+
+
+async def test_the_session_stops_reading_netrc_and_proxies_only_when_none_is_set(monkeypatch):
+    from operators.core import kube as kube_module
+    for name in kube_module.PROXY_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.lower(), raising=False)
+    api = client.ApiClient(client.Configuration(host="http://127.0.0.1:1"))
+    assert api.rest_client.pool_manager._trust_env  # kubernetes-asyncio's choice, private in aiohttp
+    kube_module._trust_env_only_for_proxies(api)
+    assert not api.rest_client.pool_manager._trust_env
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy:3128")
+    with_proxy = client.ApiClient(client.Configuration(host="http://127.0.0.1:1"))
+    kube_module._trust_env_only_for_proxies(with_proxy)
+    assert with_proxy.rest_client.pool_manager._trust_env
+    await api.close()
+    await with_proxy.close()
+
+
+async def test_plain_bodies_are_sent_as_they_are_and_others_still_converted():
+    """No deep copy of plain bodies; bodies go out as Go writes JSON (compact); a body json cannot
+    take (a datetime) is converted by kubernetes-asyncio's walk first."""
+    import datetime
+    from operators.core.kube import _ApiClient
+    api = _ApiClient(client.Configuration(host="http://127.0.0.1:1"))
+    body = {"metadata": {"name": "a", "labels": {"x": "y"}}, "spec": {"n": [1, 2.5, True, None]}}
+    assert api.sanitize_for_serialization(body) is body
+    sent = []
+
+    async def capture(method, url, query_params, headers, data, timeout):
+        sent.append(data)
+    api._send = capture
+    await api.request("PUT", "http://127.0.0.1:1/x", body=body, _preload_content=False)
+    when = datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.timezone.utc)
+    await api.request("PUT", "http://127.0.0.1:1/x", body={"t": when}, _preload_content=False)
+    assert sent == [b'{"metadata":{"name":"a","labels":{"x":"y"}},"spec":{"n":[1,2.5,true,null]}}',
+                    b'{"t":"2026-01-02T03:04:05+00:00"}']
+    await api.close()

@@ -67,3 +67,10 @@ def test_stamps_grow_with_every_store():
     store.upsert(obj("b", 1, uid="b"))
     assert first < boundary < store.stamp("ns/b")
     assert store.stamp("ns/missing") == 0
+
+
+def test_managed_fields_are_not_cached():
+    store = Store()
+    store.upsert({"metadata": {"name": "a", "namespace": "ns", "uid": "1", "resourceVersion": "1",
+                               "managedFields": [{"manager": "kubectl"}]}, "spec": {"x": 1}})
+    assert "managedFields" not in store.get("ns/a")["metadata"] and store.get("ns/a")["spec"] == {"x": 1}
