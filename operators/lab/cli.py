@@ -155,6 +155,7 @@ def _up_detached(options: LabOptions, timeout: float) -> LabState:
 def down(name: str, run_dir: Path | None) -> None:
     """Stop a lab and every process it started."""
     state = _state_or_exit(name, run_dir)
+    was_running = [p for p in [state.supervisor_pid, *state.pids.values()] if p and process.alive(p)]
     if state.supervisor_pid and process.alive(state.supervisor_pid):
         process.terminate(state.supervisor_pid, timeout=30)
     for pid in state.pids.values():  # anything the supervisor could not stop
@@ -167,7 +168,10 @@ def down(name: str, run_dir: Path | None) -> None:
     if left or problems:
         raise click.ClickException("; ".join(([f"processes still running: {' '.join(left)}"] if left else [])
                                              + problems))
-    click.echo(f"lab {name!r} stopped", err=True)
+    if was_running:
+        click.echo(f"lab {name!r} stopped", err=True)
+    else:  # a stale state: say so, the lab the user means may live in another --run-dir
+        click.echo(f"lab {name!r} was not running (state in {state.run_dir}); cleaned up what it left", err=True)
 
 
 @lab.command("status")

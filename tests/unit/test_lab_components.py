@@ -96,3 +96,18 @@ def test_kubeconfig_names_files_by_path():
     config = components.build_kubeconfig("https://127.0.0.1:1", Path("/ca"), Path("/c"), Path("/k"))
     assert config["clusters"][0]["cluster"] == {"server": "https://127.0.0.1:1", "certificate-authority": "/ca"}
     assert config["users"][0]["user"] == {"client-certificate": "/c", "client-key": "/k"}
+
+
+def test_lab_down_of_a_lab_that_is_not_running_says_so(tmp_path):
+    """A stale state (the lab died, or the user's lab lives in another --run-dir) must not read as
+    "stopped": the message names the state it found."""
+    from click.testing import CliRunner
+
+    from operators.lab.cli import lab
+    from operators.lab.cluster import LabState
+
+    LabState(name="gone", run_dir=str(tmp_path), kubeconfig="k", server="s", ports={},
+             pids={"etcd": 2 ** 22 + 1}).save()
+    result = CliRunner().invoke(lab, ["down", "--name", "gone", "--run-dir", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert "lab 'gone' was not running" in result.output and str(tmp_path) in result.output
