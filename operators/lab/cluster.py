@@ -78,26 +78,52 @@ def _ephemeral_start() -> int:
         return 32768
 
 
+# Ports handed out recently, by any process on this machine: a port is free when chosen and
+# bound by its server only seconds later, and two processes (pytest-xdist workers starting labs
+# side by side) could otherwise both choose it in between ("address already in use").
+_HANDED_OUT = Path(os.environ.get("TMPDIR", "/tmp")) / "dra-lab-ports.json"
+_HANDED_OUT_FOR = 600.0  # seconds a handed-out port is not handed out again
+
+
 def free_ports(count: int) -> list[int]:
     """``count`` distinct free ports, below the kernel's ephemeral range: a port the kernel handed
     out (bind to 0) can be taken again at once by any outgoing connection's local end, and a
     server binding it later fails with "Address already in use". All sockets stay open until
-    every port is chosen, so none is picked twice."""
+    every port is chosen, so none is picked twice, and no port handed out to any process in the
+    last ten minutes is chosen again."""
+    import fcntl
+
     low, high = 10000, max(10001, _ephemeral_start())
-    sockets: list[socket.socket] = []
-    try:
-        while len(sockets) < count:
-            s = socket.socket()
-            try:
-                s.bind(("0.0.0.0", random.randrange(low, high)))
-            except OSError:
+    with open(_HANDED_OUT.with_suffix(".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        now = time.time()
+        try:
+            recent = {int(p): t for p, t in json.loads(_HANDED_OUT.read_text()).items()
+                      if now - t < _HANDED_OUT_FOR}
+        except (OSError, ValueError, AttributeError):
+            recent = {}
+        sockets: list[socket.socket] = []
+        try:
+            while len(sockets) < count:
+                port = random.randrange(low, high)
+                if port in recent:
+                    continue
+                s = socket.socket()
+                try:
+                    s.bind(("0.0.0.0", port))
+                except OSError:
+                    s.close()
+                    continue
+                sockets.append(s)
+            chosen = [s.getsockname()[1] for s in sockets]
+        finally:
+            for s in sockets:
                 s.close()
-                continue
-            sockets.append(s)
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
+        recent.update({p: now for p in chosen})
+        tmp = _HANDED_OUT.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(recent))
+        tmp.replace(_HANDED_OUT)
+        return chosen
 
 
 @dataclass

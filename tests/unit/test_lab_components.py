@@ -111,3 +111,15 @@ def test_lab_down_of_a_lab_that_is_not_running_says_so(tmp_path):
     result = CliRunner().invoke(lab, ["down", "--name", "gone", "--run-dir", str(tmp_path)])
     assert result.exit_code == 0, result.output
     assert "lab 'gone' was not running" in result.output and str(tmp_path) in result.output
+
+
+def test_free_ports_are_not_handed_out_twice_across_processes(tmp_path, monkeypatch):
+    """Two pytest-xdist workers start labs side by side: a port one of them chose (free, not yet
+    bound) must not go to the other. The record lives in a file, so it holds across processes."""
+    from operators.lab import cluster
+
+    monkeypatch.setattr(cluster, "_HANDED_OUT", tmp_path / "ports.json")
+    picks = iter([20001, 20002, 20001, 20002, 20003])
+    monkeypatch.setattr(cluster.random, "randrange", lambda low, high: next(picks))
+    assert cluster.free_ports(2) == [20001, 20002]
+    assert cluster.free_ports(1) == [20003]  # 20001 and 20002 were skipped, though free again
