@@ -213,8 +213,18 @@ async def test_lost_gpu_keeps_its_devices_and_comes_back():
         model.restore(2)
         await asyncio.wait_for(w.changed.wait(), 5)
         assert b.healthy("gpu-2")
-        model.xid(2, 31)                          # events are registered again after it came back
-        assert (await w.next()).value == "31"
+        # Events are registered again once the monitor saw it come back (its refresh, in a thread):
+        # an XID before that is lost, as with real NVML, so inject until one arrives.
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 30
+        while True:
+            model.xid(2, 31)
+            try:
+                event = await w.next(timeout=0.5)
+                break
+            except asyncio.TimeoutError:
+                assert loop.time() < deadline, "no XID event from gpu-2 after it came back"
+        assert (event.device, event.value) == ("gpu-2", "31")
 
 
 # -- the same discovery contract on real hardware ---------------------------------------------
