@@ -6,6 +6,7 @@ something random, such as a generated claim name, that would defeat exact-match 
 from __future__ import annotations
 
 import asyncio
+import collections
 import datetime
 import time
 import uuid
@@ -20,6 +21,8 @@ log = get_logger(__name__)
 NORMAL = "Normal"
 WARNING = "Warning"
 _REPEAT_WINDOW = 600.0  # seconds in which a repeat updates the count instead of posting anew
+# client-go's broadcaster queues up to 1000 events (maxQueuedEvents) and drops new ones beyond.
+MAX_QUEUED = 1000
 
 
 def _now() -> str:
@@ -57,6 +60,32 @@ class EventRecorder:
         self.component = component
         self.distinct_messages = distinct_messages
         self._recent: dict[tuple, tuple[float, str, str, int]] = {}
+        self._queue: collections.deque[tuple[dict[str, Any], str, str, str]] = collections.deque()
+        self._sender: asyncio.Task | None = None
+        self.dropped = 0
+
+    def post(self, involved: dict[str, Any], event_type: str, reason: str, message: str) -> None:
+        """Queue an Event and return at once, as client-go's recorder does: a sync that emits
+        one does not wait for its request (one sender posts them in order; at most
+        ``MAX_QUEUED`` wait, newer ones are dropped with a warning)."""
+        if len(self._queue) >= MAX_QUEUED:
+            self.dropped += 1
+            log.warning("event queue full, dropping event", reason=reason,
+                        object=involved["metadata"].get("name"), dropped=self.dropped)
+            return
+        self._queue.append((involved, event_type, reason, message))
+        if self._sender is None or self._sender.done():
+            # A short-lived task that ends when the queue is empty; event() never raises.
+            self._sender = asyncio.get_running_loop().create_task(self._send(), name="events")
+
+    async def _send(self) -> None:
+        while self._queue:
+            await self.event(*self._queue.popleft())
+
+    async def flush(self) -> None:
+        """Wait until every posted Event has been sent (or given up on)."""
+        while self._sender is not None and not self._sender.done():
+            await asyncio.shield(self._sender)
 
     async def event(self, involved: dict[str, Any], event_type: str, reason: str, message: str) -> None:
         """Post an Event; failures are logged, never raised (an Event is never worth a retry)."""

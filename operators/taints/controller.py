@@ -328,7 +328,7 @@ class TaintsController:
                 log.info("pod eviction cancelled", pod=key, claims=rc.pod_claim_keys(pod),
                          was_due=format_time(pending.eviction.when),
                          reasons=[str(r) for r in pending.eviction.reasons])
-                await self.events.event(pod, NORMAL, d.EVENT_REASON, d.CANCELLING)
+                self.events.post(pod, NORMAL, d.EVENT_REASON, d.CANCELLING)
             return
         if uid in self.evicted:
             return
@@ -471,7 +471,7 @@ class TaintsController:
         uid = pod["metadata"]["uid"]
         if uid not in self.marked:
             self.marked.add(uid)
-            await self.events.event(pod, NORMAL, d.EVENT_REASON, d.MARKING)
+            self.events.post(pod, NORMAL, d.EVENT_REASON, d.MARKING)
 
     def _done(self, key: str, uid: str) -> None:
         """Nothing (more) to do for this Pod instance; not counted as an eviction."""
