@@ -81,6 +81,13 @@ class TaintsController:
         self.queue = WorkQueue(d.CONTROLLER_NAME, self.sync, workers=workers)
         self._views: dict[str, d.PoolView] = {}
         self._timers: dict[str, float] = {}
+        # Per-claim eviction cache: claim UID -> (stamp, eviction). The stamp names all the answer
+        # depends on (the claim's resourceVersion, which rules were asked, and ``_generation`` for
+        # the slices, rule specs and DeviceClasses seen), so a hit is exact; the rule-status
+        # passes and the Pods of a shared claim reuse one answer (CEL included) instead of
+        # recomputing it per Pod and pass. Rule status writes do not empty it.
+        self._claim_evictions: dict[str, tuple[tuple, d.Eviction | None]] = {}
+        self._generation = 0  # bumped whenever a slice, a rule's spec or a DeviceClass changes
 
     # -- lookups -----------------------------------------------------------------------------
 
@@ -97,7 +104,19 @@ class TaintsController:
         return [r for r in self.rules.values() if d.is_evicting(r)]
 
     def claim_eviction(self, claim: d.Obj, rules: list[d.Obj] | None = None) -> d.Eviction | None:
-        return d.claim_eviction(claim, self._device, self.evicting_rules() if rules is None else rules, self._cel)
+        if rules is None:
+            rules = self.evicting_rules()
+        meta = claim["metadata"]
+        stamp = (meta.get("resourceVersion"), self._generation,
+                 tuple((r["metadata"].get("uid"), d.rule_effect(r)) for r in rules))
+        cacheable = bool(meta.get("uid") and meta.get("resourceVersion"))
+        cached = self._claim_evictions.get(meta["uid"]) if cacheable else None
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
+        eviction = d.claim_eviction(claim, self._device, rules, self._cel)
+        if cacheable:
+            self._claim_evictions[meta["uid"]] = (stamp, eviction)
+        return eviction
 
     def pod_eviction(self, pod: d.Obj, rules: list[d.Obj] | None = None) -> d.Eviction | None:
         if rules is None:
@@ -172,6 +191,7 @@ class TaintsController:
         old = self.claims.get(key)
         if deleted:
             self.claims.delete(claim)
+            self._claim_evictions.pop(claim["metadata"].get("uid", ""), None)
         elif not self.claims.upsert(claim):
             return
         if deleted or d.claim_needs_look(old, claim):
@@ -199,6 +219,7 @@ class TaintsController:
             return
         for p in pools:
             self._views.pop(p, None)
+        self._generation += 1
         cel_rules = any(d.uses_cel(r) for r in self.rules.values())
         for p in pools:
             modified = d.modified_devices(before[p], d.no_execute_taints(self._view(p)))
@@ -226,6 +247,7 @@ class TaintsController:
             if new is not None and (old["metadata"].get("annotations") != new["metadata"].get("annotations")):
                 self.queue.add(RULE_PREFIX + name)
             return
+        self._generation += 1
         if new is not None:
             self.rule_problems.pop(name, None)
             self.queue.add(RULE_PREFIX + name)  # status at once, before any eviction
@@ -240,6 +262,7 @@ class TaintsController:
             return
         if old is not None and not deleted and old.get("spec") == device_class.get("spec"):
             return
+        self._generation += 1
         users = [r for r in self.rules.values()
                  if ((r.get("spec") or {}).get("deviceSelector") or {}).get("deviceClassName") == name]
         for rule in users:

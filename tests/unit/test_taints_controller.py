@@ -124,3 +124,56 @@ def test_parked_pods_are_woken_as_many_as_the_budget_allows():
     c.on_budget(budget(1, rv="3"), deleted=False)
     assert c.queued == [POD_PREFIX + "ns/p-a", POD_PREFIX + "ns/p-b"]
     assert c.parked == {}
+
+
+def test_claim_evictions_are_computed_once_until_something_they_depend_on_changes(monkeypatch):
+    from operators.taints import controller as module
+
+    calls = []
+    real = module.d.claim_eviction
+    monkeypatch.setattr(module.d, "claim_eviction", lambda claim, *a, **k: calls.append(claim["metadata"]["name"]) or real(claim, *a, **k))
+    c = controller()
+    r = rule({"driver": DRIVER, "device": "gpu-0"})
+    c.on_rule(r, deleted=False)
+
+    def counts():
+        calls.clear()
+        pending = c.rule_counts(c.rules.get("r")).pending_pods
+        return pending, sorted(calls)
+
+    assert counts() == (1, ["a", "b"])
+    assert counts() == (1, [])  # the next status pass: every answer from the cache
+    # The rule's own status write (no spec change) keeps the cache.
+    c.on_rule(rule({"driver": DRIVER, "device": "gpu-0"}, rv="2", status={"conditions": []}), deleted=False)
+    assert counts() == (1, [])
+    # A new rule spec is a new answer (here the generation is deliberately not bumped).
+    c.on_rule(rule({"driver": DRIVER, "device": "gpu-1"}, rv="3"), deleted=False)
+    assert counts() == (1, ["a", "b"])
+    assert c.pods_evicted_by(c.rules.get("r"), c.evicting_rules())[0][0][0]["metadata"]["name"] == "p-b"
+    # A slice change: everything is asked again (a device's taints may have moved).
+    changed = slice_(taints_on=["gpu-0"])
+    changed["metadata"]["resourceVersion"] = "2"
+    c.on_slice(changed, deleted=False)
+    assert counts() == (1, ["a", "b"])
+    assert c.pod_eviction(c.pods.get("ns/p-a")) is not None  # gpu-0's own NoExecute taint now
+    # A claim's new resourceVersion: only that claim.
+    updated = copy.deepcopy(c.claims.get("ns/b"))
+    updated["metadata"]["resourceVersion"] = "2"
+    c.on_claim(updated, deleted=False)
+    assert counts() == (1, ["b"])
+    c.on_claim(updated, deleted=True)
+    assert "c-b" not in c._claim_evictions
+
+
+def test_a_device_class_change_asks_again_for_rules_that_name_it():
+    c = controller()
+    cls = {"metadata": {"name": "cls", "resourceVersion": "1"},
+           "spec": {"selectors": [{"cel": {"expression": 'device.driver == "other"'}}]}}
+    c.on_class(cls, deleted=False)
+    c.on_rule(rule({"deviceClassName": "cls"}), deleted=False)
+    assert c.pod_eviction(c.pods.get("ns/p-a")) is None
+    cls = copy.deepcopy(cls)
+    cls["metadata"]["resourceVersion"] = "2"
+    cls["spec"]["selectors"][0]["cel"]["expression"] = f'device.driver == "{DRIVER}"'
+    c.on_class(cls, deleted=False)
+    assert c.pod_eviction(c.pods.get("ns/p-a")) is not None
