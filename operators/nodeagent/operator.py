@@ -16,8 +16,6 @@ from .agent import NodeAgent
 from .backends import BackendError, create_backend
 from .health import HealthTracker
 from .metrics import Metrics
-from .plugin.liveness import SelfCheck
-from .plugin.server import KubeletPlugin
 
 DEFAULT_DRIVERS = {"nvml": "gpu.nvidia.com", "simulated": "gpu.sim.dra-operators.dev"}
 
@@ -81,6 +79,8 @@ async def start_nodeagent(settings: kopf.OperatorSettings, memo: kopf.Memo, **_)
         await agent.start(runtime.supervisor, primed=True)
         memo.nodeagent = agent
         if config.nodeagent_kubelet_plugin:
+            from .plugin.server import KubeletPlugin  # gRPC is loaded only by an agent that serves it
+
             plugin = KubeletPlugin(
                 agent, kube, registry_dir=config.nodeagent_registry_dir, plugins_dir=config.nodeagent_plugins_dir,
                 cdi_root=config.nodeagent_cdi_root,
@@ -98,8 +98,12 @@ async def start_nodeagent(settings: kopf.OperatorSettings, memo: kopf.Memo, **_)
 
 async def check_itself(runtime: Runtime, config: Settings, memo: kopf.Memo) -> None:
     """The kubelet plugin's self-check (when it runs) and the gRPC health service (when a port is
-    set), both behind liveness."""
-    plugin: KubeletPlugin | None = getattr(memo, "nodeagent_plugin", None)
+    set), both behind liveness. An agent with neither loads no gRPC at all (about 10 MiB)."""
+    plugin = getattr(memo, "nodeagent_plugin", None)
+    if plugin is None and not config.nodeagent_grpc_health_port:
+        return
+    from .plugin.liveness import SelfCheck
+
     sockets = (lambda: (plugin.registration_socket, plugin.dra_socket)) if plugin is not None else None
     check = SelfCheck(sockets, runtime.supervisor.problems, period=config.nodeagent_self_check_period,
                       registered=(lambda: bool(plugin.registration and plugin.registration[0]))
