@@ -202,12 +202,34 @@ def device_variable(driver: str, device: dict[str, Any]) -> dict[str, Any]:
             "allowMultipleAllocations": bool(device.get("allowMultipleAllocations"))}
 
 
+# The ``device`` variable of the devices seen last (id of the device dict -> (the dict, driver,
+# variable)): building it was a third of an evaluation, and the same published device is asked
+# by every selector, request and rule. Entries hold the dict itself, so its id cannot be reused
+# while cached; devices come from cached ResourceSlices, which are replaced on change, never
+# edited in place. Bounded: emptied when full.
+_VARIABLES: dict[int, tuple[dict[str, Any], str, dict[str, Any]]] = {}
+MAX_CACHED_VARIABLES = 16384
+
+
+def cached_device_variable(driver: str, device: dict[str, Any]) -> dict[str, Any]:
+    entry = _VARIABLES.get(id(device))
+    if entry is not None and entry[0] is device and entry[1] == driver:
+        return entry[2]
+    if len(_VARIABLES) >= MAX_CACHED_VARIABLES:
+        _VARIABLES.clear()
+    variable = device_variable(driver, device)
+    _VARIABLES[id(device)] = (device, driver, variable)
+    return variable
+
+
 def matches(expression: str, driver: str, device: dict[str, Any]) -> bool:
     """Whether the selector expression selects the device; SelectorError when it cannot say."""
     program, domains = compile_selector(expression)
-    variable = device_variable(driver, device)
+    variable = cached_device_variable(driver, device)
     for kind, domain in domains:  # an unknown domain is an empty map, not an error
-        variable[kind].setdefault(domain, {})
+        if domain not in variable[kind]:
+            # A copy: the cached variable must not show this expression's empty domains to others.
+            variable = {**variable, kind: {**variable[kind], domain: {}}}
     result = program.eval(data={"device": variable})
     if result.type() == cel.Type.ERROR:
         raise SelectorError(f"evaluation failed: {result.value()}")

@@ -104,3 +104,25 @@ def test_v1alpha3_cel_rule_needs_the_published_device():
     gone = controller_with(rule, claim_on("gpu-0"))  # the slice is gone: nothing to evaluate on
     assert gone.claim_eviction(gone.claims.get("ns/c-gpu-0")) is None
     assert d.uses_cel(rule)
+
+
+def test_a_devices_cel_variable_is_built_once_and_kept_clean(monkeypatch):
+    built = []
+    real = cel.device_variable
+    monkeypatch.setattr(cel, "device_variable", lambda driver, device: built.append(device["name"]) or real(driver, device))
+    cel._VARIABLES.clear()
+    device = {"name": "gpu-9", "attributes": {"model": {"string": "A100"}}}
+    assert cel.matches(f'device.attributes["{DRIVER}"].model == "A100"', DRIVER, device)
+    # Another expression asks an unknown domain: an empty map for it, not for the next one.
+    assert not cel.matches('"x" in device.attributes["other.example.com"]', DRIVER, device)
+    assert not cel.matches('"other.example.com" in device.attributes', DRIVER, device)
+    assert built == ["gpu-9"]
+    # The same content in a new dict (a slice's new generation) is a new variable; another
+    # driver asking about the same dict too.
+    newer = {"name": "gpu-9", "attributes": {"model": {"string": "H100"}}}
+    assert not cel.matches(f'device.attributes["{DRIVER}"].model == "A100"', DRIVER, newer)
+    assert cel.matches('device.driver == "b.example.com"', "b.example.com", device)
+    assert built == ["gpu-9"] * 3
+    monkeypatch.setattr(cel, "MAX_CACHED_VARIABLES", 2)
+    cel.matches(f'device.driver == "{DRIVER}"', DRIVER, {"name": "gpu-10"})
+    assert len(cel._VARIABLES) == 1  # emptied when full
