@@ -19,7 +19,8 @@ What it runs, in one lab (one kwok Node), each part selected by ``BENCH_PARTS``:
   one NoExecute DeviceTaintRule on it; time from the rule's create until every Pod is deleting,
   ours against upstream's device-taint-eviction-controller (500/1000), and the RSS.
 - *nodeagent*: one simulated node agent with ``BENCH_DEVICES`` (1024) devices: time from the
-  process start until the API server has all of them in ResourceSlices (cold), and RSS once idle.
+  process start until the API server has all of them in ResourceSlices (cold), and RSS once idle;
+  publishing only, then again with the kubelet plugin and gRPC health served (as the DaemonSet).
 - *cel*: device-selector evaluations per second through ``operators/core/cel.py`` (in process).
 
 ``BENCH_OPERATOR_SRC``: run our operators from another source tree (a checkout of an older
@@ -548,24 +549,35 @@ class Bench:
         devices = env_int("BENCH_DEVICES", 1024)
         path = self.run_dir / "inventory.yaml"
         path.write_text(yaml.safe_dump(inventory(devices)))
-        agent = Operator("nodeagent", self.lab.kubeconfig, self.run_dir / "nodeagent.log", {
-            "NODE_NAME": NODE, "DRA_NODEAGENT_BACKEND": "simulated", "DRA_NODEAGENT_INVENTORY": str(path),
-            "DRA_NODEAGENT_DRIVER": AGENT_DRIVER, "DRA_NODEAGENT_KUBELET_PLUGIN": "false"})
-        say(f"nodeagent: {devices} simulated devices, cold start")
-        agent.start(wait_live=False)
-        published = None
-        try:
-            while time.monotonic() - agent.started_at < 120:
-                slices = await self.kube.list(RESOURCE_SLICES, field_selector=f"spec.driver={AGENT_DRIVER}")
-                if sum(len(s["spec"].get("devices") or []) for s in slices) >= devices:
-                    published = round(time.monotonic() - agent.started_at, 2)
-                    break
-                await asyncio.sleep(0.05)
-            await asyncio.sleep(15)
-            self.results.nodeagent = {"devices": devices, "published_seconds": published, "idle_rss": agent.rss}
-            say(f"nodeagent: published in {published}s, idle RSS {agent.rss} MiB")
-        finally:
-            agent.stop()
+        self.results.nodeagent = {"devices": devices}
+        # Publish-only (no kubelet plugin: no gRPC loaded), then as the DaemonSet runs it: the
+        # kubelet plugin's sockets and the gRPC health service served (no kubelet calls them here).
+        for mode, extra in (("publish", {"DRA_NODEAGENT_KUBELET_PLUGIN": "false"}),
+                            ("plugin", {"DRA_NODEAGENT_KUBELET_PLUGIN": "true",
+                                        "DRA_NODEAGENT_GRPC_HEALTH_PORT": str(free_ports(1)[0]),
+                                        **{env: str(self.run_dir / f"kubelet-{name}") for env, name in (
+                                            ("DRA_NODEAGENT_REGISTRY_DIR", "registry"),
+                                            ("DRA_NODEAGENT_PLUGINS_DIR", "plugins"),
+                                            ("DRA_NODEAGENT_CDI_ROOT", "cdi"))}})):
+            driver = f"{mode}.{AGENT_DRIVER}"
+            agent = Operator("nodeagent", self.lab.kubeconfig, self.run_dir / f"nodeagent-{mode}.log", {
+                "NODE_NAME": NODE, "DRA_NODEAGENT_BACKEND": "simulated", "DRA_NODEAGENT_INVENTORY": str(path),
+                "DRA_NODEAGENT_DRIVER": driver, **extra})
+            say(f"nodeagent ({mode}): {devices} simulated devices, cold start")
+            agent.start(wait_live=False)
+            published = None
+            try:
+                while time.monotonic() - agent.started_at < 120:
+                    slices = await self.kube.list(RESOURCE_SLICES, field_selector=f"spec.driver={driver}")
+                    if sum(len(s["spec"].get("devices") or []) for s in slices) >= devices:
+                        published = round(time.monotonic() - agent.started_at, 2)
+                        break
+                    await asyncio.sleep(0.05)
+                await asyncio.sleep(15)
+                self.results.nodeagent[mode] = {"published_seconds": published, "idle_rss": agent.rss}
+                say(f"nodeagent ({mode}): published in {published}s, idle RSS {agent.rss} MiB")
+            finally:
+                agent.stop()
 
     # -- CEL -------------------------------------------------------------------------------
 
@@ -657,9 +669,13 @@ def report(r: Results) -> str:
         lines.append("")
     if r.nodeagent:
         n = r.nodeagent
-        lines += [f"Node agent: {n['devices']} simulated devices published {fmt(n['published_seconds'], ' s')} after "
-                  f"the process started (cold: interpreter start, imports, discovery, slices written); idle RSS "
-                  f"{fmt(n['idle_rss'], ' MiB')} 15 s later.", ""]
+        for mode, what in (("publish", "publishing only (no kubelet plugin, no gRPC)"),
+                           ("plugin", "as the DaemonSet runs it (kubelet plugin sockets and gRPC health served)")):
+            if m := n.get(mode):
+                lines.append(f"Node agent, {what}: {n['devices']} simulated devices published "
+                             f"{fmt(m['published_seconds'], ' s')} after the process started (cold: interpreter "
+                             f"start, imports, discovery, slices written); idle RSS {fmt(m['idle_rss'], ' MiB')} 15 s later.")
+        lines.append("")
     if r.cel:
         lines += [f"CEL: {r.cel['per_second']} device-selector evaluations per second through "
                   f"`operators/core/cel.matches` (`{r.cel['expression']}`, 1,024 devices, 5 s, in the bench process).",
