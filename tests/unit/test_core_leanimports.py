@@ -79,3 +79,11 @@ def test_it_changes_nothing_once_the_package_is_imported():
               "print(leanimports.lazy_kubernetes_client(), type(sys.modules['kubernetes_asyncio.client'].__dict__.get('__getattr__')).__name__)")
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "NoneType"]
+
+
+def test_operators_load_no_engine_until_they_need_it():
+    # CEL only for v1alpha3 rules (taints) and gRPC only for the kubelet plugin (node agent).
+    script = ("import sys, operators.claims.operator, operators.taints.operator, operators.nodeagent.operator\n"
+              "print(sorted({m.split('.')[0] for m in sys.modules} & {'cel_expr_python', 'grpc', 'grpc_health'}))")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
