@@ -63,7 +63,8 @@ async def start_claims(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) ->
                          kind="ResourceClaimTemplate")
         if features.generic_workload:
             runtime.informer(pg.POD_GROUPS, controller.pod_groups, controller.on_pod_group, kind=pg.KIND)
-        runtime.informer(PODS, controller.pods, controller.on_pod, kind="Pod", keep=rc.uses_claims)
+        runtime.informer(PODS, controller.pods, controller.on_pod, kind="Pod", keep=rc.uses_claims,
+                         keep_line=rc.may_use_claims)
         counts = await runtime.prime(settings)
         serve(metrics.registry, config.metrics_port)
         memo.claims_controller = controller

@@ -50,11 +50,14 @@ class Informer:
     def __init__(self, kube: Kube, resource: Resource, store: Store, handler: Handler, *,
                  field_selector: str | None = None, label_selector: str | None = None,
                  settle: float = 2.0, silence: float = 600.0, kind: str | None = None,
-                 keep: Callable[[Obj], bool] | None = None):
+                 keep: Callable[[Obj], bool] | None = None, keep_line: Callable[[bytes], bool] | None = None):
         """``handler(obj, deleted)`` is the controller's event handler; it updates ``store``.
         ``kind`` is set on listed objects (a LIST's items carry none; Events need it).
         ``keep``: objects it refuses are dropped before they cost anything (no handler, no
-        cache entry) unless already stored (then the handler sees them change or go)."""
+        cache entry) unless already stored (then the handler sees them change or go).
+        ``keep_line``: the same test on a raw watch line, True for every line whose object
+        ``keep`` could accept (it may say True more often, never less); the other lines are not
+        even parsed (``kopflistings``)."""
         self.kube = kube
         self.resource = resource
         self.store = store
@@ -64,9 +67,11 @@ class Informer:
         self.silence = silence
         self.kind = kind
         self.keep = keep
+        self.keep_line = keep_line
         self.primed = False
         self.relists = 0
         self.deletions_found = 0
+        self.lines_skipped = 0                 # watch lines dropped unparsed (keep_line)
         self.last_event_at = time.monotonic()
         self.last_rv = 0                       # newest resourceVersion heard of
         self.stale_reason = ""                 # set when the watch is known to be stuck
@@ -114,6 +119,18 @@ class Informer:
         if kind is None and self.primed:
             self._listed(key_of(obj))
         self._deliver(obj, kind == "DELETED")
+
+    # ``kopflistings.Lines``: raw watch lines, before kopf parses them.
+    def wants(self, line: bytes) -> bool:
+        return self.keep_line is None or self.keep_line(line)
+
+    def skipped(self, resource_version: int) -> None:
+        """A line nobody wanted: the watch is alive and has reached this resourceVersion (what
+        the stale-watch check compares with the API server's)."""
+        self.lines_skipped += 1
+        self.last_event_at = time.monotonic()
+        self.last_rv = max(self.last_rv, resource_version)
+        self.stale_reason = ""
 
     def _deliver(self, obj: Obj, deleted: bool) -> None:
         if self.keep is not None and not self.keep(obj) and key_of(obj) not in self.store:

@@ -68,6 +68,13 @@ def uses_claims(pod: Obj) -> bool:
     return bool(pod_claims(pod) or extended_claim_name(pod))
 
 
+def may_use_claims(line: bytes) -> bool:
+    """``uses_claims`` on a raw watch line of a Pod, before it is parsed: False only when the line
+    names neither ``resourceClaims`` nor ``extendedResourceClaimStatus`` (then the Pod uses no
+    claim); True may still be a Pod without one."""
+    return b'"resourceClaims"' in line or b'"extendedResourceClaimStatus"' in line
+
+
 def pod_claim_names(pod: Obj, *, extended: bool = True) -> list[tuple[str, bool]]:
     """(claim name, must check owner) for every claim of ``spec.resourceClaims`` whose name is
     known (``claim_name``), then, with ``extended``, the scheduler's extended-resource claim

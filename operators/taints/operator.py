@@ -70,7 +70,8 @@ async def start_taints(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) ->
         if rules is not None:
             runtime.informer(rules, controller.rules, controller.on_rule, kind="DeviceTaintRule")
         runtime.informer(RESOURCE_CLAIMS, controller.claims, controller.on_claim, kind="ResourceClaim")
-        runtime.informer(PODS, controller.pods, controller.on_pod, kind="Pod", keep=rc.uses_claims)
+        runtime.informer(PODS, controller.pods, controller.on_pod, kind="Pod", keep=rc.uses_claims,
+                         keep_line=rc.may_use_claims)
         counts = await runtime.prime(settings)
         serve(metrics.registry, config.metrics_port)
         memo.taints_controller = controller

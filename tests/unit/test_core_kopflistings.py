@@ -76,3 +76,82 @@ async def test_consumers_get_the_events_and_kopf_only_the_rest(monkeypatch):
     assert events == [watching.Bookmark.LISTED, {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "5"}}}]
     events = [e async for e in watching.infinite_watch(settings=None, resource=Res(), namespace=None)]
     assert len(events) == 5  # no consumer left: kopf gets everything again
+
+
+def test_kopf_still_reads_watch_lines_through_the_wrapped_name():
+    from kopf._cogs.clients import api
+
+    assert "iter_jsonlines(response.content)" in inspect.getsource(api.stream)
+
+
+class Wants:
+    def __init__(self, marker: bytes):
+        self.marker, self.versions = marker, []
+
+    def wants(self, line: bytes) -> bool:
+        return self.marker in line
+
+    def skipped(self, resource_version: int) -> None:
+        self.versions.append(resource_version)
+
+
+def _line(kind: str, name: str, rv: int, extra: str = "") -> bytes:
+    return (f'{{"type":"{kind}","object":{{"kind":"Pod","apiVersion":"v1","metadata":{{"name":"{name}",'
+            f'"resourceVersion":"{rv}","ownerReferences":[]}},"spec":{{{extra}}}}}}}').encode()
+
+
+LINES = [_line("ADDED", "plain", 10), _line("MODIFIED", "dra", 11, '"resourceClaims":[{"name":"g"}]'),
+         b'{"type":"BOOKMARK","object":{"kind":"Pod","apiVersion":"v1","metadata":{"resourceVersion":"12"}}}',
+         _line("DELETED", "plain", 13), b'{"type":"ERROR","object":{"code":410}}']
+
+
+async def _read(monkeypatch, key, consumers):
+    async def original(content, *args, **kwargs):
+        for line in content:
+            yield line
+    monkeypatch.setattr(kopflistings, "_original_lines", original)
+    undo = [kopflistings.consume(*key, lambda event: None, lines) for lines in consumers]
+    token = kopflistings._watching.set(key)
+    try:
+        return [line async for line in kopflistings._iter_jsonlines(LINES)]
+    finally:
+        kopflistings._watching.reset(token)
+        for u in undo:
+            u()
+
+
+async def test_lines_no_consumer_wants_are_dropped_before_parsing_with_their_versions_reported(monkeypatch):
+    claims, taints = Wants(b'"resourceClaims"'), Wants(b'"resourceClaims"')
+    kept = await _read(monkeypatch, ("", "pods"), [claims, taints])
+    # Bookmarks and errors always pass; object events only when someone wants them.
+    assert kept == [LINES[1], LINES[2], LINES[4]]
+    assert claims.versions == taints.versions == [10, 13]
+
+
+async def test_one_consumer_that_wants_every_line_keeps_them_all(monkeypatch):
+    assert await _read(monkeypatch, ("", "pods"), [Wants(b"resourceClaims"), None]) == LINES
+    assert await _read(monkeypatch, ("", "pods"), []) == LINES
+
+
+async def test_another_resources_watch_is_not_filtered(monkeypatch):
+    claims = Wants(b'"resourceClaims"')
+    undo = kopflistings.consume("", "pods", lambda event: None, claims)
+    try:
+        assert await _read(monkeypatch, ("resource.k8s.io", "resourceclaims"), []) == LINES
+    finally:
+        undo()
+    assert claims.versions == []
+
+
+def test_the_pod_line_test_never_refuses_a_pod_the_informer_keeps():
+    import json
+
+    from operators.core import resourceclaim as rc
+
+    pods = [{"metadata": {"name": "a"}, "spec": {"containers": []}},
+            {"metadata": {"name": "b"}, "spec": {"resourceClaims": [{"name": "g", "resourceClaimTemplateName": "t"}]}},
+            {"metadata": {"name": "c"}, "spec": {}, "status": {"extendedResourceClaimStatus": {
+                "resourceClaimName": "c-extended", "requestMappings": []}}}]
+    for pod in pods:
+        line = json.dumps({"type": "MODIFIED", "object": pod}, separators=(",", ":")).encode()
+        assert rc.may_use_claims(line) == rc.uses_claims(pod), pod["metadata"]["name"]
