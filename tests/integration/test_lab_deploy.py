@@ -10,6 +10,7 @@ import asyncio
 import os
 import re
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -340,10 +341,20 @@ async def test_the_readme_kind_walkthrough_prints_what_it_shows(deployed, dkube)
     commands, shown = _readme_walkthrough()
     assert commands[-1] == "kubectl logs basic" and shown
     try:
-        for command in commands:  # as written, from the checkout
+        def run(command: str) -> subprocess.CompletedProcess:
             result = subprocess.run([str(deployed.bin_dir / "kubectl"), f"--kubeconfig={deployed.kubeconfig}",
                                      *command.split()[1:]], cwd=ROOT, capture_output=True, text=True)
             assert result.returncode == 0, (command, result.stderr)
+            return result
+
+        for command in commands:  # as written, from the checkout
+            result = run(command)
+        # Ready means the container started, not that its shell has written yet: on a loaded
+        # machine (CI, two workers) `kubectl logs` right after the wait once came back empty.
+        deadline = time.monotonic() + 60
+        while not result.stdout.strip() and time.monotonic() < deadline:
+            time.sleep(1)
+            result = run(commands[-1])
         # The variables are named after the device (gpu-0 in the README; whichever is free here).
         printed = [re.sub(r"GPU_\d+|=gpu-\d+$", lambda m: m.group(0).rstrip("0123456789") + "N", line)
                    for line in result.stdout.splitlines()]
