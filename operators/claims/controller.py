@@ -13,7 +13,7 @@ from ..core import resourceclaim as rc
 from ..core import slim
 from ..core.events import WARNING, EventRecorder
 from ..core.kube import APPLY_PATCH, ApiError, ConnectionLost, Kube
-from ..core.resources import PODS, RESOURCE_CLAIMS
+from ..core.resources import PODS, RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS
 from ..core.store import Store, key_of
 from ..core.workqueue import RetryableError, WorkQueue
 from ..core.uidcache import UidCache
@@ -280,7 +280,7 @@ class ClaimsController:
             self._uncertain_creates.discard(owner_uid)
         if claim is not None:
             return claim
-        template = self.templates.get(f"{namespace}/{template_name}")
+        template = self.templates.get(f"{namespace}/{template_name}") or await self._template(namespace, template_name)
         if template is None:
             raise ClaimError(
                 f'resource claim template "{template_name}": resourceclaimtemplates.resource.k8s.io '
@@ -467,6 +467,21 @@ class ClaimsController:
                 if not e.not_found:
                     raise RetryableError(f"delete unused generated claim {namespace}/{name}: {e}") from e
             logger.info("deleted unused generated claim", pod=f"{namespace}/{pod_name}")
+
+    async def _template(self, namespace: str, name: str) -> dict | None:
+        """A template the cache does not have (yet): asked of the API server before it is reported
+        missing. Its watch event may simply trail the Pod's (created just before it, arriving on
+        another stream): a Warning Event then would be false. Upstream reads only its lister."""
+        try:
+            template = await self.kube.get(RESOURCE_CLAIM_TEMPLATES, name, namespace)
+        except ApiError as e:
+            if e.not_found:
+                return None
+            raise RetryableError(f"get ResourceClaimTemplate {namespace}/{name}: {e}") from e
+        except ConnectionLost as e:
+            raise RetryableError(f"get ResourceClaimTemplate {namespace}/{name}: {e}") from e
+        self.templates.upsert(template)
+        return template
 
 
 class ClaimError(Exception):
