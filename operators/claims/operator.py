@@ -11,7 +11,7 @@ import kopf
 
 from ..core import podgroup as pg
 from ..core import resourceclaim as rc
-from ..core.featuregates import apiserver_feature_gates
+from ..core.featuregates import WORKLOAD_CLAIMS_GATE, detect_workload
 from ..core.kopfsettings import quiet
 from ..core.kube import Kube
 from ..core.logging import get_logger
@@ -24,21 +24,16 @@ from .metrics import Metrics
 
 log = get_logger("operators.claims")
 
-WORKLOAD_CLAIMS_GATE = "DRAWorkloadResourceClaims"
 _pod_groups_served = {"served": False}
 
 
 async def detect_features(kube: Kube) -> Features:
-    """GenericWorkload: PodGroups served at the version upstream's controller uses.
-    DRAWorkloadResourceClaims: the API server's own gate (it drops ``spec.resourceClaims`` of
-    new PodGroups when off); unknown (``/metrics`` not readable) counts as off, 1.37's default."""
-    generic_workload = pg.API_VERSION.split("/")[1] in await kube.served_versions(pg.GROUP, pg.RESOURCE)
-    gates = await apiserver_feature_gates(kube)
-    if gates is None:
+    """GenericWorkload and DRAWorkloadResourceClaims as the cluster runs them (``core.featuregates``)."""
+    workload = await detect_workload(kube)
+    if not workload.gates_known:
         log.warning("cannot read the API server's feature gates (GET /metrics); PodGroup claims are "
                     "handled as with the gate off", gate=WORKLOAD_CLAIMS_GATE)
-    workload_claims = generic_workload and bool((gates or {}).get(WORKLOAD_CLAIMS_GATE))
-    return Features(generic_workload=generic_workload, workload_claims=workload_claims)
+    return Features(generic_workload=workload.generic_workload, workload_claims=workload.workload_claims)
 
 
 @kopf.on.startup(errors=kopf.ErrorsMode.PERMANENT)  # start-up is all-or-nothing: any failure ends the process

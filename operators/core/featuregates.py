@@ -10,8 +10,12 @@ cluster runs its components with the same gates; the API server's answer stands 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
+from . import podgroup as pg
 from .kube import ApiError, Kube
+
+WORKLOAD_CLAIMS_GATE = "DRAWorkloadResourceClaims"
 
 _LINE = re.compile(r'^kubernetes_feature_enabled\{([^}]*)\}\s+(\S+)', re.M)
 _NAME = re.compile(r'(?:^|,)name="([^"]*)"')
@@ -40,3 +44,23 @@ async def apiserver_feature_gates(kube: Kube) -> dict[str, bool] | None:
             return None
         raise
     return parse_feature_gates(text) or None
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What the cluster does with PodGroups (KEP-5729)."""
+
+    generic_workload: bool  # GenericWorkload: PodGroups served at the version upstream uses
+    workload_claims: bool   # DRAWorkloadResourceClaims: a PodGroup's claims are shared, reserved for it
+    gates_known: bool       # False: /metrics not readable, the gate counted as off (1.37's default)
+
+
+async def detect_workload(kube: Kube) -> Workload:
+    """As kube-controller-manager decides with its own gates: PodGroups must be served, and the
+    API server must run with DRAWorkloadResourceClaims (it drops ``spec.resourceClaims`` of new
+    PodGroups when off)."""
+    generic_workload = pg.API_VERSION.split("/")[1] in await kube.served_versions(pg.GROUP, pg.RESOURCE)
+    gates = await apiserver_feature_gates(kube)
+    return Workload(generic_workload=generic_workload,
+                    workload_claims=generic_workload and bool((gates or {}).get(WORKLOAD_CLAIMS_GATE)),
+                    gates_known=gates is not None)

@@ -51,8 +51,11 @@ class Guards:
 
 class TaintsController:
     def __init__(self, kube: Kube, *, rules: Resource | None, rule_status: bool = True, workers: int = 10,
-                 guards: Guards = Guards(), metrics: Metrics | None = None):
+                 guards: Guards = Guards(), metrics: Metrics | None = None, workload_claims: bool = False):
         self.kube = kube
+        # DRAWorkloadResourceClaims: a claim reserved for a PodGroup is its member Pods' (found
+        # through the "claim" index: their statuses name the PodGroup's claim).
+        self.workload_claims = workload_claims
         self.rules_resource = rules          # None: the cluster serves no DeviceTaintRules
         self.rule_status = rule_status and rules is not None
         self.guards = guards
@@ -121,7 +124,8 @@ class TaintsController:
     def pod_eviction(self, pod: d.Obj, rules: list[d.Obj] | None = None) -> d.Eviction | None:
         if rules is None:
             rules = self.evicting_rules()
-        return d.pod_eviction(pod, self.claims.get, lambda claim: self.claim_eviction(claim, rules))
+        return d.pod_eviction(pod, self.claims.get, lambda claim: self.claim_eviction(claim, rules),
+                              self.workload_claims)
 
     def _cel(self, rule: d.Obj, driver: str, device: d.Obj) -> bool:
         """A v1alpha3 rule's DeviceClass and CEL selectors, evaluated on the published device.

@@ -15,8 +15,8 @@ from typing import Callable, Iterable, Iterator, Sequence
 
 from ..core.metatime import format_time, parse_time, utcnow
 from ..core.tolerations import tolerates  # noqa: F401 - part of this module's vocabulary (tests, preview)
-from ..core.resourceclaim import (Obj, allocation_results, is_allocated, is_for_pod, is_reserved_for_pod,
-                                  pod_claim_names)
+from ..core.podgroup import is_for_pod_or_group, is_reserved_for_pod_or_group
+from ..core.resourceclaim import Obj, allocation_results, is_allocated, pod_claim_names
 
 NO_EXECUTE, NO_SCHEDULE, NONE_EFFECT = "NoExecute", "NoSchedule", "None"
 
@@ -269,10 +269,12 @@ def claim_eviction(claim: Obj, lookup: DeviceLookup, rules: Sequence[Obj], cel: 
 
 
 def pod_eviction(pod: Obj, get_claim: Callable[[str], Obj | None],
-                 eviction_of: Callable[[Obj], Eviction | None]) -> Eviction | None:
+                 eviction_of: Callable[[Obj], Eviction | None], workload_claims: bool = False) -> Eviction | None:
     """``podEvictionTime``: a scheduled Pod is evicted at the earliest eviction time of the
-    allocated claims reserved for it (UID in ``reservedFor``), including, unlike upstream
-    (kubernetes#141290), the claim the scheduler made for extended resources."""
+    allocated claims reserved for it (UID in ``reservedFor``, or with ``workload_claims``
+    (DRAWorkloadResourceClaims) its PodGroup by name, the claim then owned by the Pod or the
+    PodGroup), including, unlike upstream (kubernetes#141290), the claim the scheduler made for
+    extended resources."""
     if not (pod.get("spec") or {}).get("nodeName"):
         return None
     eviction: Eviction | None = None
@@ -281,9 +283,9 @@ def pod_eviction(pod: Obj, get_claim: Callable[[str], Obj | None],
         claim = get_claim(f"{namespace}/{name}")
         if claim is None or not is_allocated(claim):
             continue
-        if check_owner and is_for_pod(pod, claim) is not None:
+        if check_owner and is_for_pod_or_group(pod, claim, workload_claims) is not None:
             continue
-        if not is_reserved_for_pod(pod, claim):
+        if not is_reserved_for_pod_or_group(pod, claim, workload_claims):
             continue
         eviction = merge(eviction, eviction_of(claim))
     return eviction

@@ -10,38 +10,22 @@ from __future__ import annotations
 import kopf
 
 from ..core import resourceclaim as rc
+from ..core.featuregates import WORKLOAD_CLAIMS_GATE, detect_workload
 from ..core.kopfsettings import quiet
 from ..core.kube import Kube
 from ..core.logging import get_logger
 from ..core.metrics import serve
 from ..core.resources import (DEVICE_CLASSES, DEVICE_TAINT_RULES, POD_DISRUPTION_BUDGETS, PODS, RESOURCE_CLAIMS,
-                              RESOURCE_GROUP, RESOURCE_SLICES, Resource)
+                              RESOURCE_GROUP, RESOURCE_SLICES)
 from ..core.runtime import Runtime, runtime_liveness, start_or_undo, stop_runtime
 from ..core.settings import Settings
 from .controller import Guards, TaintsController
+from .discovery import discover_rules
 from .metrics import Metrics
 
 log = get_logger("operators.taints")
 
 _rules_version: dict[str, str | None] = {"version": None}
-
-
-async def discover_rules(kube: Kube, pinned: str = "") -> tuple[Resource | None, bool]:
-    """The DeviceTaintRule resource at the version the cluster prefers (or the pinned one, which
-    must be served), and whether it has a status subresource (not before 1.35)."""
-    if pinned:
-        served = await kube.served_versions(DEVICE_TAINT_RULES.group, DEVICE_TAINT_RULES.plural)
-        if pinned not in served:
-            raise kopf.PermanentError(f"DRA_TAINTS_RULE_VERSION={pinned}: the cluster serves DeviceTaintRules "
-                                      f"as {', '.join(served) or 'nothing'}")
-        rules = DEVICE_TAINT_RULES.with_version(pinned)
-    else:
-        rules = await kube.preferred_version(DEVICE_TAINT_RULES)
-    if rules is None:
-        return None, False
-    listing = await kube.request("GET", f"/apis/{rules.group_version}")
-    names = {r.get("name") for r in listing.get("resources") or []}
-    return rules, f"{rules.plural}/status" in names
 
 
 @kopf.on.startup(errors=kopf.ErrorsMode.PERMANENT)  # start-up is all-or-nothing: any failure ends the process
@@ -54,13 +38,18 @@ async def start_taints(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) ->
 
     async def start() -> None:
         rules, rule_status = await discover_rules(kube, config.taints_rule_version)
+        workload = await detect_workload(kube)
+        if not workload.gates_known:
+            log.warning("cannot read the API server's feature gates (GET /metrics); claims reserved for a "
+                        "PodGroup are handled as with the gate off", gate=WORKLOAD_CLAIMS_GATE)
         _rules_version["version"] = rules.version if rules else None
         metrics = Metrics()
         controller = TaintsController(
             kube, rules=rules, rule_status=rule_status, workers=config.taints_workers, metrics=metrics,
             guards=Guards(evictions_per_second=config.taints_evictions_per_second,
                           eviction_api_max_wait=config.taints_eviction_api_max_wait,
-                          eviction_api_retry=config.taints_eviction_api_retry))
+                          eviction_api_retry=config.taints_eviction_api_retry),
+            workload_claims=workload.workload_claims)
         runtime.on_cleanup(controller.queue.stop)
         # Fill the caches before any worker runs: deadlines come from the API's state, so a
         # restarted operator finds every pending eviction again, with the same due time.
@@ -81,7 +70,7 @@ async def start_taints(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) ->
             log.warning("the cluster serves no DeviceTaintRules: only ResourceSlice taints evict")
         log.info("taints operator started", workers=config.taints_workers, rules_version=_rules_version["version"],
                  rule_status=rule_status, evictions_per_second=config.taints_evictions_per_second,
-                 metrics_port=config.metrics_port, **counts)
+                 workload_resource_claims=workload.workload_claims, metrics_port=config.metrics_port, **counts)
 
     await start_or_undo(runtime, start)
 

@@ -15,11 +15,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core import resourceclaim as rc
+from ..core.featuregates import detect_workload
 from ..core.kube import Kube
 from ..core.metatime import format_time, parse_time
 from ..core.resources import DEVICE_CLASSES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
 from . import decisions as d
 from .controller import TaintsController
+from .discovery import discover_rules
 
 PREVIEW_UID = "preview"  # a rule read from a file has no UID yet
 
@@ -132,10 +134,10 @@ def compute(controller: TaintsController, rule: d.Obj, now: datetime.datetime) -
 
 async def load(kube: Kube, rule: d.Obj | None, name: str | None) -> tuple[TaintsController, d.Obj]:
     """The cluster's state in a controller's caches (nothing is started), and the rule."""
-    from .operator import discover_rules
-
     rules_resource, _ = await discover_rules(kube)
-    controller = TaintsController(kube, rules=rules_resource, rule_status=False)
+    workload = await detect_workload(kube)
+    controller = TaintsController(kube, rules=rules_resource, rule_status=False,
+                                  workload_claims=workload.workload_claims)
     existing = await kube.list(rules_resource) if rules_resource else []
     controller.prime(rules=existing, classes=await kube.list(DEVICE_CLASSES),
                      slices=await kube.list(RESOURCE_SLICES), claims=await kube.list(RESOURCE_CLAIMS),

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from operators.core.podgroup import API_VERSION
+
 
 def device_class(name: str, driver: str, extra_selector: str | None = None) -> dict[str, Any]:
     selectors = [{"cel": {"expression": f'device.driver == "{driver}"'}}]
@@ -65,3 +67,17 @@ def pod(name: str, claims: dict[str, dict[str, str]]) -> dict[str, Any]:
             "terminationGracePeriodSeconds": 0,
         },
     }
+
+
+def pod_group(name: str, claims: dict[str, dict[str, str]]) -> dict[str, Any]:
+    """A PodGroup (scheduling.k8s.io, KEP-5729) with ``claims`` as in ``pod``."""
+    return {"apiVersion": API_VERSION, "kind": "PodGroup", "metadata": {"name": name},
+            "spec": {"schedulingPolicy": {"basic": {}},
+                     "resourceClaims": [{"name": n, **source} for n, source in claims.items()]}}
+
+
+def member(name: str, group: str, claims: dict[str, dict[str, str]]) -> dict[str, Any]:
+    """A Pod of the PodGroup ``group``."""
+    body = pod(name, claims)
+    body["spec"]["schedulingGroup"] = {"podGroupName": group}
+    return body

@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 from operators.core.kube import MERGE_PATCH, ApiError, Kube
+from operators.core.podgroup import POD_GROUPS
 from operators.core.resources import (DEVICE_CLASSES, DEVICE_TAINT_RULES, EVENTS, NAMESPACES, PODS,
                                       RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS, RESOURCE_SLICES, SERVICE_ACCOUNTS)
 from operators.taints import decisions as d
@@ -150,6 +151,12 @@ class TaintsEnv:
         if labels:
             body["metadata"]["labels"] = labels
         return await self.kube.create(PODS, body, self.namespace)
+
+    async def pod_group(self, name: str, claims: dict[str, dict[str, str]]) -> None:
+        await self.kube.create(POD_GROUPS, objects.pod_group(name, claims), self.namespace)
+
+    async def member(self, name: str, group: str, claims: dict[str, dict[str, str]]) -> dict:
+        return await self.kube.create(PODS, objects.member(name, group, claims), self.namespace)
 
     async def rule(self, short: str, selector: dict | None, effect: str = "NoExecute",
                    annotations: dict | None = None) -> dict:

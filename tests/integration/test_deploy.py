@@ -82,6 +82,12 @@ def assert_no_forbidden(process: OperatorProcess) -> None:
     assert not lines, "RBAC denied something:\n" + "\n".join(lines[:10])
 
 
+def assert_feature_gates_read(process: OperatorProcess) -> None:
+    """DRAWorkloadResourceClaims is read from kube-apiserver's /metrics (nonResourceURLs in the
+    ClusterRole); without it PodGroup claims would silently be handled as with the gate off."""
+    assert "cannot read the API server's feature gates" not in process.log.read_text()
+
+
 async def test_claims_operator_with_its_own_service_account(base, lab, kube, controllers, tmp_path, unique):
     controllers.use("none")
     kubeconfig = await service_account_kubeconfig(lab, kube, "dra-claims", tmp_path / "claims.kubeconfig")
@@ -100,6 +106,7 @@ async def test_claims_operator_with_its_own_service_account(base, lab, kube, con
             await env.wait_event("FailedResourceClaimCreation")  # Events are allowed too
         assert "became leader" in operator.log.read_text()
         assert_no_forbidden(operator)
+        assert_feature_gates_read(operator)
     finally:
         operator.stop()
 
@@ -266,6 +273,7 @@ async def test_taints_operator_with_its_own_service_account(base, lab, kube, con
         await wait_for(status, timeout=30, what="rule status written")
         assert "became leader" in operator.log.read_text()
         assert_no_forbidden(operator)
+        assert_feature_gates_read(operator)
     finally:
         operator.stop()
 

@@ -51,14 +51,10 @@ class PodGroupEnv(ClaimsEnv):
     that includes the PodGroups."""
 
     async def pod_group(self, name: str, claims: dict[str, dict[str, str]]) -> None:
-        body = {"apiVersion": POD_GROUPS.group_version, "kind": "PodGroup", "metadata": {"name": name},
-                "spec": {"schedulingPolicy": {"basic": {}},
-                         "resourceClaims": [{"name": k, **v} for k, v in claims.items()]}}
-        await self.kube.create(POD_GROUPS, body, self.namespace)
+        await self.kube.create(POD_GROUPS, objects.pod_group(name, claims), self.namespace)
 
     async def member(self, name: str, group: str, claims: dict[str, dict[str, str]], node: str | None = None) -> None:
-        body = objects.pod(name, claims)
-        body["spec"]["schedulingGroup"] = {"podGroupName": group}
+        body = objects.member(name, group, claims)
         if node:
             body["spec"]["nodeName"] = node
         await self.kube.create(PODS, body, self.namespace)

@@ -263,6 +263,25 @@ async def shared_claim(env: TaintsEnv) -> dict:
     return snap
 
 
+async def pod_group_claim(env: TaintsEnv) -> dict:
+    """A PodGroup's claim (DRAWorkloadResourceClaims, on in the lab) is reserved for the PodGroup,
+    not for its Pods: a NoExecute rule evicts every member that uses it (upstream: ``handlePods``,
+    case podgroups, and ``podEvictionTime`` with IsForPod/IsReservedForPod accepting the PodGroup)."""
+    await env.template("t")
+    await env.pod_group("pg", {"gpu": tmpl("t")})
+    await env.member("m1", "pg", {"gpu": tmpl("t")})
+    await env.member("m2", "pg", {"gpu": tmpl("t")})
+    await env.wait_running("m1", "m2")
+    claims = await env.kube.list(RESOURCE_CLAIMS, env.namespace)
+    assert [[r["resource"] for r in c["status"].get("reservedFor") or []] for c in claims] == [["podgroups"]], claims
+    await env.rule("group", {"driver": env.driver})
+    await env.wait_evicted("m1", "m2")
+    await env.wait_rule("group", "Completed", "2 pods evicted since starting the controller.")
+    snap = await env.snapshot()
+    assert evicted(snap) == {"m1", "m2"}
+    return snap
+
+
 async def none_effect(env: TaintsEnv) -> dict:
     """Effect None: a one-time report of what NoExecute would do."""
     await env.template("t")
@@ -329,7 +348,7 @@ async def slice_taint(env: TaintsEnv) -> dict:
 
 SCENARIOS = [noexecute, noschedule, toleration, eviction_time, selectors, nil_selector, old_generation,
              taint_removed, tolerated_after_rule_change, finished_before_due, pod_deleted_while_pending,
-             shared_claim, none_effect, extended_resource, slice_taint]
+             shared_claim, pod_group_claim, none_effect, extended_resource, slice_taint]
 SOLO = [empty_selector]  # after the others, one at a time
 ALL = SCENARIOS + SOLO
 

@@ -171,6 +171,39 @@ def test_pod_eviction_needs_schedule_reservation_and_owner():
                           claims.get, evict_all) is None
 
 
+def group_claim(owner_group="pg"):
+    """A claim made from a PodGroup's template: owned by the PodGroup, reserved for it."""
+    c = claim("pg-gpu-x", results=[result()], reserved=())
+    c["metadata"]["ownerReferences"] = [{"apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup",
+                                         "name": owner_group, "uid": "uid-pg", "controller": True}]
+    c["status"]["reservedFor"] = [{"apiGroup": "scheduling.k8s.io", "resource": "podgroups", "name": "pg",
+                                   "uid": "uid-pg"}]
+    return c
+
+
+def member(group="pg", claims=({"name": "gpu", "resourceClaimTemplateName": "t"},)):
+    p = pod(claims=claims, statuses=[{"name": "gpu", "resourceClaimName": "pg-gpu-x"}])
+    p["spec"]["schedulingGroup"] = {"podGroupName": group}
+    return p
+
+
+def test_pod_group_reservation_counts_with_the_gate_only():
+    """devicetainteviction ``podEvictionTime`` with IsForPod/IsReservedForPod accepting the PodGroup
+    (k8s.io/dynamic-resource-allocation/resourceclaim, v1.37.1; upstream cases
+    "evict-pod-resourceclaim-podgroup" and "no-evict-pod-in-podgroup-without-claim")."""
+    claims = {"ns/pg-gpu-x": group_claim()}
+    assert d.pod_eviction(member(), claims.get, evict_all, workload_claims=True).when == T0
+    # Gate off: neither the PodGroup's ownership nor its reservation is the Pod's.
+    assert d.pod_eviction(member(), claims.get, evict_all) is None
+    # Another PodGroup's member (same claim name in its status): not reserved for it.
+    assert d.pod_eviction(member(group="other"), claims.get, evict_all, workload_claims=True) is None
+    # A member without the claim in its own spec is not evicted for its PodGroup's claim.
+    assert d.pod_eviction(member(claims=()), claims.get, evict_all, workload_claims=True) is None
+    # Reserved for the PodGroup but owned by another one: not this Pod's claim (IsForPod).
+    claims["ns/pg-gpu-x"] = group_claim(owner_group="someone-else")
+    assert d.pod_eviction(member(), claims.get, evict_all, workload_claims=True) is None
+
+
 def test_extended_resource_claims_count_unlike_upstream():
     ext = claim("p-extended-resources-abcde", results=[result()], owner="u1")
     claims = {"ns/p-extended-resources-abcde": ext}
