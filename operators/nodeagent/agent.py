@@ -42,6 +42,9 @@ class NodeAgent:
         self.events = EventRecorder(kube, EVENT_COMPONENT)
         self.node: dict[str, Any] | None = None
         self.inventory = Inventory()
+        # No discovery has succeeded yet in this process: the slices found are all we know of the
+        # devices, so they are left as they are (an empty inventory would delete them).
+        self._discovered = False
         self._reported_errors: list[str] = []
         self._wake = asyncio.Event()
         self._inventory_changed = asyncio.Event()
@@ -139,6 +142,7 @@ class NodeAgent:
     async def _rediscover(self) -> None:
         try:
             self.inventory = await asyncio.to_thread(self.backend.discover)
+            self._discovered = True
             self._health_changed()
         except BackendError as e:
             # Keep what was published; say what is wrong and where.
@@ -231,6 +235,8 @@ class NodeAgent:
         self.metrics.invalid.labels(self.driver).set(len(problems))
         if problems != self._reported_errors:
             await self._report(problems)
+        if not self._discovered:
+            return  # started with an unusable inventory: keep what an earlier run published
         desired = split_into_slices(self.health.apply(valid), self.inventory.counter_sets)
         owner = {"name": self.node["metadata"]["name"], "uid": self.node["metadata"]["uid"]}
         # Devices that went or came (MIG reconfigured, a GPU off the bus or back): a new pool

@@ -350,6 +350,24 @@ async def test_bad_inventory_entries_are_reported_and_the_rest_published(kube, n
     [found] = await event()
     assert "does not parse" in found["message"] and "line" in found["message"]
 
+    # Restarted while the inventory is still broken (a node reboot, a new image): the devices an
+    # earlier run published stay. It once published the empty inventory and deleted them.
+    unusable = "inventory unusable, keeping the devices published before"
+    before = agent.log.read_text().count(unusable)
+    agent.kill()
+    agent.start()
+
+    async def read_again() -> bool:
+        return agent.log.read_text().count(unusable) > before
+    await wait_for(read_again, what="the restarted agent read the broken inventory")
+    await asyncio.sleep(2.5)  # more than the sync delay: a publish would have happened
+    slices = await pool_slices(kube, driver, node)
+    assert len(slices) == 1, f"the restarted agent changed the published slices: {slices}"
+    [kept] = slices
+    assert [d["name"] for d in kept["spec"]["devices"]] == ["good-0", "good-1"]
+    inventory.write_text(yaml.safe_dump({"devices": [{"name": "good-0"}]}))
+    await wait_pool(kube, driver, node, complete(devices=1), "the fixed inventory published")
+
 
 def test_nvml_backend_without_nvml_exits_with_instructions(lab, node):
     import pynvml
