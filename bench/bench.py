@@ -210,6 +210,13 @@ class Operator:
             self.proc.wait()
 
 
+def interrupted() -> bool:
+    """The run is being stopped (Ctrl-C, SIGTERM: asyncio.run cancels it). The lab goes with it,
+    so its namespaces need no tidying, and deleting 9,000 Pods would keep the user waiting."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
 async def connect(kubeconfig: Path) -> Kube:
     """The bench's own client: a connection pool larger than the requests it keeps in flight."""
     configuration = k8s_client.Configuration()
@@ -393,7 +400,7 @@ class Bench:
         ns = await self.namespace("bench")
         noise_ns = await self.namespace("noise") if noise else None
         watch = StatusWatch(self.kube, ns)
-        spy = None
+        spy = creating = None
         try:
             await self.kube.create(RESOURCE_CLAIM_TEMPLATES, {
                 "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate", "metadata": {"name": "gpu"},
@@ -442,13 +449,17 @@ class Bench:
             say(f"claims: {controller} {size}+{noise}: {result.done} done in {result.total}s, p50 {result.p50}s, "
                 f"p99 {result.p99}s, RSS {result.rss} MiB {result.note}")
         finally:
+            if creating is not None and not creating.done():
+                creating.cancel()
+                creating.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieved: no "never retrieved" noise
             Operator.stop_profile(spy)
             await watch.stop()
             if operator:
                 operator.stop()
-            await self.drop_namespace(ns)
-            if noise_ns:
-                await self.drop_namespace(noise_ns)
+            if not interrupted():
+                await self.drop_namespace(ns)
+                if noise_ns:
+                    await self.drop_namespace(noise_ns)
         self.results.bursts.append(result)
 
     async def until(self, check, timeout: float, what: str) -> None:
@@ -539,8 +550,9 @@ class Bench:
             Operator.stop_profile(spy)
             if operator:
                 operator.stop()
-            await self.kube.delete(DEVICE_TAINT_RULES, rule)
-            await self.drop_namespace(ns)
+            if not interrupted():
+                await self.kube.delete(DEVICE_TAINT_RULES, rule)
+                await self.drop_namespace(ns)
         self.results.taints.append(result)
 
     # -- node agent ------------------------------------------------------------------------
