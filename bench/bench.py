@@ -38,11 +38,9 @@ import os
 import platform
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import time
-import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -58,8 +56,9 @@ from operators.core.kube import ApiError, ConnectionLost, Kube  # noqa: E402
 from operators.core.resources import (DEVICE_CLASSES, DEVICE_TAINT_RULES, NAMESPACES, PODS,  # noqa: E402
                                       RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS, RESOURCE_SLICES,
                                       SERVICE_ACCOUNTS)
-from operators.lab import Lab, LabOptions, process  # noqa: E402
+from operators.lab import Lab, LabOptions  # noqa: E402
 from operators.lab.cluster import free_ports  # noqa: E402
+from operators.lab.operator_process import OperatorProcess, rss_kib  # noqa: E402
 
 RESULTS = ROOT / "bench" / "RESULTS.md"
 NODE = "lab-node-0"
@@ -101,13 +100,8 @@ def the_command() -> str:
 
 
 def rss_mib(pid: int) -> float | None:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return round(int(line.split()[1]) / 1024, 1)
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
+    kib = rss_kib(pid)
+    return round(kib / 1024, 1) if kib is not None else None
 
 
 def percentile(values: list[float], p: float) -> float | None:
@@ -145,39 +139,21 @@ def inventory(devices: int) -> dict[str, Any]:
 
 # -- processes ---------------------------------------------------------------------------------
 
-class Operator:
-    """One of our operators as users run it: ``python -m operators.cli run <name>``."""
+class Operator(OperatorProcess):
+    """One of our operators as users run it, from this tree or ``BENCH_OPERATOR_SRC``; with
+    ``BENCH_PROFILE``, sampled by py-spy."""
 
     def __init__(self, name: str, kubeconfig: Path, log: Path, env: dict[str, str] | None = None):
-        self.name, self.log = name, log
-        self.metrics_port, self.liveness_port = free_ports(2)
-        self.env = {**os.environ, "KUBECONFIG": str(kubeconfig), "DRA_LOG_FORMAT": "json",
-                    "DRA_METRICS_PORT": str(self.metrics_port), "DRA_LEADER_ELECTION": "false", **(env or {})}
-        args = [sys.executable]
+        env = {"DRA_LEADER_ELECTION": "false", **(env or {})}
+        python = [sys.executable]
         if src := os.environ.get("BENCH_OPERATOR_SRC"):
             # -P: not the current directory first on sys.path; the other tree's code is.
-            self.env["PYTHONPATH"] = str(Path(src).resolve())
-            args.append("-P")
-        self.args = [*args, "-m", "operators.cli", "run", name,
-                     "--liveness", f"http://127.0.0.1:{self.liveness_port}/healthz"]
-        self.proc: subprocess.Popen | None = None
-        self.started_at = 0.0
+            env["PYTHONPATH"] = str(Path(src).resolve())
+            python.append("-P")
+        super().__init__([name], kubeconfig, log, env, python)
 
     def start(self, wait_live: bool = True, timeout: float = 90.0) -> None:
-        self.started_at = time.monotonic()
-        self.proc = process.spawn(self.args, self.log, env=self.env)
-        if not wait_live:
-            return
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.name} exited with {self.proc.returncode}; log {self.log}")
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.liveness_port}/healthz", timeout=5):
-                    return
-            except OSError:
-                time.sleep(0.2)
-        raise RuntimeError(f"{self.name} not live after {timeout:.0f}s; log {self.log}")
+        super().start(timeout, wait_live)
 
     def profile(self, output: Path) -> subprocess.Popen | None:
         """With BENCH_PROFILE: py-spy samples the process (40 Hz, without stopping it) until
@@ -202,12 +178,7 @@ class Operator:
 
     @property
     def rss(self) -> float | None:
-        return rss_mib(self.proc.pid) if self.proc else None
-
-    def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            process.terminate(self.proc.pid, timeout=15)
-            self.proc.wait()
+        return self.rss_mib
 
 
 def interrupted() -> bool:

@@ -47,7 +47,6 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,8 +63,8 @@ from operators.core.kube import MERGE_PATCH, ApiError, Kube  # noqa: E402
 from operators.core.resources import (DEVICE_CLASSES, DEVICE_TAINT_RULES, NAMESPACES, PODS,  # noqa: E402
                                       RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS, RESOURCE_SLICES,
                                       SERVICE_ACCOUNTS)
-from operators.lab import Lab, LabOptions, process  # noqa: E402
-from operators.lab.cluster import free_ports  # noqa: E402
+from operators.lab import Lab, LabOptions  # noqa: E402
+from operators.lab.operator_process import OperatorProcess, is_transient_retry, rss_kib  # noqa: E402
 from operators.lab.components import FINISH_ANNOTATION  # noqa: E402
 from operators.taints.decisions import existing_condition  # noqa: E402
 
@@ -195,22 +194,6 @@ def metric_by_label(text: str, name: str, label: str) -> dict[str, float]:
     return dict(out)
 
 
-def rss_kib(pid: int) -> int | None:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
-
-
-def is_transient_retry(line: str) -> bool:
-    """kopf's own request attempts, which it retries (a keep-alive connection the API server
-    closed, a 5xx under load): not an error of the operator."""
-    return '"logger": "kopf.' in line and "Request attempt #" in line
-
-
 def classify_log(path: Path) -> dict[str, Any]:
     """Error-level lines (and tracebacks) of one operator log: transient API retries apart."""
     errors, transient, warnings, published = [], 0, 0, 0
@@ -263,19 +246,19 @@ def allocated_device(claim: dict) -> str | None:
 
 # -- operator processes ------------------------------------------------------------------------
 
-class Operator:
-    """One operator process: ``python -m operators.cli run <name>`` with JSON logs."""
+class Operator(OperatorProcess):
+    """A soak operator under a label of its own (one node agent per Node); its exit is noted."""
 
     def __init__(self, label: str, name: str, kubeconfig: Path, log_dir: Path, env: dict[str, str]):
-        self.label, self.name = label, name
-        self.log = log_dir / f"{label}.log"
-        self.metrics_port, self.liveness_port = free_ports(2)
-        self.env = {**os.environ, "KUBECONFIG": str(kubeconfig), "DRA_LOG_FORMAT": "json",
-                    "DRA_METRICS_PORT": str(self.metrics_port), "DRA_LEADER_ELECTION": "false", **env}
-        self.proc: subprocess.Popen | None = None
+        super().__init__([name], kubeconfig, log_dir / f"{label}.log", {"DRA_LEADER_ELECTION": "false", **env})
+        self._label = label
         self.exit_code: int | None = None
         self.exited_at: float | None = None
         self.liveness_failures = 0
+
+    @property
+    def label(self) -> str:
+        return self._label
 
     @property
     def pid(self) -> int:
@@ -283,27 +266,10 @@ class Operator:
         return self.proc.pid
 
     def start(self, timeout: float = 60.0) -> None:
-        self.proc = process.spawn(
-            [sys.executable, "-m", "operators.cli", "run", self.name,
-             "--liveness", f"http://127.0.0.1:{self.liveness_port}/healthz"], self.log, env=self.env)
+        super().start(timeout)
         cmdline = Path(f"/proc/{self.pid}/cmdline").read_bytes().split(b"\0")
-        if b"operators.cli" not in cmdline:  # the pid must be the Python process itself
+        if b"operators.cli" not in cmdline:  # the pid must be the Python process itself (its RSS is sampled)
             raise RuntimeError(f"{self.label}: pid {self.pid} is not the operator ({cmdline!r})")
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.label} exited with {self.proc.returncode}:\n{self.tail()}")
-            if self.live():
-                return
-            time.sleep(0.3)
-        raise RuntimeError(f"{self.label} not live after {timeout:.0f}s:\n{self.tail()}")
-
-    def live(self) -> bool:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.liveness_port}/healthz", timeout=5):
-                return True
-        except OSError:
-            return False
 
     def alive(self) -> bool:
         if self.proc is None:
@@ -316,19 +282,7 @@ class Operator:
 
     def metrics(self) -> str:
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10) as r:
-                return r.read().decode()
-        except OSError:
-            return ""
-
-    def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            process.terminate(self.proc.pid, timeout=15)
-            self.proc.wait()
-
-    def tail(self, lines: int = 20) -> str:
-        try:
-            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+            return super().metrics()
         except OSError:
             return ""
 
