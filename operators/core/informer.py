@@ -72,6 +72,7 @@ class Informer:
         self.relists = 0
         self.deletions_found = 0
         self.lines_skipped = 0                 # watch lines dropped unparsed (keep_line)
+        self.bookmarks = 0                     # BOOKMARK events heard
         self.last_event_at = time.monotonic()
         self.last_rv = 0                       # newest resourceVersion heard of
         self.stale_reason = ""                 # set when the watch is known to be stuck
@@ -128,6 +129,16 @@ class Informer:
         """A line nobody wanted: the watch is alive and has reached this resourceVersion (what
         the stale-watch check compares with the API server's)."""
         self.lines_skipped += 1
+        self.reached(resource_version)
+
+    def on_bookmark(self, resource_version: int) -> None:
+        """A BOOKMARK of the watch (``kopflistings.listen_bookmarks``)."""
+        self.bookmarks += 1
+        self.reached(resource_version)
+
+    def reached(self, resource_version: int) -> None:
+        """The watch has seen every change up to ``resource_version`` (a skipped line, or a
+        BOOKMARK: ``kopflistings.listen_bookmarks``)."""
         self.last_event_at = time.monotonic()
         self.last_rv = max(self.last_rv, resource_version)
         self.stale_reason = ""

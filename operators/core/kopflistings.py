@@ -25,6 +25,11 @@ the watch). The Pod informers of claims and taints want only lines that mention
 the cluster, most of a busy cluster's watch traffic) is never decoded. A dropped line's
 resourceVersion is still reported (``skipped``), so the informer's stale-watch check knows the
 watch is alive.
+
+A BOOKMARK's resourceVersion (the end of the streamed initial events, then the API server's
+periodic bookmarks) is reported too (``listen_bookmarks``), as client-go's reflector records it:
+the watch has seen everything up to there. Without it, an object deleted between the start-up
+LIST and the watch's own listing looked like an event the watch never delivered.
 """
 
 from __future__ import annotations
@@ -52,6 +57,7 @@ log = get_logger(__name__)
 _listeners: dict[tuple[str, str], list[Listener]] = defaultdict(list)
 _consumers: dict[tuple[str, str], list[Consumer]] = defaultdict(list)
 _lines: dict[tuple[str, str], list[Lines | None]] = defaultdict(list)  # one per consumer
+_bookmarks: dict[tuple[str, str], list[Callable[[int], None]]] = defaultdict(list)
 _original = watching.infinite_watch
 _original_lines = api.iter_jsonlines
 _watching: contextvars.ContextVar[tuple[str, str] | None] = contextvars.ContextVar("kopflistings_watching",
@@ -73,7 +79,12 @@ async def _infinite_watch(*, settings: Any, resource: Any, namespace: Any, **kwa
             if event is watching.Bookmark.LISTED:
                 for listener in list(_listeners.get(key, ())):
                     listener()
-            elif (consumers := _consumers.get(key)) and event.get("type") != "BOOKMARK":
+            elif event.get("type") == "BOOKMARK":
+                if hearers := _bookmarks.get(key):
+                    version = _int(((event.get("object") or {}).get("metadata") or {}).get("resourceVersion"))
+                    for hearer in list(hearers):
+                        hearer(version)
+            elif (consumers := _consumers.get(key)):
                 for consumer in list(consumers):
                     try:
                         consumer(event)
@@ -111,6 +122,20 @@ def listen(group: str, plural: str, listener: Listener) -> Callable[[], None]:
     install()
     _listeners[group, plural].append(listener)
     return lambda: _listeners[group, plural].remove(listener)
+
+
+def listen_bookmarks(group: str, plural: str, hearer: Callable[[int], None]) -> Callable[[], None]:
+    """Call ``hearer(resourceVersion)`` for each BOOKMARK of ``group``/``plural``; returns the undo."""
+    install()
+    _bookmarks[group, plural].append(hearer)
+    return lambda: _bookmarks[group, plural].remove(hearer)
+
+
+def _int(version: Any) -> int:
+    try:
+        return int(version)
+    except (TypeError, ValueError):
+        return 0
 
 
 def consume(group: str, plural: str, consumer: Consumer, lines: Lines | None = None) -> Callable[[], None]:

@@ -71,6 +71,8 @@ class Runtime:
         self.informers[resource.plural] = informer
         self.on_cleanup(lambda undo=kopflistings.listen(resource.group, resource.plural, informer.on_listed):
                         asyncio.sleep(0, undo()))
+        self.on_cleanup(lambda undo=kopflistings.listen_bookmarks(resource.group, resource.plural, informer.on_bookmark):
+                        asyncio.sleep(0, undo()))
         lines = informer if informer.keep_line is not None else None
         self.on_cleanup(lambda undo=kopflistings.consume(resource.group, resource.plural, informer.on_event, lines):
                         asyncio.sleep(0, undo()))
@@ -144,7 +146,8 @@ class Runtime:
         return {"tasks": len(self.supervisor.running()),
                 "relists": sum(i.relists for i in self.informers.values()),
                 "deletions_found_by_relist": sum(i.deletions_found for i in self.informers.values()),
-                "watch_lines_skipped": sum(i.lines_skipped for i in self.informers.values())}
+                "watch_lines_skipped": sum(i.lines_skipped for i in self.informers.values()),
+                "watch_bookmarks": sum(i.bookmarks for i in self.informers.values())}
 
     async def stop(self) -> None:
         for informer in self.informers.values():

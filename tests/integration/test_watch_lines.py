@@ -29,8 +29,12 @@ def _health(op: OperatorProcess) -> tuple[int, dict]:
         return e.code, {"error": e.read().decode(errors="replace")}
 
 
+def _total(health: dict, key: str) -> int:
+    return sum(v.get(key, 0) for v in health.values() if isinstance(v, dict))
+
+
 def _skipped(health: dict) -> int:
-    return sum(v.get("watch_lines_skipped", 0) for v in health.values() if isinstance(v, dict))
+    return _total(health, "watch_lines_skipped")
 
 
 async def test_plain_pods_are_not_parsed_and_the_watch_stays_alive(lab, kube, controllers, tmp_path, unique):
@@ -66,5 +70,28 @@ async def test_plain_pods_are_not_parsed_and_the_watch_stays_alive(lab, kube, co
             await env.pod("with-claim", {"gpu": {"resourceClaimTemplateName": "t"}}, scheduler="none")
             await env.claim_of("with-claim", "gpu")
             assert not op.errors(), op.errors()[:5]
+    finally:
+        op.stop()
+
+
+async def test_every_watch_is_heard_up_to_its_bookmarks(lab, kube, controllers, tmp_path):
+    """Each watch starts with the API server's streamed initial events, which end with a
+    BOOKMARK (k8s.io/initial-events-end); its resourceVersion reaches the informer, so a change
+    made between the start-up LIST and the watch's own listing (a PodGroup deleted by another
+    test, in a full run) is not mistaken for an event the watch failed to deliver."""
+    controllers.use("none")
+    op = OperatorProcess(["claims"], lab.kubeconfig, tmp_path)
+    op.start()
+    try:
+        watches = 4  # resourceclaims, resourceclaimtemplates, podgroups, pods
+
+        async def heard() -> bool:
+            status, health = _health(op)
+            return status == 200 and _total(health, "watch_bookmarks") >= watches
+
+        async def describe() -> str:
+            return f"healthz {_health(op)}"
+        await wait_for(heard, timeout=60, what=f"a bookmark from each of the claims operator's {watches} watches",
+                       describe=describe)
     finally:
         op.stop()

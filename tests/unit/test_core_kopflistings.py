@@ -78,6 +78,27 @@ async def test_consumers_get_the_events_and_kopf_only_the_rest(monkeypatch):
     assert len(events) == 5  # no consumer left: kopf gets everything again
 
 
+async def test_bookmarks_are_heard_with_their_version_and_still_reach_kopf(monkeypatch):
+    bookmark = {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "77",
+                                                            "annotations": {"k8s.io/initial-events-end": "true"}}}}
+
+    async def original(*, settings, resource, namespace, **_):
+        yield watching.Bookmark.LISTED
+        yield bookmark
+        yield {"type": "BOOKMARK", "object": {"metadata": {}}}  # garbage: heard as 0, never an error
+    monkeypatch.setattr(kopflistings, "_original", original)
+    heard, other = [], []
+    undo = kopflistings.listen_bookmarks("resource.k8s.io", "resourceslices", heard.append)
+    undo_other = kopflistings.listen_bookmarks("", "pods", other.append)
+    try:
+        events = [e async for e in watching.infinite_watch(settings=None, resource=Res(), namespace=None)]
+    finally:
+        undo()
+        undo_other()
+    assert heard == [77, 0] and other == []
+    assert events[1] is bookmark  # kopf keeps its resourceVersion for the next watch request
+
+
 def test_kopf_still_reads_watch_lines_through_the_wrapped_name():
     from kopf._cogs.clients import api
 
