@@ -33,7 +33,7 @@ venv: $(VENV)/.installed
 
 # The generated code is checked in; this is the command that regenerates it.
 protos: venv
-	$(PY) -m grpc_tools.protoc -I . --python_out=. --grpc_python_out=. operators/nodeagent/plugin/kubeletapi/*.proto
+	PATH=$(VENV)/bin:$$PATH $(PY) -m grpc_tools.protoc -I . --python_out=. --grpclib_python_out=. --grpc_python_out=. operators/nodeagent/plugin/kubeletapi/*.proto
 
 lab-modules:
 	lab/gen-modules.sh

@@ -324,8 +324,8 @@ async def test_liveness_fails_when_the_plugin_stops_answering(lab, kube, namespa
     import urllib.error
     import urllib.request
 
-    import grpc
-    from grpc_health.v1 import health_pb2, health_pb2_grpc
+    from grpclib.client import Channel
+    from grpclib.health.v1 import health_grpc, health_pb2
 
     from operators.lab.cluster import free_ports
 
@@ -336,9 +336,12 @@ async def test_liveness_fails_when_the_plugin_stops_answering(lab, kube, namespa
     await node.start()
     try:
         async def status(service: str = "liveness") -> str:
-            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-                answer = await health_pb2_grpc.HealthStub(channel).Check(
+            channel = Channel("127.0.0.1", port)
+            try:
+                answer = await health_grpc.HealthStub(channel).Check(
                     health_pb2.HealthCheckRequest(service=service), timeout=5)
+            finally:
+                channel.close()
             return health_pb2.HealthCheckResponse.ServingStatus.Name(answer.status)
 
         def healthz() -> tuple[int, str]:

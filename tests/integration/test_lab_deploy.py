@@ -75,11 +75,17 @@ async def test_every_workload_runs_from_the_image_on_the_real_nodes_as_its_user(
 
 
 HEALTH_CHECK = """
-import sys, grpc
-from grpc_health.v1 import health_pb2 as pb, health_pb2_grpc as stub
-with grpc.insecure_channel("127.0.0.1:51515") as channel:
-    print(pb.HealthCheckResponse.ServingStatus.Name(stub.HealthStub(channel).Check(
-        pb.HealthCheckRequest(service=sys.argv[1]), timeout=5).status))
+import asyncio, sys
+from grpclib.client import Channel
+from grpclib.health.v1 import health_grpc, health_pb2 as pb
+async def check():
+    channel = Channel("127.0.0.1", 51515)
+    try:
+        answer = await health_grpc.HealthStub(channel).Check(pb.HealthCheckRequest(service=sys.argv[1]), timeout=5)
+    finally:
+        channel.close()
+    print(pb.HealthCheckResponse.ServingStatus.Name(answer.status))
+asyncio.run(check())
 """
 
 

@@ -84,6 +84,15 @@ def test_it_changes_nothing_once_the_package_is_imported():
 def test_operators_load_no_engine_until_they_need_it():
     # CEL only for v1alpha3 rules (taints) and gRPC only for the kubelet plugin (node agent).
     script = ("import sys, operators.claims.operator, operators.taints.operator, operators.nodeagent.operator\n"
-              "print(sorted({m.split('.')[0] for m in sys.modules} & {'cel_expr_python', 'grpc', 'grpc_health'}))")
+              "print(sorted({m.split('.')[0] for m in sys.modules} & {'cel_expr_python', 'grpclib', 'grpc'}))")
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_the_kubelet_plugin_serves_with_grpclib_never_grpcio():
+    # grpcio (C core, its threads) is 10 MiB more RSS than grpclib for the same servers: the
+    # tests' clients use it, the agent must not (bench/RESULTS.md, P4).
+    script = ("import sys, operators.nodeagent.plugin.server, operators.nodeagent.plugin.liveness\n"
+              "print(sorted({m.split('.')[0] for m in sys.modules} & {'grpclib', 'grpc', 'grpc_health'}))")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "['grpclib']"

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import grpc
 import pytest
 import structlog
+from grpclib.server import Server
 
 from operators.nodeagent.health import LOST, XID, HealthEvent, HealthTracker
 from operators.nodeagent.plugin import health_report, health_service
@@ -44,15 +45,14 @@ async def served(tmp_path):
     agent = SimpleNamespace(node_name=NODE, health=tracker, log=structlog.get_logger(),
                             published_devices=lambda: [{"name": "gpu-0"}, {"name": "gpu-1"}])
     feed = health_service.HealthFeed()
-    server = grpc.aio.server()
-    health_service.add_to_server(server, agent, feed, resend=0.5)
+    server = Server(health_service.services(agent, feed, resend=0.5))
     socket = tmp_path / "dra.sock"
-    server.add_insecure_port(f"unix://{socket}")
-    await server.start()
-    channel = grpc.aio.insecure_channel(f"unix://{socket}")
+    await server.start(path=str(socket))
+    channel = grpc.aio.insecure_channel(f"unix://{socket}")  # grpcio's client against grpclib's server
     yield SimpleNamespace(tracker=tracker, feed=feed, channel=channel)
     await channel.close()
-    await server.stop(0)
+    server.close()
+    await server.wait_closed()
 
 
 def health(message) -> dict[str, tuple[str, str]]:

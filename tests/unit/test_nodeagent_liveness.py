@@ -1,5 +1,8 @@
 """The kubelet plugin's self-check and the grpc.health.v1 service behind liveness, through real
-gRPC clients and servers (Unix sockets for the plugin, TCP for the health service)."""
+gRPC clients and servers (Unix sockets for the plugin, TCP for the health service). The plugin's
+stand-ins here are grpcio servers, so the self-check's grpclib client is tested against the other
+implementation; the health service is read with grpclib's client, as grpcio-health-checking's
+messages cannot share a process with grpclib's (the same protobuf names)."""
 
 from __future__ import annotations
 
@@ -8,7 +11,10 @@ from types import SimpleNamespace
 
 import grpc
 import pytest
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpclib.client import Channel
+from grpclib.const import Status
+from grpclib.exceptions import GRPCError
+from grpclib.health.v1 import health_grpc, health_pb2
 
 from operators.nodeagent.plugin import liveness
 from operators.nodeagent.plugin.kubeletapi import (dra_v1_pb2, dra_v1_pb2_grpc, pluginregistration_v1_pb2,
@@ -51,9 +57,12 @@ async def plugin(tmp_path):
 
 
 async def status(port: int, service: str) -> str:
-    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-        answer = await health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=service),
-                                                                 timeout=5)
+    channel = Channel("127.0.0.1", port)
+    try:
+        answer = await health_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=service),
+                                                             timeout=5)
+    finally:
+        channel.close()
     return health_pb2.HealthCheckResponse.ServingStatus.Name(answer.status)
 
 
@@ -66,9 +75,9 @@ async def test_serving_while_the_sockets_answer_then_not_after_three_misses(plug
         assert await check.check_once() == ""
         assert plugin.dra.calls == 1
         assert (await status(port, ""), await status(port, "liveness")) == ("SERVING", "SERVING")
-        with pytest.raises(grpc.aio.AioRpcError) as unknown:
+        with pytest.raises(GRPCError) as unknown:
             await status(port, "something-else")
-        assert unknown.value.code() == grpc.StatusCode.NOT_FOUND
+        assert unknown.value.status == Status.NOT_FOUND
 
         plugin.dra_path.unlink()  # the DRA socket deleted under the server: kubelet cannot reach it
         for missed in (1, 2):

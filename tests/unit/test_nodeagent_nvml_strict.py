@@ -6,7 +6,6 @@ inventory refresh. The discovery tests run against the real library too where a 
 from __future__ import annotations
 
 import asyncio
-import time
 from pathlib import Path
 
 import pynvml

@@ -19,8 +19,7 @@ import time
 from typing import Any
 
 from . import health_report
-from .kubeletapi import (dra_health_v1_pb2, dra_health_v1_pb2_grpc, dra_health_v1alpha1_pb2,
-                         dra_health_v1alpha1_pb2_grpc)
+from .kubeletapi import dra_health_v1_grpc, dra_health_v1_pb2, dra_health_v1alpha1_grpc, dra_health_v1alpha1_pb2
 
 SERVICES = ["v1.DRAResourceHealth", "v1alpha1.DRAResourceHealth"]
 TIMEOUT = 30  # seconds kubelet trusts a report (its own default, DefaultHealthTimeout)
@@ -50,7 +49,10 @@ class HealthFeed:
         return len(self._listeners)
 
 
-class _HealthV1(dra_health_v1_pb2_grpc.DRAResourceHealthServicer):
+class _HealthStream:
+    """The stream, for either version: each version's class names its messages (``pb2``) and takes
+    its gRPC method path from its own generated base, which must come after this class."""
+
     pb2: Any = dra_health_v1_pb2
 
     def __init__(self, agent: Any, feed: HealthFeed, resend: float = RESEND, timeout: int = TIMEOUT):
@@ -70,7 +72,8 @@ class _HealthV1(dra_health_v1_pb2_grpc.DRAResourceHealthServicer):
             health=getattr(self.pb2, r.health), last_updated_time=now,
             health_check_timeout_seconds=self.timeout, message=r.message) for r in reports])
 
-    async def NodeWatchResources(self, request, context):
+    async def NodeWatchResources(self, stream) -> None:
+        await stream.recv_message()  # empty; kubelet sends it once
         changed = self.feed.subscribe()
         log = self.agent.log.bind(service=type(self).__name__)
         log.info("kubelet watches device health")
@@ -83,7 +86,7 @@ class _HealthV1(dra_health_v1_pb2_grpc.DRAResourceHealthServicer):
                     if reports != last:
                         log.info("device health reported",
                                  unhealthy=[r.device for r in reports if r.health != health_report.HEALTHY])
-                    yield self._message(reports)
+                    await stream.send_message(self._message(reports))
                     last, sent = reports, time.monotonic()
                 try:
                     await asyncio.wait_for(changed.wait(), timeout=max(0.0, self.resend - (time.monotonic() - sent)))
@@ -95,11 +98,14 @@ class _HealthV1(dra_health_v1_pb2_grpc.DRAResourceHealthServicer):
             log.info("kubelet stopped watching device health")
 
 
-class _HealthV1alpha1(_HealthV1, dra_health_v1alpha1_pb2_grpc.DRAResourceHealthServicer):
+class _HealthV1(_HealthStream, dra_health_v1_grpc.DRAResourceHealthBase):
+    pb2 = dra_health_v1_pb2
+
+
+class _HealthV1alpha1(_HealthStream, dra_health_v1alpha1_grpc.DRAResourceHealthBase):
     pb2 = dra_health_v1alpha1_pb2
 
 
-def add_to_server(server: Any, agent: Any, feed: HealthFeed, resend: float = RESEND) -> None:
-    dra_health_v1_pb2_grpc.add_DRAResourceHealthServicer_to_server(_HealthV1(agent, feed, resend), server)
-    dra_health_v1alpha1_pb2_grpc.add_DRAResourceHealthServicer_to_server(
-        _HealthV1alpha1(agent, feed, resend), server)
+def services(agent: Any, feed: HealthFeed, resend: float = RESEND) -> list[Any]:
+    """Both versions' services, for the plugin's gRPC server (grpclib's ``Server(services)``)."""
+    return [_HealthV1(agent, feed, resend), _HealthV1alpha1(agent, feed, resend)]

@@ -6,7 +6,7 @@ kubelet's calls fail until someone restarts the Pod. So the agent calls its own 
 does, every ``period`` seconds: ``GetInfo`` on the registration socket and an empty
 ``NodePrepareResources`` on the DRA socket (what dra-example-driver's health check calls). After
 ``failures`` misses in a row the supervisor reports a problem: the HTTP liveness probe (kopf's
-/healthz) answers 500, and the standard ``grpc.health.v1.Health`` service (grpcio-health-checking),
+/healthz) answers 500, and the standard ``grpc.health.v1.Health`` service (grpclib's messages),
 served on a TCP port for kubelet's ``grpc`` probe, answers NOT_SERVING for ``""`` and ``liveness``.
 Either probe then restarts the container, and the fresh agent serves new sockets. ``readiness``
 answers SERVING only once kubelet has also confirmed the plugin's registration.
@@ -15,14 +15,18 @@ answers SERVING only once kubelet has also confirmed the plugin's registration.
 from __future__ import annotations
 
 import asyncio
+import socket
 from pathlib import Path
 from typing import Callable
 
-import grpc
 import structlog
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpclib.client import Channel
+from grpclib.const import Status
+from grpclib.exceptions import GRPCError, ProtocolError, StreamTerminatedError
+from grpclib.health.v1 import health_grpc, health_pb2
+from grpclib.server import Server
 
-from .kubeletapi import dra_v1_pb2, dra_v1_pb2_grpc, pluginregistration_v1_pb2, pluginregistration_v1_pb2_grpc
+from .kubeletapi import dra_v1_grpc, dra_v1_pb2, pluginregistration_v1_grpc, pluginregistration_v1_pb2
 
 log = structlog.stdlib.get_logger("operators.nodeagent.liveness")
 
@@ -30,22 +34,30 @@ SERVICES = ("", "liveness")  # "" = the server as a whole (grpc_health_probe's d
 READINESS = "readiness"  # also: kubelet has confirmed the plugin's registration
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+SERVICE_UNKNOWN = health_pb2.HealthCheckResponse.SERVICE_UNKNOWN
 
 
 async def call_sockets(registration: Path, dra: Path, timeout: float) -> str:
     """"" when both sockets answer kubelet's calls, else what failed."""
     calls = (
-        (registration, "GetInfo", lambda ch: pluginregistration_v1_pb2_grpc.RegistrationStub(ch).GetInfo(
+        (registration, "GetInfo", lambda ch: pluginregistration_v1_grpc.RegistrationStub(ch).GetInfo(
             pluginregistration_v1_pb2.InfoRequest(), timeout=timeout)),
-        (dra, "NodePrepareResources", lambda ch: dra_v1_pb2_grpc.DRAPluginStub(ch).NodePrepareResources(
+        (dra, "NodePrepareResources", lambda ch: dra_v1_grpc.DRAPluginStub(ch).NodePrepareResources(
             dra_v1_pb2.NodePrepareResourcesRequest(), timeout=timeout)),
     )
     for path, method, call in calls:
+        channel = Channel(path=str(path))
         try:
-            async with grpc.aio.insecure_channel(f"unix://{path}") as channel:
-                await call(channel)
-        except grpc.aio.AioRpcError as e:
-            return f"{method} on {path} failed: {e.code().name}: {e.details()}"
+            # The connection is part of the call: a socket file gone or nobody listening is a miss.
+            await asyncio.wait_for(call(channel), timeout)
+        except GRPCError as e:
+            return f"{method} on {path} failed: {e.status.name}: {e.message}"
+        except asyncio.TimeoutError:
+            return f"{method} on {path} failed: DEADLINE_EXCEEDED: no answer within {timeout}s"
+        except (OSError, ProtocolError, StreamTerminatedError) as e:
+            return f"{method} on {path} failed: UNAVAILABLE: {type(e).__name__}: {e}"
+        finally:
+            channel.close()
     return ""
 
 
@@ -62,7 +74,7 @@ class SelfCheck:
         self.missed = 0
         self.last_error = ""
         self.servicer = _Servicer(self)
-        self._server: grpc.aio.Server | None = None
+        self._server: Server | None = None
 
     def problem(self) -> str:
         """For the supervisor (and so for /healthz)."""
@@ -102,38 +114,80 @@ class SelfCheck:
 
     async def serve(self, port: int) -> int:
         """The grpc.health.v1 service on ``port`` (0: any free one); returns the port bound."""
-        # No SO_REUSEPORT (grpc's default): a second agent on the same port must fail, not take
-        # half of the probes.
-        server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
-        health_pb2_grpc.add_HealthServicer_to_server(self.servicer, server)
+        # One socket for IPv4 and IPv6 (kubelet probes the Pod's IP, either family), and no
+        # SO_REUSEPORT: a second agent on the same port must fail, not take half of the probes.
         try:
-            bound = server.add_insecure_port(f"[::]:{port}")
-        except RuntimeError:  # grpcio raises where older versions returned 0
-            bound = 0
-        if not bound:
+            if socket.has_dualstack_ipv6():
+                sock = socket.create_server(("::", port), family=socket.AF_INET6, dualstack_ipv6=True)
+            else:
+                sock = socket.create_server(("0.0.0.0", port))
+        except OSError as e:
             raise OSError(f"cannot listen on port {port} for gRPC health checking "
-                          "(DRA_NODEAGENT_GRPC_HEALTH_PORT); is another process using it?")
+                          f"(DRA_NODEAGENT_GRPC_HEALTH_PORT): {e.strerror}; is another process using it?") from e
+        bound = sock.getsockname()[1]
         await self._publish()
-        await server.start()
+        server = Server([self.servicer])
+        await server.start(sock=sock)
         self._server = server
         log.info("gRPC health service serving", port=bound, services=list(SERVICES))
         return bound
 
     async def stop(self) -> None:
         if self._server is not None:
-            await self.servicer.enter_graceful_shutdown()
-            await self._server.stop(grace=1)
+            self.servicer.enter_graceful_shutdown()
+            self._server.close()  # cancels open Watch streams, which got NOT_SERVING first
+            await self._server.wait_closed()
             self._server = None
 
 
-class _Servicer(health.aio.HealthServicer):
-    """Answers from the state at the time of the call: a self-check task that died (the
-    supervisor reports it) must not leave an old SERVING behind."""
+class _Servicer(health_grpc.HealthBase):
+    """grpc.health.v1 as grpcio's reference servicer behaves (status per service, NOT_FOUND for
+    Check of an unknown one, Watch streams every change, NOT_SERVING for good once shutting
+    down), but Check answers from the state at the time of the call: a self-check task that died
+    (the supervisor reports it) must not leave an old SERVING behind. grpclib's own Health
+    service caches its checks' results instead, hence this one."""
 
     def __init__(self, owner: SelfCheck):
-        super().__init__()
         self._owner = owner
+        self._status: dict[str, int] = {}
+        self._watchers: set[asyncio.Event] = set()
+        self._shutting_down = False
 
-    async def Check(self, request, context):
+    async def set(self, service: str, status: int) -> None:
+        if self._shutting_down or self._status.get(service) == status:
+            return
+        self._status[service] = status
+        self._notify()
+
+    def enter_graceful_shutdown(self) -> None:
+        self._status = dict.fromkeys(self._status, NOT_SERVING)
+        self._shutting_down = True
+        self._notify()
+
+    def _notify(self) -> None:
+        for event in self._watchers:
+            event.set()
+
+    async def Check(self, stream) -> None:
+        request = await stream.recv_message()
         await self._owner._publish()
-        return await super().Check(request, context)
+        status = self._status.get(request.service)
+        if status is None:
+            raise GRPCError(Status.NOT_FOUND, f"unknown service {request.service!r}")
+        await stream.send_message(health_pb2.HealthCheckResponse(status=status))
+
+    async def Watch(self, stream) -> None:
+        request = await stream.recv_message()
+        changed = asyncio.Event()
+        self._watchers.add(changed)
+        try:
+            sent = None
+            while True:
+                status = self._status.get(request.service, SERVICE_UNKNOWN)
+                if status != sent:
+                    await stream.send_message(health_pb2.HealthCheckResponse(status=status))
+                    sent = status
+                await changed.wait()
+                changed.clear()
+        finally:
+            self._watchers.discard(changed)

@@ -16,8 +16,10 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import grpc
 import structlog
+from grpclib.const import Status
+from grpclib.exceptions import GRPCError
+from grpclib.server import Server
 
 from ...core.events import WARNING, EventRecorder
 from ...core.kube import ApiError, ConnectionLost, Kube
@@ -25,8 +27,8 @@ from ...core.resources import RESOURCE_CLAIMS
 from ..backends.base import BackendError
 from . import cdi, checkpoint, coexistence, device_status, health_service, sockets, toolkit
 from .checkpoint import PreparedClaim, PreparedDevice
-from .kubeletapi import (dra_v1_pb2, dra_v1_pb2_grpc, dra_v1beta1_pb2, dra_v1beta1_pb2_grpc,
-                         pluginregistration_v1_pb2, pluginregistration_v1_pb2_grpc)
+from .kubeletapi import (dra_v1_grpc, dra_v1_pb2, dra_v1beta1_grpc, dra_v1beta1_pb2, pluginregistration_v1_grpc,
+                         pluginregistration_v1_pb2)
 from .prepare import PrepareError, plan_claim
 
 if TYPE_CHECKING:
@@ -38,8 +40,9 @@ PLUGIN_TYPE = "DRAPlugin"
 # kubelet takes the first entry of ours it knows: v1 first; v1beta1 for kubelets that still ask for it.
 # The health services are optional; kubelet 1.37 watches health only where they are listed.
 SUPPORTED_SERVICES = ["v1.DRAPlugin", "v1beta1.DRAPlugin", *health_service.SERVICES]
-MAX_SOCKET_PATH = sockets.MAX_SOCKET_PATH  # grpcio's limit (sun_path is 108 bytes with the terminating NUL)
+MAX_SOCKET_PATH = sockets.MAX_SOCKET_PATH  # sun_path is 108 bytes with the terminating NUL
 REGISTRATION_CHECK = 5.0  # seconds between checks that our registration socket is still there
+STOP_GRACE = 2.0  # seconds a call under way may take to finish when the agent stops
 
 
 class KubeletPlugin:
@@ -64,7 +67,7 @@ class KubeletPlugin:
         self.registration: tuple[bool, str] | None = None
         self.events = EventRecorder(kube, "dra-nodeagent")
         self._lock = asyncio.Lock()
-        self._servers: list[grpc.aio.Server] = []
+        self._servers: list[Server] = []
         self.health_feed = health_service.HealthFeed()
         self.log = log.bind(driver=self.driver, node=self.node)
 
@@ -83,10 +86,7 @@ class KubeletPlugin:
         async with self._serialized():
             await self._load_checkpoint()
         # The DRA service first: kubelet may call it right after registration.
-        dra = grpc.aio.server()
-        dra_v1_pb2_grpc.add_DRAPluginServicer_to_server(_DraV1(self), dra)
-        dra_v1beta1_pb2_grpc.add_DRAPluginServicer_to_server(_DraV1beta1(self), dra)
-        health_service.add_to_server(dra, self.agent, self.health_feed)
+        dra = Server([_DraV1(self), _DraV1beta1(self), *health_service.services(self.agent, self.health_feed)])
         self.agent.health_listeners.append(self.health_feed.changed)
         await self._listen(dra, self.dra_socket)
         await self._serve_registration()
@@ -100,9 +100,7 @@ class KubeletPlugin:
             supervisor.spawn("kubelet-plugin-registration", self._keep_registered)
 
     async def _serve_registration(self) -> None:
-        registration = grpc.aio.server()
-        pluginregistration_v1_pb2_grpc.add_RegistrationServicer_to_server(_Registration(self), registration)
-        await self._listen(registration, self.registration_socket)
+        await self._listen(Server([_Registration(self)]), self.registration_socket)
 
     async def _keep_registered(self) -> None:
         """A registration socket deleted by someone (a cleanup, an operator's mistake) deregisters
@@ -114,8 +112,7 @@ class KubeletPlugin:
             if self.registration_socket.is_socket():
                 continue
             self.log.warning("registration socket gone, serving it again", socket=str(self.registration_socket))
-            server = self._servers.pop()
-            await server.stop(grace=0)
+            await self._close(self._servers.pop(), grace=0)
             await self._serve_registration()
 
     def _remove_stale_sockets(self) -> None:
@@ -155,24 +152,34 @@ class KubeletPlugin:
 
         return _Lock()
 
-    async def _serve_until_stopped(self, server: grpc.aio.Server) -> None:
-        # Shielded: once its wait_for_termination is cancelled (the supervisor stops its tasks
-        # first), grpc's server.stop() raises CancelledError, which cancelled kopf's whole cleanup
-        # and left the server running and the sockets behind until the loop closed.
-        await asyncio.shield(server.wait_for_termination())
+    async def _serve_until_stopped(self, server: Server) -> None:
+        # Shielded: the supervisor cancels its tasks before kopf's cleanup calls stop(), which
+        # closes the server; cancelling the wait must not cancel the server's own closing.
+        await asyncio.shield(server.wait_closed())
         if self._servers:
             raise RuntimeError("gRPC server terminated")
 
-    async def _listen(self, server: grpc.aio.Server, path: Path) -> None:
+    async def _listen(self, server: Server, path: Path) -> None:
         path.unlink(missing_ok=True)  # a stale socket of our own from a previous run
-        server.add_insecure_port(f"unix://{path}")
-        await server.start()
+        await server.start(path=str(path))
         self._servers.append(server)
+
+    async def _close(self, server: Server, grace: float) -> None:
+        """Give a prepare or unprepare under way ``grace`` seconds to finish (it holds the call
+        lock), then close: grpclib's close() cancels the calls still open (health streams)."""
+        if grace and self._lock.locked():
+            try:
+                await asyncio.wait_for(self._lock.acquire(), timeout=grace)
+                self._lock.release()
+            except asyncio.TimeoutError:
+                self.log.warning("a kubelet call did not finish before the stop", grace=grace)
+        server.close()
+        await server.wait_closed()
 
     async def stop(self) -> None:
         # Registration first, so kubelet stops sending calls before the service goes.
         for server in reversed(self._servers):
-            await server.stop(grace=2)
+            await self._close(server, grace=STOP_GRACE)
         self._servers = []
         for path in (self.registration_socket, self.dra_socket):
             path.unlink(missing_ok=True)
@@ -364,8 +371,11 @@ def _claims(request: Any) -> list[dict[str, str]]:
     return [{"namespace": c.namespace, "uid": c.uid, "name": c.name} for c in request.claims]
 
 
-class _DraV1(dra_v1_pb2_grpc.DRAPluginServicer):
-    pb2 = dra_v1_pb2
+class _Dra:
+    """The DRA service, for either version: each version's class names its messages (``pb2``)
+    and takes its gRPC method paths from its own generated base, which must come after this one."""
+
+    pb2: Any = dra_v1_pb2
 
     def __init__(self, plugin: KubeletPlugin):
         self.plugin = plugin
@@ -377,7 +387,8 @@ class _DraV1(dra_v1_pb2_grpc.DRAPluginServicer):
             device.share_id = d.shareID
         return device
 
-    async def NodePrepareResources(self, request, context):
+    async def NodePrepareResources(self, stream) -> None:
+        request = await stream.recv_message()
         response = self.pb2.NodePrepareResourcesResponse()
         for uid, (devices, error) in (await self.plugin.prepare(_claims(request))).items():
             entry = response.claims[uid]
@@ -385,16 +396,21 @@ class _DraV1(dra_v1_pb2_grpc.DRAPluginServicer):
                 entry.error = error
             else:
                 entry.devices.extend(self._device(d) for d in devices)
-        return response
+        await stream.send_message(response)
 
-    async def NodeUnprepareResources(self, request, context):
+    async def NodeUnprepareResources(self, stream) -> None:
+        request = await stream.recv_message()
         response = self.pb2.NodeUnprepareResourcesResponse()
         for uid, error in (await self.plugin.unprepare(_claims(request))).items():
             response.claims[uid].error = error  # an empty entry is success
-        return response
+        await stream.send_message(response)
 
 
-class _DraV1beta1(_DraV1, dra_v1beta1_pb2_grpc.DRAPluginServicer):
+class _DraV1(_Dra, dra_v1_grpc.DRAPluginBase):
+    pb2 = dra_v1_pb2
+
+
+class _DraV1beta1(_Dra, dra_v1beta1_grpc.DRAPluginBase):
     """Same service for kubelets that ask for v1beta1 (no share_id there)."""
 
     pb2 = dra_v1beta1_pb2
@@ -404,20 +420,22 @@ class _DraV1beta1(_DraV1, dra_v1beta1_pb2_grpc.DRAPluginServicer):
                                cdi_device_ids=d.cdiDeviceIDs)
 
 
-class _Registration(pluginregistration_v1_pb2_grpc.RegistrationServicer):
+class _Registration(pluginregistration_v1_grpc.RegistrationBase):
     def __init__(self, plugin: KubeletPlugin):
         self.plugin = plugin
 
-    async def GetInfo(self, request, context):
-        return pluginregistration_v1_pb2.PluginInfo(
+    async def GetInfo(self, stream) -> None:
+        await stream.recv_message()
+        await stream.send_message(pluginregistration_v1_pb2.PluginInfo(
             type=PLUGIN_TYPE, name=self.plugin.driver, endpoint=str(self.plugin.dra_socket),
-            supported_versions=SUPPORTED_SERVICES)
+            supported_versions=SUPPORTED_SERVICES))
 
-    async def NotifyRegistrationStatus(self, request, context):
+    async def NotifyRegistrationStatus(self, stream) -> None:
+        request = await stream.recv_message()
         self.plugin.registration = (request.plugin_registered, request.error)
         if request.plugin_registered:
             self.plugin.log.info("registered with kubelet")
         else:
             self.plugin.log.error("kubelet refused the registration", error=request.error)
-            await context.abort(grpc.StatusCode.UNKNOWN, f"registration failed: {request.error}")
-        return pluginregistration_v1_pb2.RegistrationStatusResponse()
+            raise GRPCError(Status.UNKNOWN, f"registration failed: {request.error}")
+        await stream.send_message(pluginregistration_v1_pb2.RegistrationStatusResponse())

@@ -16,7 +16,7 @@ import base64
 import hashlib
 import os
 
-MAX_SOCKET_PATH = 107  # grpcio's limit (the Go helper allows 108)
+MAX_SOCKET_PATH = 107  # sun_path is 108 bytes with its NUL (the Go helper allows 108)
 
 
 def _b64(data: str, size: int) -> str:
