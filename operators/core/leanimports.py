@@ -9,6 +9,11 @@ them: each runs its ``__init__``'s statements except the imports of its own subm
 become names loaded on first use (PEP 562 ``__getattr__``). Every public name resolves to the
 very object the eager package would give (tests/unit/test_core_leanimports.py compares them).
 
+kubernetes-asyncio's ``configuration`` module imports urllib3 (about 2 MiB with what urllib3
+alone pulls in: its HTTP/2 probe's importlib.metadata, zipfile) for one call, the basic-auth
+header, which our client never makes: ``urllib3`` becomes a module that imports the real one on
+its first attribute.
+
 structlog's console renderer imports rich (about 16 MiB) when it is installed; an operator's
 process logs JSON or plain lines and never renders with rich (``without_rich()``); the
 kubectl plugin's tables still use it, in their own processes.
@@ -30,6 +35,8 @@ from pathlib import Path
 # Packages made lazy, parents first: the generated ones whose ``__init__`` imports everything.
 LAZY_PACKAGES = ("kubernetes_asyncio", "kubernetes_asyncio.client", "kubernetes_asyncio.client.api",
                  "kubernetes_asyncio.client.models")
+# Modules those import at the top and use only in calls we never make: loaded on first use.
+LAZY_DEPENDENCIES = ("urllib3",)
 
 
 def lazy_kubernetes_client() -> bool:
@@ -51,6 +58,9 @@ def lazy_kubernetes_client() -> bool:
             setattr(sys.modules[parent], child, module)
     for module in modules:
         _run_statements(module, Path(module.__file__))
+    for name in LAZY_DEPENDENCIES:
+        if name not in sys.modules and importlib.util.find_spec(name) is not None:
+            _lazy_module(name)
     return True
 
 
@@ -110,3 +120,20 @@ def _getattr_of(module: types.ModuleType, directory: Path):
         return value
 
     return __getattr__
+
+
+def _lazy_module(name: str) -> types.ModuleType:
+    """A stand-in for module ``name`` in ``sys.modules``: its first attribute looked up (an
+    ``import name.sub``, a ``from name import x`` or ``name.x``) imports the real module, which
+    takes its place in ``sys.modules``; those who hold the stand-in reach the real module's names
+    through it."""
+    stub = types.ModuleType(name, f"{name}, imported on first use (operators.core.leanimports)")
+
+    def __getattr__(attribute: str):
+        if sys.modules.get(name) is stub:
+            del sys.modules[name]
+        return getattr(importlib.import_module(name), attribute)
+
+    stub.__getattr__ = __getattr__  # type: ignore[method-assign]
+    sys.modules[name] = stub
+    return stub

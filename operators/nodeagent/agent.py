@@ -8,6 +8,7 @@ from typing import Any, Callable
 
 import structlog
 
+from ..core import heap
 from ..core.events import NORMAL, WARNING, EventRecorder
 from ..core.kube import ApiError, ConnectionLost, Kube
 from ..core.resources import NODES, RESOURCE_SLICES
@@ -45,6 +46,7 @@ class NodeAgent:
         # No discovery has succeeded yet in this process: the slices found are all we know of the
         # devices, so they are left as they are (an empty inventory would delete them).
         self._discovered = False
+        self._trimmed = False  # the heap is trimmed after the first publication and each that wrote
         self._reported_errors: list[str] = []
         self._wake = asyncio.Event()
         self._inventory_changed = asyncio.Event()
@@ -249,6 +251,9 @@ class NodeAgent:
         if result.deleted or result.updated or result.created:
             self.log.info("published", devices=len(valid), slices=len(desired), generation=result.generation,
                           deleted=result.deleted, updated=result.updated, created=result.created)
+        if result.deleted or result.updated or result.created or not self._trimmed:
+            heap.trim()  # what the burst freed goes back to the system instead of staying in our RSS
+            self._trimmed = True
 
     async def _report(self, problems: list[str]) -> None:
         self._reported_errors = list(problems)

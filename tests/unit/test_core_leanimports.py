@@ -47,7 +47,23 @@ from kubernetes_asyncio.client import ApiClient
 rss = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmRSS")) / 1024
 models = [m for m in sys.modules if m.startswith("kubernetes_asyncio.client.models.")]
 print(json.dumps({"rss": rss, "models": len(models), "rich": "rich.console" in sys.modules,
+                  "urllib3": "urllib3.connectionpool" in sys.modules,
                   "meta": kopf._cogs.helpers.thirdparty.V1ObjectMetaAsync.__name__}))
+"""
+
+# urllib3, loaded on first use, is the real one for every way of reaching it.
+_URLLIB3 = """
+import json, sys
+from operators.core import leanimports
+assert leanimports.lazy_kubernetes_client()
+from kubernetes_asyncio.client import configuration
+before = "urllib3.connectionpool" in sys.modules
+token = configuration.Configuration(username="a", password="b").get_basic_auth_token()  # through the stand-in
+import urllib3.util
+from urllib3 import PoolManager
+import urllib3
+print(json.dumps({"before": before, "token": token, "real": sys.modules["urllib3"] is urllib3,
+                  "same": configuration.urllib3.util is urllib3.util and PoolManager is urllib3.PoolManager}))
 """
 
 
@@ -69,7 +85,7 @@ def test_an_operator_process_loads_no_model_it_does_not_use_and_no_rich():
     assert eager["models"] > 700 and eager["rich"]  # shows what the lazy packages leave out
     # kopf still recognises the client's objects: the two classes it imports, loaded on use.
     assert lazy["meta"] == eager["meta"] == "V1ObjectMeta"
-    assert lazy["models"] <= 5 and not lazy["rich"]
+    assert lazy["models"] <= 5 and not lazy["rich"] and not lazy["urllib3"] and eager["urllib3"]
     assert lazy["rss"] < eager["rss"] - 30, (lazy["rss"], eager["rss"])
 
 
@@ -79,6 +95,11 @@ def test_it_changes_nothing_once_the_package_is_imported():
               "print(leanimports.lazy_kubernetes_client(), type(sys.modules['kubernetes_asyncio.client'].__dict__.get('__getattr__')).__name__)")
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "NoneType"]
+
+
+def test_urllib3_loads_on_first_use_and_is_the_real_one():
+    out = subprocess.run([sys.executable, "-c", _URLLIB3], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout) == {"before": False, "token": "Basic YTpi", "real": True, "same": True}
 
 
 def test_operators_load_no_engine_until_they_need_it():
