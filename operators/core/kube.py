@@ -196,11 +196,14 @@ class Kube:
         timeout: float | None = 60,
         retry: bool = True,
         raw: bool = False,
+        stop_at: str | None = None,
     ) -> Any:
         """One API call, retried as the module docstring says unless ``retry`` is False.
-        ``raw``: return the body as text (a watch's stream of events)."""
+        ``raw``: return the body as text (a watch's stream of events); ``stop_at``: with ``raw``,
+        stop reading (and drop the connection) once the body holds this text, instead of waiting
+        for the server to end a watch at its ``timeoutSeconds``."""
         if not retry or self.retry.attempts <= 1:
-            return await self._request_once(method, path, params, body, content_type, timeout, raw)
+            return await self._request_once(method, path, params, body, content_type, timeout, raw, stop_at)
         retrying = tenacity.AsyncRetrying(
             stop=tenacity.stop_after_attempt(self.retry.attempts) | tenacity.stop_after_delay(self.retry.give_up_after),
             wait=_Wait(self.retry),
@@ -211,10 +214,11 @@ class Kube:
             reraise=True)
         async for attempt in retrying:
             with attempt:
-                return await self._request_once(method, path, params, body, content_type, timeout, raw)
+                return await self._request_once(method, path, params, body, content_type, timeout, raw, stop_at)
 
     async def _request_once(self, method: str, path: str, params: Iterable[tuple[str, Any]] | None,
-                            body: Any, content_type: str, timeout: float | None, raw_text: bool = False) -> Any:
+                            body: Any, content_type: str, timeout: float | None, raw_text: bool = False,
+                            stop_at: str | None = None) -> Any:
         query = [(k, v) for k, v in (params or []) if v is not None]
         if self.limiter is not None and (delay := self.limiter.reserve()) > 0:
             await asyncio.sleep(delay)
@@ -231,7 +235,10 @@ class Kube:
                     self.retry.connect_timeout, timeout or self.retry.connect_timeout)),
             )
             try:
-                raw = await response.read()
+                if raw_text and stop_at and 200 <= response.status <= 299:
+                    raw = await _read_until(response, stop_at.encode())
+                else:
+                    raw = await response.read()
             finally:
                 response.release()
         except TRANSPORT_ERRORS as e:
@@ -430,6 +437,20 @@ def _trust_env_only_for_proxies(api: client.ApiClient) -> None:
     session = getattr(api.rest_client, "pool_manager", None)
     if session is not None and hasattr(session, "_trust_env"):
         session._trust_env = False
+
+
+async def _read_until(response: aiohttp.ClientResponse, marker: bytes) -> bytes:
+    """The body as far as the chunk that holds ``marker`` (all of it when none does); a
+    response left unfinished is closed, its connection with it."""
+    chunks: list[bytes] = []
+    tail = b""
+    async for chunk in response.content.iter_any():
+        chunks.append(chunk)
+        if marker in tail + chunk:
+            response.close()
+            break
+        tail = chunk[-len(marker):]
+    return b"".join(chunks)
 
 
 def _parse_retry_after(value: str | None) -> float | None:

@@ -164,3 +164,43 @@ async def test_plain_bodies_are_sent_as_they_are_and_others_still_converted():
     assert sent == [b'{"metadata":{"name":"a","labels":{"x":"y"}},"spec":{"n":[1,2.5,true,null]}}',
                     b'{"t":"2026-01-02T03:04:05+00:00"}']
     await api.close()
+
+
+@pytest.fixture
+async def watch_server():
+    """A watch that streams its initial events and the end-of-initial-events BOOKMARK, the
+    marker split over two writes, then stays open (as kube-apiserver until timeoutSeconds)."""
+    release = asyncio.Event()
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        await response.prepare(request)
+        await response.write(b'{"type":"ADDED","object":{"metadata":{"name":"a"}}}\n')
+        await response.write(b'{"type":"BOOKMARK","object":{"metadata":{"annotations":{"k8s.io/initial-')
+        await asyncio.sleep(0.05)
+        await response.write(b'events-end":"true"},"resourceVersion":"7"}}}\n')
+        await release.wait()  # open until the test ends
+        return response
+
+    app = web.Application()
+    app.router.add_get("/{tail:.*}", handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]
+    kube = Kube(client.ApiClient(client.Configuration(host=f"http://127.0.0.1:{port}")), RetryPolicy(attempts=1))
+    yield kube
+    release.set()
+    await kube.close()
+    await runner.cleanup()
+
+
+async def test_stop_at_ends_a_watch_read_at_its_marker_instead_of_the_servers_timeout(watch_server):
+    text = await asyncio.wait_for(watch_server.request(
+        "GET", "/api/v1/pods", params=[("watch", "true")], raw=True, stop_at="k8s.io/initial-events-end",
+        retry=False, timeout=3600), 30)
+    assert '"name":"a"' in text and "k8s.io/initial-events-end" in text
+    # Without the marker the read goes on until the server ends the watch (here: never).
+    with pytest.raises(asyncio.TimeoutError):
+        await asyncio.wait_for(watch_server.request("GET", "/api/v1/pods", raw=True, retry=False, timeout=3600), 1)
