@@ -137,3 +137,42 @@ async def test_ready_only_once_kubelet_registered_the_plugin(plugin):
         assert await status(port, "readiness") == "SERVING"
     finally:
         await check.stop()
+
+
+async def test_watch_streams_each_change_and_not_serving_at_shutdown():
+    """grpc.health.v1 Watch, as grpcio's servicer answers it: the status now, then every change;
+    SERVICE_UNKNOWN for a service never set; NOT_SERVING when the agent stops."""
+    problems: list[str] = []
+    check = liveness.SelfCheck(None, lambda: problems)
+    port = await check.serve(0)
+    channel = Channel("127.0.0.1", port)
+    try:
+        stub = health_grpc.HealthStub(channel)
+        async with stub.Watch.open() as stream:
+            await stream.send_message(health_pb2.HealthCheckRequest(service="liveness"), end=True)
+            seen = [(await asyncio.wait_for(stream.recv_message(), 5)).status]
+            problems.append("task informer-nodes is dead")
+            await check.check_once()  # the next self-check publishes the change
+            seen.append((await asyncio.wait_for(stream.recv_message(), 5)).status)
+            problems.clear()
+            await check.check_once()
+            seen.append((await asyncio.wait_for(stream.recv_message(), 5)).status)
+            await check.stop()
+            seen.append((await asyncio.wait_for(stream.recv_message(), 5)).status)
+            assert await asyncio.wait_for(stream.recv_message(), 5) is None  # and the stream ends
+        assert seen == [liveness.SERVING, liveness.NOT_SERVING, liveness.SERVING, liveness.NOT_SERVING]
+        check2 = liveness.SelfCheck(None, lambda: [])
+        port2 = await check2.serve(0)
+        other = Channel("127.0.0.1", port2)
+        try:
+            async with health_grpc.HealthStub(other).Watch.open() as stream:
+                await stream.send_message(health_pb2.HealthCheckRequest(service="nothing-such"), end=True)
+                assert (await asyncio.wait_for(stream.recv_message(), 5)).status == liveness.SERVICE_UNKNOWN
+                await check2.stop()
+                assert await asyncio.wait_for(stream.recv_message(), 5) is None
+        finally:
+            other.close()
+            await check2.stop()
+    finally:
+        channel.close()
+        await check.stop()

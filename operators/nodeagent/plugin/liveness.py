@@ -134,8 +134,8 @@ class SelfCheck:
 
     async def stop(self) -> None:
         if self._server is not None:
-            self.servicer.enter_graceful_shutdown()
-            self._server.close()  # cancels open Watch streams, which got NOT_SERVING first
+            await self.servicer.enter_graceful_shutdown()
+            self._server.close()  # cancels the open Watch streams, which have NOT_SERVING by now
             await self._server.wait_closed()
             self._server = None
 
@@ -150,7 +150,7 @@ class _Servicer(health_grpc.HealthBase):
     def __init__(self, owner: SelfCheck):
         self._owner = owner
         self._status: dict[str, int] = {}
-        self._watchers: set[asyncio.Event] = set()
+        self._watchers: dict[asyncio.Event, int | None] = {}  # a Watch stream's wake-up -> status sent
         self._shutting_down = False
 
     async def set(self, service: str, status: int) -> None:
@@ -159,10 +159,14 @@ class _Servicer(health_grpc.HealthBase):
         self._status[service] = status
         self._notify()
 
-    def enter_graceful_shutdown(self) -> None:
+    async def enter_graceful_shutdown(self, grace: float = 1.0) -> None:
+        """NOT_SERVING for every service from now on; Watch streams get it and end within ``grace``."""
         self._status = dict.fromkeys(self._status, NOT_SERVING)
         self._shutting_down = True
         self._notify()
+        deadline = asyncio.get_running_loop().time() + grace
+        while self._watchers and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.01)
 
     def _notify(self) -> None:
         for event in self._watchers:
@@ -179,15 +183,16 @@ class _Servicer(health_grpc.HealthBase):
     async def Watch(self, stream) -> None:
         request = await stream.recv_message()
         changed = asyncio.Event()
-        self._watchers.add(changed)
+        self._watchers[changed] = None
         try:
-            sent = None
             while True:
                 status = self._status.get(request.service, SERVICE_UNKNOWN)
-                if status != sent:
+                if status != self._watchers[changed]:
                     await stream.send_message(health_pb2.HealthCheckResponse(status=status))
-                    sent = status
+                    self._watchers[changed] = status
+                if self._shutting_down:
+                    return  # the stream ends with its last status (grpclib's close() would leave it hanging)
                 await changed.wait()
                 changed.clear()
         finally:
-            self._watchers.discard(changed)
+            del self._watchers[changed]
