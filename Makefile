@@ -33,7 +33,11 @@ venv: $(VENV)/.installed
 
 # The generated code is checked in; this is the command that regenerates it.
 protos: venv
-	PATH=$(VENV)/bin:$$PATH $(PY) -m grpc_tools.protoc -I . --python_out=. --grpclib_python_out=. --grpc_python_out=. operators/nodeagent/plugin/kubeletapi/*.proto
+	PATH=$(VENV)/bin:$$PATH $(PY) -m grpc_tools.protoc -I . --python_out=. --grpclib_python_out=. operators/nodeagent/plugin/kubeletapi/*.proto
+	@# grpcio's stubs, for the tests' clients only (the agent serves with grpclib; the image has no grpcio)
+	rm -rf .cache/protos && mkdir -p .cache/protos
+	$(PY) -m grpc_tools.protoc -I . --grpc_python_out=.cache/protos operators/nodeagent/plugin/kubeletapi/*.proto
+	cp .cache/protos/operators/nodeagent/plugin/kubeletapi/*_pb2_grpc.py tests/grpcio_stubs/
 
 lab-modules:
 	lab/gen-modules.sh

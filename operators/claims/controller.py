@@ -67,6 +67,12 @@ class ClaimsController:
         self.pod_groups = Store({"claim": pg.group_claim_keys, "template": pg.group_template_keys})
         self.deleted_pods = UidCache()  # upstream's deletedObjects: Pods and PodGroups
         self._uncertain_creates: set[str] = set()  # Pod UIDs whose claim create lost its answer
+        # Pod UIDs whose last sync failed (a template missing, an API error): read afresh before
+        # the next one. What unblocks such a Pod (its template, seen by a watch event or a GET)
+        # can reach us before the Pod's own later changes on the Pod watch: a status entry that
+        # says no claim is needed, written before the template was created, would otherwise be
+        # missed and a claim created (seen in test_claims_vs_upstream status_entry_without_name).
+        self._stale_pods: set[str] = set()
         self.events = EventRecorder(kube, EVENT_COMPONENT)
         self.queue = WorkQueue("resource_claim", self.sync, workers=workers)
 
@@ -75,6 +81,7 @@ class ClaimsController:
     def on_pod(self, pod: d.Obj, deleted: bool) -> None:
         if deleted:
             self.pods.delete(pod)
+            self._stale_pods.discard(pod["metadata"].get("uid"))
         else:
             self.pods.upsert(pod)
         self._enqueue_pod(pod, deleted)
@@ -157,6 +164,8 @@ class ClaimsController:
     async def sync_pod(self, namespace: str, name: str) -> None:
         pod = self.pods.get(f"{namespace}/{name}")
         logger = log.bind(pod=f"{namespace}/{name}")
+        if pod is not None and pod["metadata"]["uid"] in self._stale_pods:
+            pod = await self._fresh_pod(pod)
         if pod is None or pod["metadata"].get("deletionTimestamp") or rc.is_terminal(pod):
             return
         try:
@@ -173,6 +182,7 @@ class ClaimsController:
             try:
                 created = await self._handle_claim(pod, group, pod_claim, logger)
             except (ClaimError, ApiError) as e:
+                self._stale_pods.add(pod["metadata"]["uid"])
                 message = f"PodResourceClaim {pod_claim.get('name')}: {e}"
                 await self.events.event(pod, WARNING, "FailedResourceClaimCreation", message)
                 if isinstance(e, ClaimError) and not e.retry:
@@ -220,6 +230,19 @@ class ClaimsController:
                                 feature="DRAWorkloadResourceClaims", claim=key_of(claim))
                     continue
                 await self._reserve(consumer, claim, logger)
+
+    async def _fresh_pod(self, cached: d.Obj) -> d.Obj | None:
+        """The Pod as the API server has it now (None: gone, or another Pod by that name)."""
+        namespace, name = cached["metadata"]["namespace"], cached["metadata"]["name"]
+        try:
+            pod = await self.kube.get_or_none(PODS, name, namespace)
+        except (ApiError, ConnectionLost) as e:
+            raise RetryableError(f"get pod {namespace}/{name}: {e}") from e
+        self._stale_pods.discard(cached["metadata"]["uid"])
+        if pod is None or pod["metadata"].get("uid") != cached["metadata"]["uid"]:
+            return None
+        self.pods.upsert(pod)
+        return self.pods.get(f"{namespace}/{name}")
 
     async def _handle_claim(self, pod: d.Obj, group: d.Obj | None, pod_claim: d.Obj, logger) -> str | None:
         """Make sure the pod claim has its claim; return the name to record in the Pod status

@@ -8,9 +8,8 @@ from pathlib import Path
 
 import grpc
 
-from operators.nodeagent.plugin.kubeletapi import (dra_v1_pb2, dra_v1_pb2_grpc, dra_v1beta1_pb2,
-                                                   dra_v1beta1_pb2_grpc, pluginregistration_v1_pb2,
-                                                   pluginregistration_v1_pb2_grpc)
+from operators.nodeagent.plugin.kubeletapi import dra_v1_pb2, dra_v1beta1_pb2, pluginregistration_v1_pb2
+from tests.grpcio_stubs import dra_v1_pb2_grpc, dra_v1beta1_pb2_grpc, pluginregistration_v1_pb2_grpc
 
 KNOWN_SERVICES = ["v1.DRAPlugin", "v1beta1.DRAPlugin"]  # what a 1.37 kubelet knows
 

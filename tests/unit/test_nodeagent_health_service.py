@@ -14,9 +14,9 @@ from grpclib.server import Server
 
 from operators.nodeagent.health import LOST, XID, HealthEvent, HealthTracker
 from operators.nodeagent.plugin import health_report, health_service
-from operators.nodeagent.plugin.kubeletapi import (dra_health_v1_pb2, dra_health_v1_pb2_grpc,
-                                                   dra_health_v1alpha1_pb2, dra_health_v1alpha1_pb2_grpc)
+from operators.nodeagent.plugin.kubeletapi import dra_health_v1_pb2, dra_health_v1alpha1_pb2
 from operators.nodeagent.plugin.server import SUPPORTED_SERVICES
+from tests.grpcio_stubs import dra_health_v1_pb2_grpc, dra_health_v1alpha1_pb2_grpc
 
 DRIVER, NODE = "gpu.sim.test", "node-a"
 

@@ -17,8 +17,8 @@ from grpclib.exceptions import GRPCError
 from grpclib.health.v1 import health_grpc, health_pb2
 
 from operators.nodeagent.plugin import liveness
-from operators.nodeagent.plugin.kubeletapi import (dra_v1_pb2, dra_v1_pb2_grpc, pluginregistration_v1_pb2,
-                                                   pluginregistration_v1_pb2_grpc)
+from operators.nodeagent.plugin.kubeletapi import dra_v1_pb2, pluginregistration_v1_pb2
+from tests.grpcio_stubs import dra_v1_pb2_grpc, pluginregistration_v1_pb2_grpc
 
 
 class _Registration(pluginregistration_v1_pb2_grpc.RegistrationServicer):
