@@ -89,3 +89,14 @@ async def test_a_snapshot_on_open_then_every_change_then_again_before_kubelets_t
     stream.cancel()
     await asyncio.sleep(0.1)
     assert served.feed.streams == 0
+
+
+async def test_the_streams_end_when_the_agent_stops(served):
+    """kubelet sees its stream end (and re-opens it to the next agent) rather than a stream
+    cancelled without an end when the server closes."""
+    stream = dra_health_v1_pb2_grpc.DRAResourceHealthStub(served.channel).NodeWatchResources(
+        dra_health_v1_pb2.NodeWatchResourcesRequest())
+    assert health(await asyncio.wait_for(stream.read(), 5))
+    await served.feed.close(grace=2)
+    assert await asyncio.wait_for(stream.read(), 5) is grpc.aio.EOF
+    assert (await stream.code()) == grpc.StatusCode.OK and served.feed.streams == 0

@@ -31,6 +31,7 @@ class HealthFeed:
 
     def __init__(self) -> None:
         self._listeners: set[asyncio.Event] = set()
+        self.closed = False
 
     def subscribe(self) -> asyncio.Event:
         event = asyncio.Event()
@@ -43,6 +44,16 @@ class HealthFeed:
     def changed(self) -> None:
         for event in self._listeners:
             event.set()
+
+    async def close(self, grace: float) -> None:
+        """End the open streams (the agent stops): each returns, so kubelet sees the stream end
+        (and opens a new one to the next agent) instead of a stream cancelled without an end,
+        which is what grpclib's server close() leaves. Waits up to ``grace`` seconds for them."""
+        self.closed = True
+        self.changed()
+        deadline = asyncio.get_running_loop().time() + grace
+        while self._listeners and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.01)
 
     @property
     def streams(self) -> int:
@@ -80,7 +91,7 @@ class _HealthStream:
         last: list[health_report.DeviceReport] | None = None
         sent = 0.0
         try:
-            while True:
+            while not self.feed.closed:
                 reports = self._snapshot()
                 if reports != last or time.monotonic() - sent >= self.resend:
                     if reports != last:

@@ -177,6 +177,7 @@ class KubeletPlugin:
         await server.wait_closed()
 
     async def stop(self) -> None:
+        await self.health_feed.close(grace=STOP_GRACE)
         # Registration first, so kubelet stops sending calls before the service goes.
         for server in reversed(self._servers):
             await self._close(server, grace=STOP_GRACE)
