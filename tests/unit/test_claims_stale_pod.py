@@ -73,3 +73,25 @@ async def test_a_pod_that_synced_fine_is_not_read_again():
     controller.on_pod(copy.deepcopy(POD), False)  # the API server has no such Pod: a GET would say so
     await controller.sync_pod("ns", "skipper")
     assert [plural for plural, _ in kube.created] == ["resourceclaims"]
+
+
+async def test_an_api_server_that_cannot_answer_the_reread_makes_the_sync_retry_and_read_again():
+    kube = Kube()
+    controller = ClaimsController(kube)
+    controller.on_pod(copy.deepcopy(POD), False)
+    with pytest.raises(RetryableError):
+        await controller.sync_pod("ns", "skipper")  # no template: the Pod is now stale
+
+    async def unavailable(resource, name, namespace=None):
+        raise ApiError(503, {"reason": "ServiceUnavailable", "message": "etcd leader changed"})
+    kube.get_or_none = unavailable
+    with pytest.raises(RetryableError, match="get pod ns/skipper"):
+        await controller.sync_pod("ns", "skipper")
+    assert "u-pod" in controller._stale_pods  # still to be read before the next try
+
+    del kube.get_or_none  # the API server answers again: a new Pod by that name (another UID)
+    kube.objects["pods", "skipper"] = {**POD, "metadata": {**POD["metadata"], "uid": "u-other"}}
+    kube.objects["resourceclaimtemplates", "later"] = TEMPLATE
+    controller.on_template(copy.deepcopy(TEMPLATE), False)
+    await controller.sync_pod("ns", "skipper")  # not this Pod any more: its own events will bring it
+    assert [plural for plural, _ in kube.created] == ["events"] and "u-pod" not in controller._stale_pods
