@@ -123,6 +123,9 @@ async def test_node_agent_with_its_own_service_account(base, lab, kube, tmp_path
     node.agent.kubeconfig = kubeconfig
     node.agent.extra_env["NODE_NAME"] = "lab-node-0"
     allowed = allow_driver(lab, node.driver)  # as the policy's comment tells users of another driver
+    # The API server reads policies through an informer: the patch takes effect a moment later,
+    # and a slice published before then is denied (the agent retries, but logs the 403).
+    await allowed.wait_admitted(kubeconfig, "lab-node-0", unique)
     node.agent.start()
     try:
         await kube.create(DEVICE_CLASSES, objects.device_class(node.driver, node.driver))
@@ -165,7 +168,7 @@ class allow_driver:
     """Add ``driver`` to the live admission policy's allowedDrivers (undo() restores it)."""
 
     def __init__(self, lab, driver: str):
-        self.lab = lab
+        self.lab, self.driver = lab, driver
         policy = json.loads(lab.kubectl("get", "validatingadmissionpolicy", POLICY, "-o", "json").stdout)
         [self.variable] = [i for i, v in enumerate(policy["spec"]["variables"]) if v["name"] == "allowedDrivers"]
         self.original = policy["spec"]["variables"][self.variable]["expression"]
@@ -175,6 +178,20 @@ class allow_driver:
     def _set(self, expression: str) -> None:
         patch = [{"op": "replace", "path": f"/spec/variables/{self.variable}/expression", "value": expression}]
         self.lab.kubectl("patch", "validatingadmissionpolicy", POLICY, "--type=json", "-p", json.dumps(patch))
+
+    async def wait_admitted(self, kubeconfig: Path, node: str, unique: str) -> None:
+        """Until a dry-run create of a slice of the driver, with the agent's token, is admitted."""
+        probe = objects.resource_slice(f"probe-{unique}", self.driver, node, [objects.device("gpu-0")])
+        async with Kube(await _client(kubeconfig)) as agent_kube:
+            async def admitted() -> bool:
+                try:
+                    await agent_kube.create(RESOURCE_SLICES, probe, dry_run=True)
+                except ApiError as e:
+                    if "may not write ResourceSlices of driver" not in e.message:
+                        raise
+                    return False
+                return True
+            await wait_for(admitted, what=f"the admission policy to admit driver {self.driver}")
 
     def undo(self) -> None:
         self._set(self.original)
