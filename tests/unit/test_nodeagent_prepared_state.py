@@ -149,6 +149,22 @@ async def test_a_removed_checkpoint_is_rebuilt_from_the_specs_not_read_as_empty(
     assert [c["uid"] for c in json.loads(again.checkpoint_path.read_text())["preparedClaims"]] == ["u1"]
 
 
+async def test_a_prepared_claim_whose_gpu_is_gone_keeps_its_spec_and_the_agent_starts(root):
+    model = h100_box()
+    backend = NvmlBackend(NV, nvml=model, dev_root=str(root / "dev"), proc_root=str(root))
+    plugin = make_plugin(root, backend, NV)
+    await plugin.recover()
+    plugin.prepared["u1"] = prepare(plugin, "u1", f"gpu-{model.gpus[0].minor}")
+    record = plugin.prepared["u1"]
+    record.devices[0].device = "gpu-99"  # as if the GPU fell off the bus since
+    checkpoint.save(plugin.checkpoint_path, plugin.prepared)
+    written = plugin._spec_path("u1").read_text()
+    again = make_plugin(root, backend, NV)
+    await again.recover()
+    await again.check_specs()
+    assert again._spec_path("u1").read_text() == written and list(again.prepared) == ["u1"]
+
+
 def test_a_failed_configuration_leaves_no_spec(root):
     model = h100_box()
     plugin = make_plugin(root, NvmlBackend(NV, nvml=model, dev_root=str(root / "dev"), proc_root=str(root)), NV)

@@ -297,10 +297,18 @@ class KubeletPlugin:
                 self._rebuild_failures[record.uid] = str(e)
         plan = reconcile.plan_specs(expected, on_disk, self.prepared)
         for uid in plan.orphans:
-            self._remove_orphan(files[uid], on_disk[uid])
+            try:
+                self._remove_orphan(files[uid], on_disk[uid])
+            except OSError as e:  # tried again at the next check; never a reason not to start
+                self.log.error("cannot remove the CDI spec of a claim that is not prepared", spec=str(files[uid]),
+                               error=str(e))
         for uid, why in plan.write.items():
             record = self.prepared[uid]
-            path = cdi.write_spec(self.cdi_root, cdi.spec_file_name(self.driver, uid), expected[uid])
+            try:
+                path = cdi.write_spec(self.cdi_root, cdi.spec_file_name(self.driver, uid), expected[uid])
+            except OSError as e:
+                self.log.error("cannot write the CDI spec of a prepared claim again", uid=uid, error=str(e))
+                continue
             message = (f"the CDI spec {path} of this prepared claim {why}: written again from the node agent's "
                        f"checkpoint, so its containers can start (something removed or changed it)")
             self.log.warning("restored the CDI spec of a prepared claim", claim=f"{record.namespace}/{record.name}",
@@ -421,6 +429,9 @@ class KubeletPlugin:
                 apply(d.device, d.config)
             except BackendError as e:
                 raise PrepareError(f"ResourceClaim {record.namespace}/{record.name}: device {d.device}: {e}") from e
+            except KeyError as e:  # gone since it was prepared (a GPU lost): nothing to configure
+                raise PrepareError(f"ResourceClaim {record.namespace}/{record.name}: device {d.device} is not "
+                                   f"known to the {self.agent.backend.name} backend") from e
 
     def _release_configs(self, record: PreparedClaim | None) -> None:
         release = getattr(self.agent.backend, "release_config", None)
