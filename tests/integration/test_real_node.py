@@ -386,6 +386,7 @@ async def test_a_spec_lost_under_a_running_pod_is_restored_and_the_container_res
     sandbox lives, the agent re-created (as its DaemonSet does), kubelet restarted, the container
     killed: kubelet starts it again in the same sandbox, with no prepare, so only a spec the agent
     wrote again lets it start. Then once more with the agent running all along."""
+    assert await wait_for(lambda: _true(agent.registered()), timeout=30, what="registration with kubelet")
     await rkube.create(RESOURCE_CLAIMS, objects.resource_claim("lost", DRIVER), ns)
     body = busybox_pod("lost", {"gpu": {"resourceClaimName": "lost"}}, script=HOLD)
     body["spec"]["restartPolicy"] = "Always"
