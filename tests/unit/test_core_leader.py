@@ -22,6 +22,8 @@ class LeaseApi:
         self.version = 0
         self.fail: list[BaseException] = []
         self.hang = False
+        self.late_answer = 0.0  # the next write is answered this late; later calls hang
+        self.written_at = 0.0
 
     async def _call(self):
         if self.hang:
@@ -49,6 +51,10 @@ class LeaseApi:
         self.version += 1
         body = {**body, "metadata": {**body["metadata"], "resourceVersion": str(self.version)}}
         self.lease = body
+        self.written_at = asyncio.get_running_loop().time()
+        if self.late_answer:
+            delay, self.late_answer, self.hang = self.late_answer, 0.0, True
+            await asyncio.sleep(delay)
         return body
 
 
@@ -115,6 +121,29 @@ async def test_a_leader_cut_off_stops_acting_before_its_lease_ends_and_gives_up(
     assert stopped_acting < e.lease_duration  # nobody else can hold the Lease yet
     await asyncio.wait_for(lost.wait(), 5)
     await task
+
+
+async def test_a_renewal_answered_late_counts_from_when_it_was_sent():
+    """The server wrote the Lease, the answer came late (a GC pause, SIGSTOP, a slow proxy), then
+    the API went away: the leader must stop acting before the Lease can expire for anyone else,
+    who counts from the write, not from when our answer arrived."""
+    api = LeaseApi()
+    e = elector(api)
+    started = asyncio.Event()
+
+    async def on_started():
+        started.set()
+
+    task = asyncio.create_task(e.run(on_started, lambda: asyncio.sleep(0)))
+    await asyncio.wait_for(started.wait(), 5)
+    api.late_answer = 0.5  # under the renew deadline (0.6): the renewal succeeds
+    loop = asyncio.get_running_loop()
+    while not api.hang:
+        await asyncio.sleep(0.01)
+    while e.may_act():
+        await asyncio.sleep(0.01)
+    assert loop.time() < api.written_at + e.lease_duration, "acted while another replica could hold the Lease"
+    task.cancel()
 
 
 async def test_release_stops_renewal_first_so_the_lease_stays_free():
