@@ -101,6 +101,9 @@ class RetryPolicy:
     connect_timeout: float = 10.0  # TCP and TLS set-up; a black-holed server must not take a minute
 
 
+RATE_LIMIT_WAIT = 60.0  # the longest wait for the client-side rate limit of a request without a timeout
+
+
 def is_idempotent(method: str, content_type: str) -> bool:
     if method in ("GET", "HEAD", "PUT", "DELETE"):
         return True
@@ -167,6 +170,16 @@ class Kube:
         configuration.ssl_ca_cert = ca_file
         return cls(_ApiClient(configuration))
 
+    def for_leader_election(self) -> "Kube":
+        """A client of its own for leader election, as kube-controller-manager builds its
+        ``leaderElectionClient`` from a separate rest config (cmd/kube-controller-manager/app/
+        controllermanager.go): its own connection pool and no client-side rate limit, so a renewal
+        never queues behind the workers' requests (DRA_API_QPS) or connections. Each request is
+        tried once (see ``without_retries``). Close it when done."""
+        api = _ApiClient(self._api.configuration)
+        _trust_env_only_for_proxies(api)
+        return Kube(api, RetryPolicy(attempts=1), None)
+
     def without_retries(self) -> "Kube":
         """The same connection pool, each request tried once (for callers with their own
         schedule, such as leader election, whose every try must fit in its renew deadline)."""
@@ -220,8 +233,12 @@ class Kube:
                             body: Any, content_type: str, timeout: float | None, raw_text: bool = False,
                             stop_at: str | None = None) -> Any:
         query = [(k, v) for k, v in (params or []) if v is not None]
-        if self.limiter is not None and (delay := self.limiter.reserve()) > 0:
-            await asyncio.sleep(delay)
+        if self.limiter is not None and not await self.limiter.take(max_wait=timeout or RATE_LIMIT_WAIT):
+            # client-go's rate.Limiter.Wait fails the same way when the wait would pass the
+            # request's deadline; nothing was sent, so it is retried as the server's 429 is.
+            raise ApiError(429, {"reason": "TooManyRequests", "message": (
+                f"client-side rate limit (DRA_API_QPS={self.limiter.rate:g}): the request would wait "
+                f"longer than its timeout of {timeout or RATE_LIMIT_WAIT:g}s")}, method, path)
         try:
             response = await self._api.call_api(
                 path,

@@ -51,6 +51,7 @@ class LeaderElector:
         self._last_renewed = 0.0
         self._observed: tuple[str, str] | None = None  # (holder, renewTime) last seen
         self._observed_at = 0.0
+        self.own_client: Kube | None = None  # closed by release()
         self.log = log.bind(lease=f"{namespace}/{name}", identity=self.identity)
 
     def _body(self, lease: dict | None, acquire: bool) -> dict:
@@ -145,6 +146,13 @@ class LeaderElector:
         if task is not None and task is not asyncio.current_task():
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
+        try:
+            await self._release()
+        finally:
+            if self.own_client is not None:
+                await self.own_client.close()
+
+    async def _release(self) -> None:
         if not self.is_leader:
             return
         self.is_leader = False
@@ -176,9 +184,12 @@ async def act_when_leader(kube: Kube, settings: "Settings", lease: str, queue: "
         await start()
         return None
     duration = settings.leader_election_lease_duration
-    elector = LeaderElector(kube, lease, election_namespace(settings.leader_election_namespace),
+    # A client of its own: renewals must not wait behind the workers' rate limit or connections.
+    own = kube.for_leader_election() if hasattr(kube, "for_leader_election") else None
+    elector = LeaderElector(own or kube, lease, election_namespace(settings.leader_election_namespace),
                             lease_duration=duration, renew_deadline=duration * 2 / 3,
                             retry_period=max(0.5, duration / 7.5))
+    elector.own_client = own
     queue.gate = elector.may_act
 
     async def lost() -> None:
