@@ -24,6 +24,8 @@ import tenacity
 from kubernetes_asyncio import client, config
 
 from . import wirejson
+from . import apihealth
+from .apihealth import OUTAGE_STATUSES, ApiHealth
 from .logging import get_logger
 from .ratelimit import TokenBucket
 from .resources import Resource
@@ -86,7 +88,7 @@ class ConnectionLost(Exception):
 # What is worth another attempt: the transport failing, or the server saying "not now".
 TRANSPORT_ERRORS = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, asyncio.TimeoutError,
                     ConnectionError, OSError)
-RETRIED_STATUSES = frozenset({429, 500, 502, 503, 504})
+RETRIED_STATUSES = OUTAGE_STATUSES
 
 
 @dataclass(frozen=True)
@@ -136,10 +138,11 @@ class Kube:
     """One connection pool to one API server."""
 
     def __init__(self, api_client: client.ApiClient, retry: RetryPolicy = RetryPolicy(),
-                 limiter: TokenBucket | None = None):
+                 limiter: TokenBucket | None = None, health: ApiHealth | None = None):
         self._api = api_client
         self.retry = retry
         self.limiter = limiter
+        self.health = health or apihealth.PROCESS
 
     @classmethod
     async def connect(cls, kubeconfig: str | None = None, context: str | None = None, *,
@@ -178,12 +181,12 @@ class Kube:
         tried once (see ``without_retries``). Close it when done."""
         api = _ApiClient(self._api.configuration)
         _trust_env_only_for_proxies(api)
-        return Kube(api, RetryPolicy(attempts=1), None)
+        return Kube(api, RetryPolicy(attempts=1), None, self.health)
 
     def without_retries(self) -> "Kube":
         """The same connection pool, each request tried once (for callers with their own
         schedule, such as leader election, whose every try must fit in its renew deadline)."""
-        return Kube(self._api, RetryPolicy(attempts=1), self.limiter)
+        return Kube(self._api, RetryPolicy(attempts=1), self.limiter, self.health)
 
     @property
     def host(self) -> str:
@@ -259,7 +262,12 @@ class Kube:
             finally:
                 response.release()
         except TRANSPORT_ERRORS as e:
+            self.health.failed(f"{method} {path}: {type(e).__name__}: {e}")
             raise ConnectionLost(method, path, e) from e
+        if response.status in OUTAGE_STATUSES:
+            self.health.failed(f"{method} {path}: HTTP {response.status}")
+        else:
+            self.health.answered()
         text = raw.decode(errors="replace") if raw else ""
         if raw_text and 200 <= response.status <= 299:
             return text
