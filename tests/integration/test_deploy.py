@@ -285,3 +285,26 @@ async def _phase(kube, namespace, name, phase):
 
 async def _gone(kube, namespace, name):
     return await kube.get_or_none(PODS, name, namespace) is None
+
+
+LEASE_HOLDERS = {"dra-claims": "claims", "dra-taints": "taints", "dra-binding": "binding",
+                 "dra-poolstatus": "poolstatus"}
+
+
+def _can(lab, account: str, verb: str, resource: str) -> bool:
+    answer = lab.kubectl("auth", "can-i", verb, resource, "-n", NAMESPACE,
+                         f"--as=system:serviceaccount:{NAMESPACE}:{account}", check=False)
+    assert answer.stdout.strip() in ("yes", "no"), answer.stderr
+    return answer.stdout.strip() == "yes"
+
+
+def test_each_operator_may_hold_its_own_lease_only(base, lab):
+    """The leader-election Roles name their Lease (resourceNames): a compromised operator cannot
+    take or renew another's Lease. create cannot be limited by name in RBAC, so it stays."""
+    for account, operator in LEASE_HOLDERS.items():
+        for other in LEASE_HOLDERS.values():
+            lease = f"leases.coordination.k8s.io/dra-operators-{other}"
+            assert _can(lab, account, "update", lease) == (other == operator), (account, "update", lease)
+            assert _can(lab, account, "get", lease) == (other == operator), (account, "get", lease)
+        assert _can(lab, account, "create", "leases.coordination.k8s.io")
+        assert not _can(lab, account, "delete", f"leases.coordination.k8s.io/dra-operators-{operator}")
