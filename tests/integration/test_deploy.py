@@ -159,25 +159,30 @@ async def test_node_agent_with_its_own_service_account(base, lab, kube, tmp_path
 
 
 POLICY = "dra-operators-nodeagent-own-slices"
+POLICIES = (POLICY, "dra-operators-nodeagent-own-claims")  # both list the node agent's drivers
 
 
 class allow_driver:
-    """Add ``driver`` to the live admission policy's allowedDrivers (undo() restores it)."""
+    """Add ``driver`` to the live admission policies' allowedDrivers (undo() restores them)."""
 
     def __init__(self, lab, driver: str):
         self.lab = lab
-        policy = json.loads(lab.kubectl("get", "validatingadmissionpolicy", POLICY, "-o", "json").stdout)
-        [self.variable] = [i for i, v in enumerate(policy["spec"]["variables"]) if v["name"] == "allowedDrivers"]
-        self.original = policy["spec"]["variables"][self.variable]["expression"]
-        drivers = yaml.safe_load(self.original) + [driver]  # a CEL list of strings is a YAML flow list
-        self._set(json.dumps(drivers))
+        self.originals: dict[str, tuple[int, str]] = {}
+        for name in POLICIES:
+            policy = json.loads(lab.kubectl("get", "validatingadmissionpolicy", name, "-o", "json").stdout)
+            [variable] = [i for i, v in enumerate(policy["spec"]["variables"]) if v["name"] == "allowedDrivers"]
+            original = policy["spec"]["variables"][variable]["expression"]
+            self.originals[name] = (variable, original)
+            drivers = yaml.safe_load(original) + [driver]  # a CEL list of strings is a YAML flow list
+            self._set(name, variable, json.dumps(drivers))
 
-    def _set(self, expression: str) -> None:
-        patch = [{"op": "replace", "path": f"/spec/variables/{self.variable}/expression", "value": expression}]
-        self.lab.kubectl("patch", "validatingadmissionpolicy", POLICY, "--type=json", "-p", json.dumps(patch))
+    def _set(self, name: str, variable: int, expression: str) -> None:
+        patch = [{"op": "replace", "path": f"/spec/variables/{variable}/expression", "value": expression}]
+        self.lab.kubectl("patch", "validatingadmissionpolicy", name, "--type=json", "-p", json.dumps(patch))
 
     def undo(self) -> None:
-        self._set(self.original)
+        for name, (variable, original) in self.originals.items():
+            self._set(name, variable, original)
 
 
 async def test_admission_policy_holds_in_an_overlay_that_renames_the_namespace(base, lab, kube, tmp_path, unique):
