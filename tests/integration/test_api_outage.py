@@ -67,7 +67,8 @@ async def test_an_api_outage_is_ridden_out_and_work_resumes_within_seconds(lab, 
             assert operator.proc.poll() is None
             assert all(during), "liveness failed during the outage"
             await wait_for(lambda: asyncio.to_thread(lambda: _healthz(operator)["claims"]["api"]["available"]),
-                           timeout=30, what="/healthz to report the API back", describe=lambda: asyncio.to_thread(_healthz, operator))
+                           timeout=30, what="/healthz to report the API back",
+                           describe=lambda: asyncio.to_thread(lambda: json.dumps(_healthz(operator))))
             print(f"API outage of {OUTAGE:.0f}s (503 from a proxy, {proxy.refused} requests refused): "
                   f"the operator kept running; a new Pod's claim {recovered:.1f}s after the end")
             assert recovered < 30, f"work resumed {recovered:.1f}s after the outage, not within seconds"
