@@ -36,7 +36,7 @@ import threading
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 PROXY_NAME = "kube-apiserver"
 BLACK_HOLE = ("black-hole-upstream", "black-hole-downstream")
@@ -272,7 +272,8 @@ class HttpFaultProxy:
     through. Runs its own event loop in a thread, like toxiproxy a process of its own.
 
     ``fail(seconds)``: from now on every request is answered 503 and every open answer (watches)
-    is cut, for ``seconds`` or until ``heal()``."""
+    is cut, for ``seconds`` or until ``heal()``. ``hold_answers`` and ``refuse`` do the same for
+    some requests only (a slow answer to one write; one kind of request failing)."""
 
     def __init__(self, upstream: str, ca_file: Path, serving: tuple[Path, Path], client_cert: tuple[Path, Path],
                  port: int = 0):
@@ -284,7 +285,10 @@ class HttpFaultProxy:
         self._open: set[Any] = set()  # transports of answers being streamed
         self._timer: threading.Timer | None = None
         self._lock = threading.Lock()
-        self.requests = self.refused = 0
+        self.requests = self.refused = self.held = 0
+        self._hold: tuple[Callable[[str, str], bool], float] | None = None
+        self._refuse: Callable[[str, str], bool] | None = None
+        self._handlers: set[asyncio.Task] = set()
 
     @property
     def server(self) -> str:
@@ -325,6 +329,16 @@ class HttpFaultProxy:
 
     def heal(self) -> None:
         self._failing = False
+        self._hold = self._refuse = None
+
+    def hold_answers(self, match: Callable[[str, str], bool], seconds: float) -> None:
+        """Requests ``match(method, path)`` accepts reach kube-apiserver at once; their answers are
+        written ``seconds`` later (``held`` counts them). Until ``heal``."""
+        self._hold = (match, seconds)
+
+    def refuse(self, match: Callable[[str, str], bool]) -> None:
+        """Answer 503 to the requests ``match(method, path)`` accepts, until ``heal``."""
+        self._refuse = match
 
     @property
     def failing(self) -> bool:
@@ -362,6 +376,11 @@ class HttpFaultProxy:
 
     async def _stop(self) -> None:
         self._cut_open()
+        # An answer streamed to a client that is gone (a killed operator's watch) waits for the
+        # next chunk from kube-apiserver, a bookmark a minute away: the runner's cleanup would wait
+        # for it.
+        for handler in list(self._handlers):
+            handler.cancel()
         await self._session.close()  # ends the handlers still streaming (watches) first
         await self._runner.cleanup()
 
@@ -369,7 +388,8 @@ class HttpFaultProxy:
         from aiohttp import web
 
         self.requests += 1
-        if self._failing:
+        refuse = self._refuse
+        if self._failing or (refuse is not None and refuse(request.method, request.path)):
             self.refused += 1
             return web.json_response(unavailable_status("the lab's HTTP proxy answers 503 (HttpFaultProxy.fail)"),
                                      status=503)
@@ -381,10 +401,18 @@ class HttpFaultProxy:
         except Exception as e:  # noqa: BLE001 - the backend is away: a proxy says 503
             return web.json_response(unavailable_status(f"the lab's HTTP proxy cannot reach kube-apiserver: {e}"),
                                      status=503)
+        hold = self._hold
+        if hold is not None and hold[0](request.method, request.path):
+            self.held += 1
+            await asyncio.sleep(hold[1])
         answer = web.StreamResponse(status=upstream.status, headers={
             k: v for k, v in upstream.headers.items() if k.lower() not in HOP_BY_HOP})
         transport = request.transport
         self._open.add(transport)
+        handler = asyncio.current_task()
+        if handler is not None:
+            self._handlers.add(handler)
+            handler.add_done_callback(self._handlers.discard)
         try:
             await answer.prepare(request)
             async for chunk in upstream.content.iter_any():

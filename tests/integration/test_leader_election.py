@@ -4,6 +4,8 @@ the leader dies; a leader frozen past its Lease stops instead of acting again.""
 from __future__ import annotations
 
 import asyncio
+import datetime
+import json
 import os
 import signal
 import time
@@ -14,8 +16,8 @@ from operators.core.resources import LEASES
 
 from .claims_env import ClaimsEnv
 from .operator_process import OperatorProcess
-from .test_claims_operator import _all_running_with_one_claim_each, _burst
-from .waiting import wait_for
+from .test_claims_operator import _all_running_with_one_claim_each, _burst, tmpl
+from .waiting import wait_for, wait_for_object
 
 LEASE = "dra-operators-claims"
 
@@ -118,3 +120,82 @@ async def test_a_rate_limited_leader_keeps_its_lease_under_load(lab, kube, contr
     finally:
         leader.stop()
         await kube.delete(NAMESPACES, namespace)
+
+
+async def test_a_renewal_answered_late_does_not_extend_the_leadership(lab, kube, controllers, tmp_path, unique):
+    """A leader whose renewal reached the API server but whose answer came late (a frozen
+    process, a slow network) must count its leadership from when it sent the renewal, as
+    client-go's tryAcquireOrRenew does: counted from the answer, it believed it led for up to a
+    renew deadline after the standby, seeing no renewal for a lease duration, had taken over, and
+    created claims beside it. The leader talks through the lab's HTTP proxy: one renewal's answer
+    is held for 90% of the renew deadline, then every Lease request of the leader fails."""
+    from operators.core.resources import NAMESPACES
+    from operators.lab.netfault import HttpFaultProxy
+
+    controllers.use("none")
+    namespace = f"la-{unique}"
+    await kube.create(NAMESPACES, {"metadata": {"name": namespace}})
+    duration, renew_deadline = 10.0, 10.0 * 2 / 3  # as act_when_leader derives it
+    env = {"DRA_LEADER_ELECTION": "true", "DRA_LEADER_ELECTION_NAMESPACE": namespace,
+           "DRA_LEADER_ELECTION_LEASE_DURATION": str(int(duration))}
+    proxy = HttpFaultProxy(lab.server, lab.pki.ca_cert, (lab.pki.serving_cert, lab.pki.serving_key),
+                           lab.pki.client("admin")).start()
+    first = OperatorProcess(["claims"], proxy.kubeconfig(lab.kubeconfig, tmp_path / "via-proxy.kubeconfig"),
+                            tmp_path, env=env)
+    first.log = tmp_path / "claims-first.log"
+    second = OperatorProcess(["claims"], lab.kubeconfig, tmp_path, env=env)
+    second.log = tmp_path / "claims-second.log"
+    creating: asyncio.Task | None = None
+    try:
+        first.start()
+        await wait_for(lambda: _async("became leader" in first.log.read_text()), timeout=30, what="first leads")
+        holder = (await kube.get(LEASES, LEASE, namespace))["spec"]["holderIdentity"]
+        second.start()
+        async with ClaimsEnv(kube, f"la{unique}", devices=100) as claims_env:
+            await claims_env.template("t")
+
+            async def keep_creating() -> None:  # work for whoever leads, all along
+                for i in range(100):
+                    await claims_env.pod(f"p{i:03d}", {"gpu": tmpl("t")})
+                    await asyncio.sleep(0.2)
+            creating = asyncio.create_task(keep_creating())
+            await claims_env.claim_of("p000", "gpu")
+
+            def lease_request(method: str, path: str) -> bool:
+                return f"/namespaces/{namespace}/leases/" in path
+            proxy.hold_answers(lambda method, path: method == "PUT" and lease_request(method, path),
+                               renew_deadline * 0.9)
+            await wait_for(lambda: _async(proxy.held > 0), timeout=30, what="a renewal whose answer is held")
+            proxy.refuse(lease_request)  # the leader renews no more, and may not know it yet
+            lease = await wait_for_object(kube, LEASES, LEASE, namespace,
+                                          lambda lease: lease["spec"].get("holderIdentity") != holder,
+                                          timeout=60, what="the standby to take the Lease")
+            taken_at = _parse_time(lease["spec"]["acquireTime"])
+            await wait_for(lambda: _async(first.proc.poll() is not None), timeout=60, what="the old leader exits")
+            acted = [line for line in _log_lines(first.log) if line.get("event") == "created ResourceClaim"
+                     and _parse_time(line["timestamp"]) > taken_at]
+            assert not acted, f"the old leader created claims after the standby took over at {taken_at}: {acted}"
+            await wait_for(lambda: _async("created ResourceClaim" in second.log.read_text()), timeout=60,
+                           what="the new leader to act")
+    finally:
+        if creating is not None:
+            creating.cancel()
+            await asyncio.gather(creating, return_exceptions=True)
+        for replica in (first, second):
+            replica.stop()
+        proxy.stop()
+        await kube.delete(NAMESPACES, namespace)
+
+
+def _parse_time(text: str) -> datetime.datetime:
+    return datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def _log_lines(path) -> list[dict]:
+    lines = []
+    for text in path.read_text().splitlines():
+        try:
+            lines.append(json.loads(text))
+        except ValueError:
+            continue
+    return lines
