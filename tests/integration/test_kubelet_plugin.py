@@ -420,9 +420,11 @@ async def test_oversized_messages_and_a_thousand_watch_streams_leave_the_agent_s
         after_prefix = _memory_mib(pid)
         assert all(s <= 2 * grpc_limits.WINDOW for s in sent.values()), sent
 
-        async def flood(address: dict, method: str, request: bytes, connections: int = 20, streams: int = 50):
-            opened = [await RawGrpc.connect(**address) for _ in range(connections)]
-            clients.extend(opened)
+        async def flood(address: dict, method: str, request: bytes, over: list[RawGrpc] | None = None,
+                        streams: int = 50):
+            """1,000 calls of ``method``: 50 on each of 20 new connections (or of ``over``)."""
+            opened = over or [await RawGrpc.connect(**address) for _ in range(20)]
+            clients.extend(c for c in opened if c not in clients)
             calls = [(c, c.start(method, request)) for c in opened for _ in range(streams)]
 
             async def answered():
@@ -430,24 +432,30 @@ async def test_oversized_messages_and_a_thousand_watch_streams_leave_the_agent_s
             await wait_for(answered, what=f"{len(calls)} {method} streams answered or refused")
             watching = [c.calls[s] for c, s in calls if c.calls[s].data and not c.calls[s].done.is_set()]
             refused = [c.calls[s] for c, s in calls if c.calls[s].status == "8"]
-            return watching, refused
+            return watching, refused, opened
 
         watch = frame(health_pb2.HealthCheckRequest(service="liveness").SerializeToString())
-        watching, refused = await flood({"port": port}, "/grpc.health.v1.Health/Watch", watch)
+        watching, refused, connections = await flood({"port": port}, "/grpc.health.v1.Health/Watch", watch)
         assert (len(watching), len(refused)) == (grpc_limits.MAX_WATCHES, 1000 - grpc_limits.MAX_WATCHES)
-        dra_watching, dra_refused = await flood(
+        # Bounded, not merely smaller: 1,000 more on the same connections (the first 10 still
+        # open) add nothing lasting (without the cap each open stream kept about 15 KiB).
+        first = _memory_mib(pid)
+        watching, refused, _ = await flood({"port": port}, "/grpc.health.v1.Health/Watch", watch, over=connections)
+        assert (len(watching), len(refused)) == (0, 1000)
+        assert _memory_mib(pid)["VmRSS"] - first["VmRSS"] < 4, (first, _memory_mib(pid))
+        dra_watching, dra_refused, _ = await flood(
             {"path": dra}, "/v1.DRAResourceHealth/NodeWatchResources",
             frame(dra_health_v1_pb2.NodeWatchResourcesRequest().SerializeToString()))
         assert (len(dra_watching), len(dra_refused)) == (grpc_limits.MAX_WATCHES, 1000 - grpc_limits.MAX_WATCHES)
         flooded = _memory_mib(pid)
 
-        # kubelet is served while the 2,000 streams' connections stay open.
+        # kubelet is served while the 3,000 streams' connections stay open.
         prepared = await node.kubelet.prepare([claim])
         assert not prepared.claims[claim["metadata"]["uid"]].error and prepared.claims[claim["metadata"]["uid"]].devices
         assert (await node.kubelet.register()).endpoint == dra
         assert node.agent.proc.poll() is None and node.agent.live()
         print(f"agent memory (MiB): before {before}, after three 2 GiB prefixes {after_prefix}, "
-              f"after 2 x 1,000 watch streams {flooded}")
+              f"after 3 x 1,000 watch streams {flooded}")
         assert flooded["VmHWM"] - before["VmRSS"] < 48 and flooded["VmHWM"] < 192, (before, after_prefix, flooded)
     finally:
         for client in clients:
