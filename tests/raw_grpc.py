@@ -130,6 +130,11 @@ class RawGrpc:
                 pass
         return sent
 
+    def reset(self, stream_id: int) -> None:
+        """Cancel the call (RST_STREAM CANCEL, as a client whose deadline passed)."""
+        self.h2.reset_stream(stream_id, error_code=8)
+        self._flush()
+
     async def close(self) -> None:
         self._reading.cancel()
         self.writer.close()

@@ -4,6 +4,7 @@ grpc.health.v1 service on a TCP port) fed by a raw HTTP/2 client what no well-be
 from __future__ import annotations
 
 import asyncio
+import socket
 
 import pytest
 from grpclib.health.v1 import health_pb2
@@ -103,3 +104,33 @@ async def test_watch_streams_are_capped_and_check_still_answers(health):
     finally:
         for c in clients:
             await c.close()
+
+
+async def test_calls_past_the_servers_cap_are_refused_until_one_ends():
+    """The cap on calls at once (unary ones too): calls that never send their request hold their
+    places; the next is refused with RESOURCE_EXHAUSTED before its request is read, and a place
+    comes back when a call ends (here: cancelled by its client)."""
+    servicer = liveness.SelfCheck(None, list).servicer
+    await servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+    server = grpc_limits.server([servicer], max_calls=5)
+    sock = socket.create_server(("127.0.0.1", 0))
+    await server.start(sock=sock)
+    client = await RawGrpc.connect(port=sock.getsockname()[1])
+    request = frame(health_pb2.HealthCheckRequest(service="").SerializeToString())
+    try:
+        idle = [client.start(CHECK, end=False) for _ in range(5)]
+        refused = client.start(CHECK, request)
+        await client.calls[refused].done.wait()
+        assert client.calls[refused].status == RESOURCE_EXHAUSTED
+        assert client.calls[refused].message == "too many calls at once on this server (limit 5); retry later"
+        assert not any(client.calls[s].answered for s in idle)
+        client.reset(idle[0])
+        # The reset reaches the server before the next call (one connection, frames in order),
+        # and the cancelled call ends before the new one starts.
+        again = client.start(CHECK, request)
+        await client.calls[again].done.wait()
+        assert client.calls[again].status == "0" and client.calls[again].data
+    finally:
+        await client.close()
+        server.close()
+        await server.wait_closed()
