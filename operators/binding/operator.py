@@ -12,6 +12,7 @@ from ..core.resources import DEVICE_TAINT_RULES, RESOURCE_CLAIMS
 from ..core.runtime import Runtime, runtime_liveness, start_or_undo, stop_runtime
 from ..core.settings import Settings
 from . import decisions as d
+from . import rbac
 from . import preparers
 from .controller import BindingController
 from .metrics import Metrics
@@ -66,7 +67,7 @@ async def start_binding(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -
         # Watches keep the cache warm on a standby; only the leader's workers start preparations,
         # write conditions and taints. A leader that loses its Lease cancels its preparations and
         # exits; the new leader resumes them from the records on the claims.
-        await runtime.lead(config, "dra-operators-binding", controller.queue, stop=controller.stop)
+        await runtime.lead(config, rbac.LEASE, controller.queue, stop=controller.stop)
         log.info("binding operator started", drivers=list(drivers.patterns), preparer=config.binding_preparer,
                  timeout=config.binding_timeout, claims=len(controller.claims),
                  cool_off=config.binding_cool_off if rules else 0, taint_rules=rules.group_version if rules else None,

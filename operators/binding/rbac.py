@@ -27,6 +27,7 @@ from .decisions import DriverFilter
 NAME = "dra-operators:binding"
 SERVICE_ACCOUNT = "dra-binding"
 LEADER_ELECTION = "dra-operators:binding-leader-election"
+LEASE = "dra-operators-binding"  # the Lease the operator elects its leader on (operator.py)
 
 
 def rules(drivers: DriverFilter) -> list[dict[str, Any]]:
@@ -61,11 +62,13 @@ def cluster_role_binding(service_account: str, namespace: str, name: str = NAME)
             "subjects": _subjects(service_account, namespace)}
 
 
-def leader_election_role(namespace: str, name: str = LEADER_ELECTION) -> dict[str, Any]:
+def leader_election_role(namespace: str, name: str = LEADER_ELECTION, lease: str = LEASE) -> dict[str, Any]:
+    """Its own Lease only (``resourceNames``); create cannot be restricted by name in RBAC."""
     return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
             "metadata": {"name": name, "namespace": namespace},
             "rules": [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
-                       "verbs": ["get", "create", "update"]}]}
+                       "resourceNames": [lease], "verbs": ["get", "update"]},
+                      {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]}]}
 
 
 def leader_election_role_binding(service_account: str, namespace: str, name: str = LEADER_ELECTION) -> dict[str, Any]:

@@ -7,7 +7,21 @@ Event posting is switched off (the operators post Events with upstream's reasons
 
 from __future__ import annotations
 
+import itertools
+from typing import Iterator
+
 import kopf
+
+
+class _Endless:
+    """0.5, 1, 1, then 2 s for ever; each request of kopf iterates it afresh (kopf takes any
+    iterable as ``error_backoffs``; one without a length has no last attempt)."""
+
+    def __iter__(self) -> Iterator[float]:
+        return itertools.chain((0.5, 1, 1), itertools.repeat(2))
+
+
+ENDLESS_BACKOFFS = _Endless()
 
 
 def quiet(settings: kopf.OperatorSettings) -> None:
@@ -22,6 +36,9 @@ def quiet(settings: kopf.OperatorSettings) -> None:
     # after a network cut or an API-server restart it could stay blind for that long after the
     # API is back. Short, capped pauses: back within 2 s of the API server; the informers'
     # relist check then finds what changed meanwhile.
-    settings.networking.error_backoffs = (0.5, 1, 1) + (2,) * 17
+    # And never given up: once kopf escalates (5xx, 429 or no answer after its last pause) the
+    # watch's task ends for good and the operator is blind until restarted, so an API outage
+    # longer than the pauses (36 s) killed the watches. client-go's reflector retries forever.
+    settings.networking.error_backoffs = ENDLESS_BACKOFFS
     # Handler errors are retried by the operators' own work queues, never by kopf.
     settings.batching.error_delays = [1, 2, 5, 10, 30]

@@ -24,6 +24,8 @@ import tenacity
 from kubernetes_asyncio import client, config
 
 from . import wirejson
+from . import apihealth
+from .apihealth import OUTAGE_STATUSES, ApiHealth
 from .logging import get_logger
 from .ratelimit import TokenBucket
 from .resources import Resource
@@ -86,7 +88,7 @@ class ConnectionLost(Exception):
 # What is worth another attempt: the transport failing, or the server saying "not now".
 TRANSPORT_ERRORS = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, asyncio.TimeoutError,
                     ConnectionError, OSError)
-RETRIED_STATUSES = frozenset({429, 500, 502, 503, 504})
+RETRIED_STATUSES = OUTAGE_STATUSES
 
 
 @dataclass(frozen=True)
@@ -99,6 +101,9 @@ class RetryPolicy:
     retry_after_cap: float = 10.0
     give_up_after: float = 90.0   # no new attempt after this many seconds (hung connections)
     connect_timeout: float = 10.0  # TCP and TLS set-up; a black-holed server must not take a minute
+
+
+RATE_LIMIT_WAIT = 60.0  # the longest wait for the client-side rate limit of a request without a timeout
 
 
 def is_idempotent(method: str, content_type: str) -> bool:
@@ -133,10 +138,11 @@ class Kube:
     """One connection pool to one API server."""
 
     def __init__(self, api_client: client.ApiClient, retry: RetryPolicy = RetryPolicy(),
-                 limiter: TokenBucket | None = None):
+                 limiter: TokenBucket | None = None, health: ApiHealth | None = None):
         self._api = api_client
         self.retry = retry
         self.limiter = limiter
+        self.health = health or apihealth.PROCESS
 
     @classmethod
     async def connect(cls, kubeconfig: str | None = None, context: str | None = None, *,
@@ -167,10 +173,20 @@ class Kube:
         configuration.ssl_ca_cert = ca_file
         return cls(_ApiClient(configuration))
 
+    def for_leader_election(self) -> "Kube":
+        """A client of its own for leader election, as kube-controller-manager builds its
+        ``leaderElectionClient`` from a separate rest config (cmd/kube-controller-manager/app/
+        controllermanager.go): its own connection pool and no client-side rate limit, so a renewal
+        never queues behind the workers' requests (DRA_API_QPS) or connections. Each request is
+        tried once (see ``without_retries``). Close it when done."""
+        api = _ApiClient(self._api.configuration)
+        _trust_env_only_for_proxies(api)
+        return Kube(api, RetryPolicy(attempts=1), None, self.health)
+
     def without_retries(self) -> "Kube":
         """The same connection pool, each request tried once (for callers with their own
         schedule, such as leader election, whose every try must fit in its renew deadline)."""
-        return Kube(self._api, RetryPolicy(attempts=1), self.limiter)
+        return Kube(self._api, RetryPolicy(attempts=1), self.limiter, self.health)
 
     @property
     def host(self) -> str:
@@ -220,8 +236,12 @@ class Kube:
                             body: Any, content_type: str, timeout: float | None, raw_text: bool = False,
                             stop_at: str | None = None) -> Any:
         query = [(k, v) for k, v in (params or []) if v is not None]
-        if self.limiter is not None and (delay := self.limiter.reserve()) > 0:
-            await asyncio.sleep(delay)
+        if self.limiter is not None and not await self.limiter.take(max_wait=timeout or RATE_LIMIT_WAIT):
+            # client-go's rate.Limiter.Wait fails the same way when the wait would pass the
+            # request's deadline; nothing was sent, so it is retried as the server's 429 is.
+            raise ApiError(429, {"reason": "TooManyRequests", "message": (
+                f"client-side rate limit (DRA_API_QPS={self.limiter.rate:g}): the request would wait "
+                f"longer than its timeout of {timeout or RATE_LIMIT_WAIT:g}s")}, method, path)
         try:
             response = await self._api.call_api(
                 path,
@@ -242,7 +262,12 @@ class Kube:
             finally:
                 response.release()
         except TRANSPORT_ERRORS as e:
+            self.health.failed(f"{method} {path}: {type(e).__name__}: {e}")
             raise ConnectionLost(method, path, e) from e
+        if response.status in OUTAGE_STATUSES:
+            self.health.failed(f"{method} {path}: HTTP {response.status}")
+        else:
+            self.health.answered()
         text = raw.decode(errors="replace") if raw else ""
         if raw_text and 200 <= response.status <= 299:
             return text

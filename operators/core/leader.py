@@ -51,6 +51,7 @@ class LeaderElector:
         self._last_renewed = 0.0
         self._observed: tuple[str, str] | None = None  # (holder, renewTime) last seen
         self._observed_at = 0.0
+        self.own_client: Kube | None = None  # closed by release()
         self.log = log.bind(lease=f"{namespace}/{name}", identity=self.identity)
 
     def _body(self, lease: dict | None, acquire: bool) -> dict:
@@ -93,32 +94,38 @@ class LeaderElector:
             raise
         return True
 
-    async def _attempt(self) -> bool:
+    async def _attempt(self) -> float | None:
         """One try, bounded by the renew deadline; any failure (API error, broken or hung
-        connection, garbage) is a failed try, never the end of the election."""
+        connection, garbage) is a failed try, never the end of the election. Returns when the
+        try began (None: it failed): a success vouches for the Lease from that moment only.
+        The time is taken before the request is sent, as client-go's ``tryAcquireOrRenew``
+        takes ``now`` before its update (tools/leaderelection/leaderelection.go): an answer read
+        late (a GC pause, SIGSTOP or a slow answer between sending and reading) must not extend
+        our lead, because the standby counts the Lease from when the server wrote it."""
+        started = asyncio.get_running_loop().time()
         try:
-            return await asyncio.wait_for(self.try_acquire_or_renew(), self.renew_deadline)
+            return started if await asyncio.wait_for(self.try_acquire_or_renew(), self.renew_deadline) else None
         except asyncio.CancelledError:
             raise
         except Exception as e:  # noqa: BLE001 - an election must survive whatever the API does
             self.log.warning("leader election attempt failed", error=f"{type(e).__name__}: {e}",
                              leader=self.is_leader)
-            return False
+            return None
 
     async def run(self, on_started: Callable[[], Awaitable[None]], on_lost: Callable[[], Awaitable[None]]) -> None:
         """Campaign until leader, call ``on_started``, renew; on losing the Lease call ``on_lost``
         and return (the caller should exit: a fresh process campaigns again as a standby)."""
         loop = asyncio.get_running_loop()
-        while not await self._attempt():
+        while (acquired := await self._attempt()) is None:
             await asyncio.sleep(self.retry_period)
         self.is_leader = True
-        self._last_renewed = loop.time()
+        self._last_renewed = acquired
         self.log.info("became leader")
-        await on_started()
+        await on_started()  # its workers check may_act() before every sync
         while True:
             await asyncio.sleep(self.retry_period)
-            if await self._attempt():
-                self._last_renewed = loop.time()
+            if (renewed := await self._attempt()) is not None:
+                self._last_renewed = renewed
                 continue
             if loop.time() - self._last_renewed >= self.renew_deadline:
                 break
@@ -139,6 +146,13 @@ class LeaderElector:
         if task is not None and task is not asyncio.current_task():
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
+        try:
+            await self._release()
+        finally:
+            if self.own_client is not None:
+                await self.own_client.close()
+
+    async def _release(self) -> None:
         if not self.is_leader:
             return
         self.is_leader = False
@@ -170,9 +184,12 @@ async def act_when_leader(kube: Kube, settings: "Settings", lease: str, queue: "
         await start()
         return None
     duration = settings.leader_election_lease_duration
-    elector = LeaderElector(kube, lease, election_namespace(settings.leader_election_namespace),
+    # A client of its own: renewals must not wait behind the workers' rate limit or connections.
+    own = kube.for_leader_election() if hasattr(kube, "for_leader_election") else None
+    elector = LeaderElector(own or kube, lease, election_namespace(settings.leader_election_namespace),
                             lease_duration=duration, renew_deadline=duration * 2 / 3,
                             retry_period=max(0.5, duration / 7.5))
+    elector.own_client = own
     queue.gate = elector.may_act
 
     async def lost() -> None:

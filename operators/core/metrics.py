@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, start_http_server
 
+from . import apihealth
+
 _served: dict[tuple[str, int], CollectorRegistry] = {}
 
 
@@ -17,6 +19,7 @@ def serve(registry: CollectorRegistry, port: int, address: str = "0.0.0.0") -> N
         if served is not registry:
             served.register(registry)  # a registry is a collector of its own metrics
         return
+    registry.register(apihealth.PROCESS)  # the process' view of the API server, once per port
     start_http_server(port, addr=address, registry=registry)
     _served[(address, port)] = registry
 

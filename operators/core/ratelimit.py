@@ -3,10 +3,16 @@
 A caller takes its token at once and learns how long to wait for it, so nobody sleeps while
 holding a worker, and a caller may also ignore the wait when a longer one applies anyway. The
 work queue's overall retry limit and the taints operator's eviction limits both use it.
+
+The API client's limit (DRA_API_QPS) waits with ``take``, as client-go's request waits with
+``rate.Limiter.Wait``: a wait longer than the caller allows takes no token and fails at once
+(``Wait`` with a context deadline), so the debt stays bounded; a wait that is cancelled gives its
+token back (``Reservation.Cancel``), so abandoned requests do not delay the ones still waiting.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Callable
 
@@ -19,10 +25,36 @@ class TokenBucket:
         self._tokens = float(burst)
         self._last = clock()
 
-    def reserve(self) -> float:
-        """Take a token; return the seconds until it may be used (0: now)."""
+    def _refill(self) -> None:
         now = self._clock()
         self._tokens = min(float(self.burst), self._tokens + (now - self._last) * self.rate)
         self._last = now
+
+    def reserve(self, max_wait: float | None = None) -> float | None:
+        """Take a token; return the seconds until it may be used (0: now). With ``max_wait``,
+        a token that would come later than that is not taken: None."""
+        self._refill()
+        wait = 0.0 if self._tokens >= 1 else (1 - self._tokens) / self.rate
+        if max_wait is not None and wait > max_wait:
+            return None
         self._tokens -= 1
-        return 0.0 if self._tokens >= 0 else -self._tokens / self.rate
+        return wait
+
+    def cancel(self) -> None:
+        """Give back a reserved token that will not be used."""
+        self._refill()
+        self._tokens = min(float(self.burst), self._tokens + 1)
+
+    async def take(self, max_wait: float | None = None) -> bool:
+        """Wait for a token; False (nothing taken) when that would take longer than ``max_wait``.
+        Cancelled while waiting: the token goes back."""
+        wait = self.reserve(max_wait)
+        if wait is None:
+            return False
+        if wait > 0:
+            try:
+                await asyncio.sleep(wait)
+            except asyncio.CancelledError:
+                self.cancel()
+                raise
+        return True

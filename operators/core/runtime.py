@@ -16,6 +16,7 @@ import kopf
 
 from . import diagnose, kopflistings
 from .informer import Handler, Informer
+from .apihealth import OUTAGE_STATUSES
 from .kube import ApiError, ConnectionLost, Kube
 from .leader import act_when_leader
 from .logging import get_logger
@@ -54,7 +55,7 @@ class Runtime:
                 await self.kube.request("GET", "/version", retry=False, timeout=10)
                 return
             except ApiError as e:
-                if e.status not in (429, 500, 502, 503, 504) or e.reason == "BadResponse":
+                if e.status not in OUTAGE_STATUSES or e.reason == "BadResponse":
                     return  # an answer (garbage from something that is no API server is one too)
                 error = f"{e.status}: {e.message[:200]}"
             except ConnectionLost as e:
@@ -136,8 +137,12 @@ class Runtime:
                 try:
                     if reason := await informer.check_stale():
                         log.error("watch is stuck, liveness fails", operator=self.name, reason=reason)
-                except ConnectionLost as e:  # the API is away: nothing to judge the watch by
-                    log.info("watchdog cannot reach the API server", error=str(e))
+                except (ApiError, ConnectionLost) as e:
+                    if isinstance(e, ApiError) and e.status not in OUTAGE_STATUSES:
+                        raise
+                    # An outage (no answer, 5xx, 429): nothing to judge the watch by, and nothing
+                    # a restart could mend; /healthz and the metrics report it (kube.health).
+                    log.info("watchdog cannot reach the API server", operator=self.name, error=str(e))
 
     def problems(self) -> list[str]:
         return self.supervisor.problems()
@@ -148,6 +153,7 @@ class Runtime:
         if problems:
             raise kopf.PermanentError(f"{self.name}: " + "; ".join(problems))
         return {"tasks": len(self.supervisor.running()),
+                "api": health.details() if (health := getattr(self.kube, "health", None)) else {},
                 "relists": sum(i.relists for i in self.informers.values()),
                 "deletions_found_by_relist": sum(i.deletions_found for i in self.informers.values()),
                 "watch_lines_skipped": sum(i.lines_skipped for i in self.informers.values()),

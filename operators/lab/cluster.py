@@ -614,14 +614,18 @@ class Lab:
             real_nodes=[asdict(n) for n in self.real_nodes],
         ).save()
 
+    def _gates_off(self) -> tuple[str, ...]:
+        """Disabled gates the binaries know, switched off explicitly (a beta gate is on by default)."""
+        return tuple(g for g in self.options.disabled_gates if g in self._all_gates)
+
     def _start_controller_manager(self) -> None:
         self._start("kube-controller-manager", components.build_controller_manager_args(
             self.bin_dir / "kube-controller-manager", self.files, self.ports, self._gates,
-            self.upstream_controllers, self.options.controller_manager_api_limits))
+            self.upstream_controllers, self.options.controller_manager_api_limits, off=self._gates_off()))
 
     def _start_scheduler(self) -> None:
         self._start("kube-scheduler", components.build_scheduler_args(
-            self.bin_dir / "kube-scheduler", self.files, self.ports, self._gates))
+            self.bin_dir / "kube-scheduler", self.files, self.ports, self._gates, self._gates_off()))
 
     def _start_component(self, name: str) -> None:
         if name == "kube-controller-manager":
@@ -632,7 +636,7 @@ class Lab:
             self._start("etcd", components.build_etcd_args(self.bin_dir / "etcd", self.files, self.ports))
         elif name == "kube-apiserver":
             self._start("kube-apiserver", components.build_apiserver_args(
-                self.bin_dir / "kube-apiserver", self.files, self.ports, self._gates,
+                self.bin_dir / "kube-apiserver", self.files, self.ports, self._gates, self._gates_off(),
                 real_nodes=self.options.real_nodes > 0))
         elif name == "kwok":
             self._start("kwok", components.build_kwok_args(

@@ -109,8 +109,9 @@ def runtime_apis(gates: list[str]) -> list[str]:
     return apis
 
 
-def feature_gates_flag(gates: list[str]) -> str:
-    return "--feature-gates=" + ",".join(f"{g}=true" for g in gates)
+def feature_gates_flag(gates: list[str], off: tuple[str, ...] = ()) -> str:
+    """``gates`` on, ``off`` off: left out, a beta gate would be on by its default."""
+    return "--feature-gates=" + ",".join([f"{g}=true" for g in gates] + [f"{g}=false" for g in off])
 
 
 def build_kubeconfig(server: str, ca: Path, cert: Path, key: Path, name: str = "lab") -> dict[str, Any]:
@@ -137,7 +138,7 @@ def build_etcd_args(binary: Path, files: Files, ports: Ports) -> list[str]:
     ]
 
 
-def build_apiserver_args(binary: Path, files: Files, ports: Ports, gates: list[str],
+def build_apiserver_args(binary: Path, files: Files, ports: Ports, gates: list[str], off: tuple[str, ...] = (),
                          real_nodes: bool = False) -> list[str]:
     pki = files.pki
     # Only with real nodes (a plain lab's flags stay as they were): kubectl logs/exec reach a
@@ -165,7 +166,7 @@ def build_apiserver_args(binary: Path, files: Files, ports: Ports, gates: list[s
         "--service-cluster-ip-range=10.96.0.0/16",
         "--allow-privileged=true",
         "--runtime-config=" + ",".join(f"{api}=true" for api in runtime_apis(gates)),
-        feature_gates_flag(gates),
+        feature_gates_flag(gates, off),
         # Load tests (hundreds of Pods) must not be throttled by priority and fairness.
         "--max-requests-inflight=0", "--max-mutating-requests-inflight=0",
         "--enable-priority-and-fairness=false",
@@ -179,7 +180,8 @@ def build_apiserver_args(binary: Path, files: Files, ports: Ports, gates: list[s
 
 
 def build_controller_manager_args(binary: Path, files: Files, ports: Ports, gates: list[str],
-                                  upstream_controllers: bool, api_limits: tuple[int, int] = (500, 1000)) -> list[str]:
+                                  upstream_controllers: bool, api_limits: tuple[int, int] = (500, 1000),
+                                  off: tuple[str, ...] = ()) -> list[str]:
     """``api_limits``: its client's (QPS, burst); the lab's 500/1000 as large clusters run it,
     ``make bench`` also upstream's defaults (20/30)."""
     pki = files.pki
@@ -197,7 +199,7 @@ def build_controller_manager_args(binary: Path, files: Files, ports: Ports, gate
         f"--root-ca-file={pki / 'ca.crt'}",
         "--leader-elect=false",
         f"--kube-api-qps={api_limits[0]}", f"--kube-api-burst={api_limits[1]}",
-        feature_gates_flag(gates),
+        feature_gates_flag(gates, off),
     ]
 
 
@@ -216,13 +218,14 @@ def build_scheduler_config(kubeconfig: Path, user_config: dict[str, Any] | None 
     return config
 
 
-def build_scheduler_args(binary: Path, files: Files, ports: Ports, gates: list[str]) -> list[str]:
+def build_scheduler_args(binary: Path, files: Files, ports: Ports, gates: list[str],
+                         off: tuple[str, ...] = ()) -> list[str]:
     kubeconfig = files.kubeconfig("kube-scheduler")
     return [
         str(binary), f"--config={files.scheduler_config}",
         f"--authentication-kubeconfig={kubeconfig}", f"--authorization-kubeconfig={kubeconfig}",
         "--bind-address=127.0.0.1", f"--secure-port={ports.scheduler}",
-        feature_gates_flag(gates),
+        feature_gates_flag(gates, off),
     ]
 
 

@@ -28,11 +28,14 @@ the same kind replaces the previous one and its timer; ``heal`` cancels every ti
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
+import ssl
 import threading
 import urllib.error
 import urllib.request
+from pathlib import Path
 from typing import Any, Iterator
 
 PROXY_NAME = "kube-apiserver"
@@ -246,3 +249,153 @@ class NetProxy:
         except urllib.error.URLError as e:
             raise NetFaultError(f"toxiproxy {method} {path}: {e.reason}") from e
         return json.loads(raw) if raw.strip() else None
+
+
+# -- an HTTP proxy that can answer 503 -----------------------------------------------------------
+
+HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade", "te",
+                        "trailer", "host", "content-length"})
+
+
+def unavailable_status(message: str) -> dict[str, Any]:
+    """The body of a 503: a Kubernetes Status, as kube-apiserver's own 503s carry."""
+    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message,
+            "reason": "ServiceUnavailable", "code": 503}
+
+
+class HttpFaultProxy:
+    """An HTTPS reverse proxy in front of kube-apiserver (a load balancer, an API gateway) that
+    can answer every request with 503 for a while, as such a proxy does when its backend is away:
+    toxiproxy works below HTTP and cannot. TLS ends here (the lab's serving certificate, which
+    names 127.0.0.1); the proxy reaches kube-apiserver with ``client_cert`` (so every client of it
+    acts as that identity) and passes the rest of each request and its streamed answer (watches)
+    through. Runs its own event loop in a thread, like toxiproxy a process of its own.
+
+    ``fail(seconds)``: from now on every request is answered 503 and every open answer (watches)
+    is cut, for ``seconds`` or until ``heal()``."""
+
+    def __init__(self, upstream: str, ca_file: Path, serving: tuple[Path, Path], client_cert: tuple[Path, Path],
+                 port: int = 0):
+        self.upstream = upstream.rstrip("/")
+        self._ca_file, self._serving, self._client_cert, self._port = ca_file, serving, client_cert, port
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="lab-http-fault-proxy", daemon=True)
+        self._failing = False
+        self._open: set[Any] = set()  # transports of answers being streamed
+        self._timer: threading.Timer | None = None
+        self._lock = threading.Lock()
+        self.requests = self.refused = 0
+
+    @property
+    def server(self) -> str:
+        return f"https://127.0.0.1:{self._port}"
+
+    def kubeconfig(self, source: Path, destination: Path) -> Path:
+        """A copy of ``source`` (any lab kubeconfig) whose server is this proxy."""
+        import yaml
+
+        from .components import with_server
+        destination.write_text(yaml.safe_dump(with_server(yaml.safe_load(source.read_text()), self.server)))
+        return destination
+
+    def start(self) -> "HttpFaultProxy":
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(30)
+        return self
+
+    def stop(self) -> None:
+        self._cancel_timer()
+        if self._thread.is_alive():
+            asyncio.run_coroutine_threadsafe(self._stop(), self._loop).result(30)
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(10)
+
+    def fail(self, seconds: float | None = None) -> None:
+        """Answer 503 from now on (open answers cut), for ``seconds`` or until ``heal``."""
+        if seconds is not None and seconds <= 0:
+            raise ValueError("seconds must be positive (or None: until heal)")
+        self._cancel_timer()
+        self._failing = True
+        self._loop.call_soon_threadsafe(self._cut_open)
+        if seconds is not None:
+            with self._lock:
+                self._timer = threading.Timer(seconds, self.heal)
+                self._timer.daemon = True
+                self._timer.start()
+
+    def heal(self) -> None:
+        self._failing = False
+
+    @property
+    def failing(self) -> bool:
+        return self._failing
+
+    def _cancel_timer(self) -> None:
+        with self._lock:
+            timer, self._timer = self._timer, None
+        if timer is not None:
+            timer.cancel()
+
+    def _cut_open(self) -> None:
+        for transport in list(self._open):
+            transport.close()
+        self._open.clear()
+
+    async def _start(self) -> None:
+        import aiohttp
+        from aiohttp import web
+
+        upstream_tls = ssl.create_default_context(cafile=str(self._ca_file))
+        upstream_tls.load_cert_chain(*map(str, self._client_cert))
+        self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=upstream_tls, limit=0),
+                                              auto_decompress=False, timeout=aiohttp.ClientTimeout(total=None))
+        serving_tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        serving_tls.load_cert_chain(*map(str, self._serving))
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await self._runner.setup()
+        if not self._port:
+            from .cluster import free_ports
+            [self._port] = free_ports(1)
+        await web.TCPSite(self._runner, "127.0.0.1", self._port, ssl_context=serving_tls).start()
+
+    async def _stop(self) -> None:
+        self._cut_open()
+        await self._session.close()  # ends the handlers still streaming (watches) first
+        await self._runner.cleanup()
+
+    async def _handle(self, request: Any) -> Any:
+        from aiohttp import web
+
+        self.requests += 1
+        if self._failing:
+            self.refused += 1
+            return web.json_response(unavailable_status("the lab's HTTP proxy answers 503 (HttpFaultProxy.fail)"),
+                                     status=503)
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
+        body = await request.read()
+        try:
+            upstream = await self._session.request(request.method, self.upstream + request.path_qs, headers=headers,
+                                                   data=body or None, allow_redirects=False)
+        except Exception as e:  # noqa: BLE001 - the backend is away: a proxy says 503
+            return web.json_response(unavailable_status(f"the lab's HTTP proxy cannot reach kube-apiserver: {e}"),
+                                     status=503)
+        answer = web.StreamResponse(status=upstream.status, headers={
+            k: v for k, v in upstream.headers.items() if k.lower() not in HOP_BY_HOP})
+        transport = request.transport
+        self._open.add(transport)
+        try:
+            await answer.prepare(request)
+            async for chunk in upstream.content.iter_any():
+                if self._failing:
+                    break
+                await answer.write(chunk)
+            if not self._failing:
+                await answer.write_eof()
+        except Exception:  # noqa: BLE001 - either side went away: the answer ends there
+            pass
+        finally:
+            self._open.discard(transport)
+            upstream.release()
+        return answer

@@ -54,10 +54,11 @@ class FakeKubelet:
         return [module.Claim(namespace=c["metadata"]["namespace"], name=c["metadata"]["name"],
                              uid=c["metadata"]["uid"]) if "metadata" in c else module.Claim(**c) for c in claims]
 
-    async def prepare(self, claims: list[dict], version: str = "v1"):
+    async def prepare(self, claims: list[dict], version: str = "v1", timeout: float = 45):
+        """``timeout``: kubelet's deadline for the call (gRPC cancels it on the plugin's side too)."""
         module, stub = (dra_v1_pb2, self._v1) if version == "v1" else (dra_v1beta1_pb2, self._v1beta1)
         return await stub.NodePrepareResources(module.NodePrepareResourcesRequest(claims=self._claims(module, claims)),
-                                               timeout=45)
+                                               timeout=timeout)
 
     async def unprepare(self, claims: list[dict], version: str = "v1"):
         module, stub = (dra_v1_pb2, self._v1) if version == "v1" else (dra_v1beta1_pb2, self._v1beta1)

@@ -204,11 +204,19 @@ async def status_entry_without_name(env: ClaimsEnv) -> list:
     await env.pod("skipper", {"gpu": tmpl("later")}, node=NODE)  # needing no claim, it could go to any Node
     await env.wait_event("FailedResourceClaimCreation")
     await env.patch_pod_status("skipper", {"resourceClaimStatuses": [{"name": "gpu"}]})
+    # A barrier: the controller must have seen the patch before the template exists, or creating a
+    # claim is right (upstream did so once in four CI runs). One watch delivers every Pod event in
+    # order and the lister is updated before handlers run (client-go shared_informer.go
+    # HandleDeltas), so once the barrier Pod, created after the patch, has its claim, the
+    # controller's cache holds the patched skipper.
+    await env.template("now")
+    await env.pod("barrier", {"gpu": tmpl("now")}, node=NODE)
+    await env.claim_of("barrier", "gpu")
     await env.template("later")
-    await asyncio.sleep(4)
+    await asyncio.sleep(4)  # time for a wrong claim to appear
     snap = await env.snapshot()
-    assert not snap["claims"], snap["claims"]
-    assert snap["pods"][0]["resourceClaimStatuses"] == [{"name": "gpu"}]
+    assert [c["ownerReferences"][0]["name"] for c in snap["claims"]] == ["barrier"], snap["claims"]
+    assert [p["resourceClaimStatuses"] for p in snap["pods"] if p["name"] == "skipper"] == [[{"name": "gpu"}]]
     return [snap]
 
 

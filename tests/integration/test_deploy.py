@@ -123,6 +123,9 @@ async def test_node_agent_with_its_own_service_account(base, lab, kube, tmp_path
     node.agent.kubeconfig = kubeconfig
     node.agent.extra_env["NODE_NAME"] = "lab-node-0"
     allowed = allow_driver(lab, node.driver)  # as the policy's comment tells users of another driver
+    # The API server reads policies through an informer: the patch takes effect a moment later,
+    # and a slice published before then is denied (the agent retries, but logs the 403).
+    await allowed.wait_admitted(kubeconfig, "lab-node-0", unique)
     node.agent.start()
     try:
         await kube.create(DEVICE_CLASSES, objects.device_class(node.driver, node.driver))
@@ -159,25 +162,47 @@ async def test_node_agent_with_its_own_service_account(base, lab, kube, tmp_path
 
 
 POLICY = "dra-operators-nodeagent-own-slices"
+POLICIES = (POLICY, "dra-operators-nodeagent-own-claims")  # both list the node agent's drivers
 
 
 class allow_driver:
-    """Add ``driver`` to the live admission policy's allowedDrivers (undo() restores it)."""
+    """Add ``driver`` to the live admission policies' allowedDrivers (undo() restores them)."""
 
     def __init__(self, lab, driver: str):
-        self.lab = lab
-        policy = json.loads(lab.kubectl("get", "validatingadmissionpolicy", POLICY, "-o", "json").stdout)
-        [self.variable] = [i for i, v in enumerate(policy["spec"]["variables"]) if v["name"] == "allowedDrivers"]
-        self.original = policy["spec"]["variables"][self.variable]["expression"]
-        drivers = yaml.safe_load(self.original) + [driver]  # a CEL list of strings is a YAML flow list
-        self._set(json.dumps(drivers))
+        self.lab, self.driver = lab, driver
+        self.originals: dict[str, tuple[int, str]] = {}
+        # The slices policy last: wait_admitted probes it, and the API server reads every policy
+        # from one informer's lister (k8s.io/apiserver generic/policy_source.go
+        # calculatePolicyData), updated in order: once it admits, the other patch is in too.
+        for name in reversed(POLICIES):
+            policy = json.loads(lab.kubectl("get", "validatingadmissionpolicy", name, "-o", "json").stdout)
+            [variable] = [i for i, v in enumerate(policy["spec"]["variables"]) if v["name"] == "allowedDrivers"]
+            original = policy["spec"]["variables"][variable]["expression"]
+            self.originals[name] = (variable, original)
+            drivers = yaml.safe_load(original) + [driver]  # a CEL list of strings is a YAML flow list
+            self._set(name, variable, json.dumps(drivers))
 
-    def _set(self, expression: str) -> None:
-        patch = [{"op": "replace", "path": f"/spec/variables/{self.variable}/expression", "value": expression}]
-        self.lab.kubectl("patch", "validatingadmissionpolicy", POLICY, "--type=json", "-p", json.dumps(patch))
+    def _set(self, name: str, variable: int, expression: str) -> None:
+        patch = [{"op": "replace", "path": f"/spec/variables/{variable}/expression", "value": expression}]
+        self.lab.kubectl("patch", "validatingadmissionpolicy", name, "--type=json", "-p", json.dumps(patch))
+
+    async def wait_admitted(self, kubeconfig: Path, node: str, unique: str) -> None:
+        """Until a dry-run create of a slice of the driver, with the agent's token, is admitted."""
+        probe = objects.resource_slice(f"probe-{unique}", self.driver, node, [objects.device("gpu-0")])
+        async with Kube(await _client(kubeconfig)) as agent_kube:
+            async def admitted() -> bool:
+                try:
+                    await agent_kube.create(RESOURCE_SLICES, probe, dry_run=True)
+                except ApiError as e:
+                    if "may not write ResourceSlices of driver" not in e.message:
+                        raise
+                    return False
+                return True
+            await wait_for(admitted, what=f"the admission policy to admit driver {self.driver}")
 
     def undo(self) -> None:
-        self._set(self.original)
+        for name, (variable, original) in self.originals.items():
+            self._set(name, variable, original)
 
 
 async def test_admission_policy_holds_in_an_overlay_that_renames_the_namespace(base, lab, kube, tmp_path, unique):
@@ -285,3 +310,26 @@ async def _phase(kube, namespace, name, phase):
 
 async def _gone(kube, namespace, name):
     return await kube.get_or_none(PODS, name, namespace) is None
+
+
+LEASE_HOLDERS = {"dra-claims": "claims", "dra-taints": "taints", "dra-binding": "binding",
+                 "dra-poolstatus": "poolstatus"}
+
+
+def _can(lab, account: str, verb: str, resource: str) -> bool:
+    answer = lab.kubectl("auth", "can-i", verb, resource, "-n", NAMESPACE,
+                         f"--as=system:serviceaccount:{NAMESPACE}:{account}", check=False)
+    assert answer.stdout.strip() in ("yes", "no"), answer.stderr
+    return answer.stdout.strip() == "yes"
+
+
+def test_each_operator_may_hold_its_own_lease_only(base, lab):
+    """The leader-election Roles name their Lease (resourceNames): a compromised operator cannot
+    take or renew another's Lease. create cannot be limited by name in RBAC, so it stays."""
+    for account, operator in LEASE_HOLDERS.items():
+        for other in LEASE_HOLDERS.values():
+            lease = f"leases.coordination.k8s.io/dra-operators-{other}"
+            assert _can(lab, account, "update", lease) == (other == operator), (account, "update", lease)
+            assert _can(lab, account, "get", lease) == (other == operator), (account, "get", lease)
+        assert _can(lab, account, "create", "leases.coordination.k8s.io")
+        assert not _can(lab, account, "delete", f"leases.coordination.k8s.io/dra-operators-{operator}")

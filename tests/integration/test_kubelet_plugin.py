@@ -3,10 +3,14 @@ prepares and unprepares claims the real scheduler allocated from the agent's own
 
 from __future__ import annotations
 
+import asyncio
+import fcntl
 import json
+import os
 import tempfile
 from pathlib import Path
 
+import grpc
 import jsonschema
 import pytest
 import yaml
@@ -370,6 +374,100 @@ async def test_liveness_fails_when_the_plugin_stops_answering(lab, kube, namespa
     finally:
         await node.stop()
         await kube.delete(DEVICE_CLASSES, node.driver)
+
+
+# -- prepared state kept level-triggered, and the serialization lock ---------------------------------
+
+async def _now(value):
+    return value
+
+
+def spec_path(node: Node, uid: str) -> Path:
+    return node.cdi / f"k8s.{node.driver}-claim_{uid}.json"
+
+
+async def test_a_lost_spec_is_written_again_and_an_orphan_undone_at_start(node, kube):
+    """kubelet prepares a claim once per sandbox: a spec removed under a running Pod is written
+    again by the agent (checkpoint = truth), an Event on the claim says so; a spec the checkpoint
+    does not hold (a prepare that died before saving it) is removed when the agent starts."""
+    claim = await node.allocated_claim("kept")
+    uid = claim["metadata"]["uid"]
+    assert (await node.kubelet.prepare([claim])).claims[uid].error == ""
+    path = spec_path(node, uid)
+    written = path.read_text()
+    path.unlink()  # a cleanup tool, while the agent runs
+    await wait_for(lambda: _now(path.is_file() and path.read_text() == written), what="the spec written again")
+
+    async def restored():
+        return [e for e in await kube.list(EVENTS, node.namespace)
+                if e["reason"] == "CDISpecRestored" and e["involvedObject"].get("uid") == uid]
+    [event, *_] = await wait_for(restored, what="a CDISpecRestored Event on the claim")
+    assert event["type"] == "Warning" and event["involvedObject"]["kind"] == "ResourceClaim"
+    assert "missing" in event["message"] and str(path) in event["message"]
+
+    node.agent.kill()
+    orphan = "22222222-2222-2222-2222-222222222222"
+    spec_path(node, orphan).write_text(written.replace(uid, orphan))
+    path.unlink()
+    node.agent.start()
+    kubelet = FakeKubelet(node.registry)
+    try:
+        await kubelet.register()
+        assert not spec_path(node, orphan).exists() and path.read_text() == written
+        assert [c["uid"] for c in node.checkpoint()["preparedClaims"]] == [uid]
+        assert (await kubelet.unprepare([claim])).claims[uid].error == ""
+        assert not path.exists()
+    finally:
+        await kubelet.close()
+
+
+def hold_lock(node: Node) -> int:
+    """The serialization lock, taken as another instance of the agent would (a rolling update)."""
+    fd = os.open(node.plugins / node.driver / "serialize.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    return fd
+
+
+async def test_a_prepare_cancelled_while_waiting_for_the_lock_keeps_nothing(node, kube):
+    """kubelet's deadline ends a prepare waiting for the lock another instance holds; once that
+    instance is done, the next prepare goes through (the cancelled one held the lock for good)."""
+    claim = await node.allocated_claim("waits")
+    uid = claim["metadata"]["uid"]
+    held = hold_lock(node)
+    try:
+        with pytest.raises(grpc.aio.AioRpcError) as cancelled:
+            await node.kubelet.prepare([claim], timeout=3)
+        assert cancelled.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    finally:
+        os.close(held)
+    assert (await node.kubelet.prepare([claim])).claims[uid].error == ""
+    assert (await node.kubelet.unprepare([claim])).claims[uid].error == ""
+
+
+async def test_a_claim_reallocated_while_a_prepare_waits_is_prepared_as_it_is_now(node, kube):
+    claim = await node.allocated_claim("moved")
+    uid, status = claim["metadata"]["uid"], claim["status"]
+    [result] = status["allocation"]["devices"]["results"]
+    waiting_lines = node.agent.log.read_text().count("waiting for the lock another instance holds")
+    held = hold_lock(node)
+    try:
+        call = asyncio.create_task(node.kubelet.prepare([claim]))
+        await wait_for(lambda: _now(node.agent.log.read_text().count("waiting for the lock another instance holds")
+                                    > waiting_lines), what="the prepare waiting for the lock")
+        # Deallocated and allocated anew, to another device, while the prepare waits.
+        await kube.patch(RESOURCE_CLAIMS, "moved", {"status": {"reservedFor": None, "allocation": None}},
+                         node.namespace, content_type=MERGE_PATCH, subresource="status")
+        other = next(f"gpu-{i}" for i in range(4) if f"gpu-{i}" != result["device"])
+        allocation = json.loads(json.dumps(status["allocation"]))
+        allocation["devices"]["results"][0]["device"] = other
+        await kube.patch(RESOURCE_CLAIMS, "moved", {"status": {"allocation": allocation,
+                                                               "reservedFor": status["reservedFor"]}},
+                         node.namespace, content_type=MERGE_PATCH, subresource="status")
+    finally:
+        os.close(held)
+    entry = (await call).claims[uid]
+    assert entry.error == "" and [d.device_name for d in entry.devices] == [other]
+    assert json.loads(spec_path(node, uid).read_text())["devices"][0]["name"] == f"{uid}-{other}"
 
 
 def _memory_mib(pid: int) -> dict[str, float]:

@@ -93,3 +93,28 @@ async def test_frozen_leader_stops_instead_of_acting(kube, replicas, unique):
 
 async def _async(value):
     return value
+
+
+async def test_a_rate_limited_leader_keeps_its_lease_under_load(lab, kube, controllers, tmp_path, unique):
+    """DRA_API_QPS limits the workers; renewals have a client of their own (kube-controller-
+    manager's leader-election client) and never queue behind the workers' debt. They used to
+    share the bucket: the leader missed its renew deadline and exited."""
+    from operators.core.resources import NAMESPACES
+    controllers.use("none")
+    namespace = f"rl-{unique}"
+    await kube.create(NAMESPACES, {"metadata": {"name": namespace}})
+    leader = OperatorProcess(["claims"], lab.kubeconfig, tmp_path, env={
+        "DRA_LEADER_ELECTION": "true", "DRA_LEADER_ELECTION_NAMESPACE": namespace,
+        "DRA_LEADER_ELECTION_LEASE_DURATION": "4", "DRA_API_QPS": "2", "DRA_API_BURST": "1"})
+    leader.start()
+    try:
+        await wait_for(lambda: _async("became leader" in leader.log.read_text()), timeout=20, what="it leads")
+        async with ClaimsEnv(kube, f"rl{unique}", devices=40) as env:
+            await env.template("t")
+            await _burst(kube, env, 40)  # 40 claims and 40 Pod status patches at 2 a second: 40 s of work
+            await _all_running_with_one_claim_each(kube, env, 40, timeout=300)
+        assert leader.proc.poll() is None, "the leader exited"
+        assert "lost the lease" not in leader.log.read_text()
+    finally:
+        leader.stop()
+        await kube.delete(NAMESPACES, namespace)

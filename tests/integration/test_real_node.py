@@ -374,6 +374,60 @@ async def test_emptied_cdi_dir_is_rewritten_when_the_container_restarts(real_lab
     await delete_and_wait_unprepared(rkube, agent, ns, "rb", [uid])
 
 
+def kill_container(lab: Lab, pod: dict, container: str = "main") -> None:
+    """SIGKILL one container's process (its sandbox lives on): kubelet starts it again in the same
+    sandbox, without asking the plugin for a prepare."""
+    [status] = [s for s in pod["status"]["containerStatuses"] if s["name"] == container]
+    lab.ctr(NODE, "task", "kill", "--signal", "SIGKILL", status["containerID"].split("://", 1)[1])
+
+
+async def test_a_spec_lost_under_a_running_pod_is_restored_and_the_container_restarts(real_lab, rkube, agent, ns):
+    """The issue's story (kubernetes#141433 without a reboot): the spec removed while the Pod's
+    sandbox lives, the agent re-created (as its DaemonSet does), kubelet restarted, the container
+    killed: kubelet starts it again in the same sandbox, with no prepare, so only a spec the agent
+    wrote again lets it start. Then once more with the agent running all along."""
+    assert await wait_for(lambda: _true(agent.registered()), timeout=30, what="registration with kubelet")
+    await rkube.create(RESOURCE_CLAIMS, objects.resource_claim("lost", DRIVER), ns)
+    body = busybox_pod("lost", {"gpu": {"resourceClaimName": "lost"}}, script=HOLD)
+    body["spec"]["restartPolicy"] = "Always"
+    await rkube.create(PODS, body, ns)
+    pod = await running(rkube, ns, "lost")
+    claim = await rkube.get(RESOURCE_CLAIMS, "lost", ns)
+    uid, device = claim["metadata"]["uid"], claim["status"]["allocation"]["devices"]["results"][0]["device"]
+    before = agent.spec_path(uid).read_text()
+    sandbox = pod["status"]["podIP"]
+
+    async def restarted(count: int):
+        pod = await rkube.get(PODS, "lost", ns)
+        [status] = pod.get("status", {}).get("containerStatuses") or [{}]
+        return pod if status.get("restartCount", 0) >= count and "running" in status.get("state", {}) else None
+
+    agent.spec_path(uid).unlink()
+    registrations = agent.process.log.read_text().count("registered with kubelet")
+    agent.process.kill()
+    agent.process.start()
+    await wait_for(lambda: _true(agent.process.log.read_text().count("registered with kubelet") > registrations),
+                   timeout=60, what="the re-created agent registered")
+    real_lab.restart(f"kubelet-{NODE}")
+    real_lab.wait_node_schedulable(NODE)
+    kill_container(real_lab, pod)
+    pod = await wait_for(lambda: restarted(1), timeout=120, what="the container running again",
+                         describe=lambda: node_story(real_lab, rkube, ns))
+    assert pod["status"]["podIP"] == sandbox  # the same sandbox: kubelet asked for no prepare
+    assert agent.spec_path(uid).read_text() == before
+    assert devices_of(await printed(real_lab, ns, "lost")) == {device}
+
+    agent.spec_path(uid).unlink()  # now with the agent running: it notices within seconds
+    kill_container(real_lab, pod)
+    await wait_for(lambda: restarted(2), timeout=120, what="the container running again (second time)",
+                   describe=lambda: node_story(real_lab, rkube, ns))
+    assert agent.spec_path(uid).read_text() == before
+    events = [e for e in await rkube.list(EVENTS, ns) if e["reason"] == "CDISpecRestored"
+              and e["involvedObject"].get("name") == "lost"]
+    assert events and events[0]["type"] == "Warning", events
+    await delete_and_wait_unprepared(rkube, agent, ns, "lost", [uid])
+
+
 async def test_kubelet_retries_prepare_after_an_injected_failure(real_lab, rkube, agent, ns):
     """While the simulated backend fails every prepare, the Pod's container does not start and
     kubelet reports the failure; once the failure is lifted kubelet's retry prepares the claim."""

@@ -22,6 +22,8 @@ class LeaseApi:
         self.version = 0
         self.fail: list[BaseException] = []
         self.hang = False
+        self.late_answer = 0.0  # the next write is answered this late; later calls hang
+        self.written_at = 0.0
 
     async def _call(self):
         if self.hang:
@@ -49,6 +51,10 @@ class LeaseApi:
         self.version += 1
         body = {**body, "metadata": {**body["metadata"], "resourceVersion": str(self.version)}}
         self.lease = body
+        self.written_at = asyncio.get_running_loop().time()
+        if self.late_answer:
+            delay, self.late_answer, self.hang = self.late_answer, 0.0, True
+            await asyncio.sleep(delay)
         return body
 
 
@@ -117,6 +123,29 @@ async def test_a_leader_cut_off_stops_acting_before_its_lease_ends_and_gives_up(
     await task
 
 
+async def test_a_renewal_answered_late_counts_from_when_it_was_sent():
+    """The server wrote the Lease, the answer came late (a GC pause, SIGSTOP, a slow proxy), then
+    the API went away: the leader must stop acting before the Lease can expire for anyone else,
+    who counts from the write, not from when our answer arrived."""
+    api = LeaseApi()
+    e = elector(api)
+    started = asyncio.Event()
+
+    async def on_started():
+        started.set()
+
+    task = asyncio.create_task(e.run(on_started, lambda: asyncio.sleep(0)))
+    await asyncio.wait_for(started.wait(), 5)
+    api.late_answer = 0.5  # under the renew deadline (0.6): the renewal succeeds
+    loop = asyncio.get_running_loop()
+    while not api.hang:
+        await asyncio.sleep(0.01)
+    while e.may_act():
+        await asyncio.sleep(0.01)
+    assert loop.time() < api.written_at + e.lease_duration, "acted while another replica could hold the Lease"
+    task.cancel()
+
+
 async def test_release_stops_renewal_first_so_the_lease_stays_free():
     api = LeaseApi()
     e = elector(api)
@@ -146,3 +175,28 @@ async def test_release_that_cannot_reach_the_api_does_not_raise():
     api.fail = [ConnectionLost("GET", "/", ConnectionRefusedError())] * 3
     await e.release()
     assert not e.is_leader
+
+
+async def test_the_elector_has_a_client_of_its_own_without_the_workers_rate_limit():
+    """kube-controller-manager's separate leader-election client: a renewal never waits for the
+    workers' DRA_API_QPS tokens nor for a connection of their pool; it is closed at release."""
+    from kubernetes_asyncio.client import Configuration
+
+    from operators.core.kube import Kube, _ApiClient
+    from operators.core.leader import act_when_leader
+    from operators.core.ratelimit import TokenBucket
+    from operators.core.settings import Settings
+    from operators.core.workqueue import WorkQueue
+
+    workers = Kube(_ApiClient(Configuration(host="https://127.0.0.1:9")), limiter=TokenBucket(1))
+    for _ in range(100):
+        workers.limiter.reserve()  # the workers are 100 s in debt
+    settings = Settings(leader_election=True, leader_election_namespace="ns", leader_election_lease_duration=3)
+    e = await act_when_leader(workers, settings, "l", WorkQueue("q", lambda key: asyncio.sleep(0)))
+    try:
+        assert e.kube.limiter is None and e.kube._api is not workers._api
+        assert e.kube.retry.attempts == 1
+    finally:
+        await e.release()
+        await workers.close()
+    assert e.kube._api.rest_client.pool_manager.closed

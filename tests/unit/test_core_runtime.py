@@ -74,3 +74,53 @@ async def test_the_wait_for_the_api_server_is_bounded_and_ends_at_any_other_answ
     garbage = NoApi([ApiError(502, {"reason": "BadResponse", "message": "not JSON"})])  # no API server at all
     await Runtime("t", garbage, supervisor=Supervisor("t", on_dead=lambda reason: None)).wait_for_api()
     assert garbage.calls == 1
+
+
+class OutageInformer:
+    """An informer whose stale-watch check meets an API outage every time."""
+
+    def __init__(self, error):
+        self.error, self.checks, self.stale_reason = error, 0, ""
+        self.relists = self.deletions_found = self.lines_skipped = self.bookmarks = 0
+
+    def stop(self):
+        pass
+
+    async def check_stale(self):
+        self.checks += 1
+        raise self.error
+
+
+@pytest.mark.parametrize("error", [ApiError(503, "proxy: no upstream"), ApiError(429, "slow down"),
+                                   ApiError(500, "etcd"), ConnectionLost("GET", "/", OSError("refused"))])
+async def test_the_watchdog_rides_out_an_api_outage(error):
+    """5xx/429 or no answer is the API server's outage: the watchdog keeps running (it used to die
+    five times in a row and take the process with it), liveness holds and reports the outage."""
+    from operators.core.apihealth import ApiHealth
+    from operators.core.kube import Kube
+
+    dead = []
+    health = ApiHealth()
+    kube = Kube(None, health=health)
+    runtime = Runtime("t", kube, watch_silence=0.04, supervisor=Supervisor("t", on_dead=dead.append, backoff=(0,)))
+    runtime.informers["pods"] = informer = OutageInformer(error)
+    runtime.start_watchdog()
+    health.failed(str(error))
+    while informer.checks < 20 and not dead:
+        await asyncio.sleep(0.01)
+    assert dead == [] and runtime.problems() == []
+    assert runtime.liveness()["api"]["available"] is False
+    health.answered()
+    assert runtime.liveness()["api"] == {"available": True, "outages": 1}
+    await runtime.stop()
+
+
+async def test_the_watchdog_still_fails_on_what_is_not_an_outage():
+    dead = []
+    runtime = Runtime("t", NoApi(), watch_silence=0.04,
+                      supervisor=Supervisor("t", on_dead=dead.append, backoff=(0,), max_failures=2))
+    runtime.informers["pods"] = OutageInformer(ApiError(403, "forbidden"))
+    runtime.start_watchdog()
+    while not dead:
+        await asyncio.sleep(0.01)
+    await runtime.stop()

@@ -111,6 +111,22 @@ def test_a_bad_config_fails_the_claims_prepare_naming_field_and_source():
     assert "DeviceClass sim-gpu (config[0] of ResourceClaim ns/c's allocation)" in str(failed.value)
 
 
+@pytest.mark.parametrize("name", ["NVIDIA_VISIBLE_DEVICES", "NVIDIA_MIG_CONFIG_DEVICES", "NVIDIA_DRIVER_CAPABILITIES"])
+def test_nvidia_variables_are_refused_naming_claim_variable_and_fix(name):
+    """CDI applies a device's edits after the spec's, so a config's NVIDIA_VISIBLE_DEVICES would
+    win over the one the driver sets for the claim's devices (and the toolkit grants devices for
+    other NVIDIA_* variables): refused, for the class's configs and the claim's alike."""
+    for source in ("FromClass", "FromClaim"):
+        bad = claim([entry(source, ours(env={"FINE": "1", name: "all"}))])
+        with pytest.raises(PrepareError) as failed:
+            plan_claim(bad, {"uid": "u1", "namespace": "ns", "name": "c"}, driver=DRIVER, node=NODE,
+                       known_devices={"gpu-0"}, prepared={})
+        message = str(failed.value)
+        assert "ResourceClaim ns/c" in message and f"env.{name}: names starting with NVIDIA_ are reserved" in message
+        assert f"remove env.{name} from the configuration" in message
+    assert opaque_config.decode(ours(env={"nvidia_visible_devices": "x", "MY_NVIDIA_HOME": "y"}))["env"]
+
+
 def test_simulated_devices_show_the_merged_config_in_the_environment(tmp_path):
     inventory = tmp_path / "inventory.yaml"
     inventory.write_text(yaml.safe_dump({"gpus": [{"count": 2}]}))

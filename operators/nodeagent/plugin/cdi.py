@@ -1,4 +1,4 @@
-"""CDI (Container Device Interface) specs for prepared claims (pure, plus an atomic writer).
+"""CDI (Container Device Interface) specs for prepared claims (pure, plus a durable writer and readers).
 
 One transient spec per claim, ``<cdi root>/k8s.<driver>-claim_<claimUID>.json``, kind
 ``k8s.<driver>/claim``, one device per prepared device named ``<claimUID>-<device>`` (plus
@@ -10,11 +10,11 @@ content needs (older runtimes reject newer versions); the annotations make that 
 from __future__ import annotations
 
 import json
-import os
 import re
-import tempfile
 from pathlib import Path
 from typing import Any
+
+from . import durable
 
 CLASS = "claim"
 CLAIM_ANNOTATION = "nodeagent.dra-operators.dev/claim"
@@ -98,30 +98,28 @@ def build_claim_spec(driver: str, claim: dict[str, str], devices: list[dict[str,
 
 
 def write_spec(root: Path, file_name: str, spec: dict[str, Any]) -> Path:
-    """Atomically: a temporary file in the same directory, then a rename over the target."""
-    root.mkdir(parents=True, exist_ok=True)
+    """Atomically and durably (``durable.write_text``)."""
     target = root / file_name
-    fd, tmp = tempfile.mkstemp(prefix="spec.", suffix=".tmp", dir=root)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(spec, f, indent=2, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    durable.write_text(target, json.dumps(spec, indent=2, sort_keys=True), mode=0o644, prefix="spec.")
     return target
+
+
+def spec_files(root: Path, driver: str) -> dict[str, Path]:
+    """Our claim specs in ``root`` by claim UID (from the file name)."""
+    prefix = f"k8s.{driver}-{CLASS}_"
+    return {path.name[len(prefix):-len(".json")]: path
+            for path in (sorted(root.glob(f"{prefix}*.json")) if root.is_dir() else [])}
+
+
+def read_spec(path: Path) -> dict[str, Any] | None:
+    """A spec as written, or None when it is gone or does not parse."""
+    try:
+        spec = json.loads(path.read_bytes().decode("utf-8"))
+    except (OSError, ValueError):
+        return None
+    return spec if isinstance(spec, dict) else None
 
 
 def read_claim_specs(root: Path, driver: str) -> list[dict[str, Any]]:
     """Our claim specs in ``root`` that still parse (for rebuilding a lost checkpoint)."""
-    prefix = f"k8s.{driver}-{CLASS}_"
-    specs = []
-    for path in sorted(root.glob(f"{prefix}*.json")) if root.is_dir() else []:
-        try:
-            specs.append(json.loads(path.read_text()))
-        except (OSError, ValueError):
-            continue
-    return specs
+    return [spec for spec in map(read_spec, spec_files(root, driver).values()) if spec is not None]

@@ -1,5 +1,5 @@
 """The node agent's record of prepared claims, so a restarted agent answers unprepare and never
-prepares twice. A versioned JSON document, written atomically:
+prepares twice. A versioned JSON document, written atomically and durably (``durable``):
 
 ``checkpoint.nodeagent.dra-operators.dev/v2``::
 
@@ -15,12 +15,11 @@ without device details, which unprepare does not need.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import durable
 from .cdi import CLAIM_ANNOTATION, DEVICE_ANNOTATION
 
 GROUP = "checkpoint.nodeagent.dra-operators.dev"
@@ -93,17 +92,7 @@ def load(path: Path) -> dict[str, PreparedClaim]:
 
 
 def save(path: Path, claims: dict[str, PreparedClaim]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix="tmp-checkpoint-", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(encode(claims), f, indent=2, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    durable.write_text(path, json.dumps(encode(claims), indent=2, sort_keys=True), prefix="tmp-checkpoint-")
 
 
 def rebuild_from_cdi(specs: list[dict[str, Any]]) -> dict[str, PreparedClaim]:

@@ -16,6 +16,7 @@ The configuration kind (``nodeagent.dra-operators.dev/v1alpha1``, ``DeviceConfig
     kind: DeviceConfig
     env:                       # environment of the containers using the device (CDI)
       MY_SETTING: "value"      # names: [A-Za-z_][A-Za-z0-9_]*, not starting with DRA_ (ours)
+                               # nor NVIDIA_ (reserved: the toolkit's device grants)
     sharing:                   # as NVIDIA's GpuConfig
       strategy: TimeSlicing    # or Exclusive
       timeSlicingConfig:
@@ -40,6 +41,11 @@ KIND = "DeviceConfig"
 NVIDIA_API_VERSION, NVIDIA_KIND = "resource.nvidia.com/v1beta1", "GpuConfig"
 STRATEGIES = ("Exclusive", "TimeSlicing")
 INTERVALS = ("Default", "Short", "Medium", "Long")
+# All of NVIDIA_*, not only NVIDIA_VISIBLE_DEVICES: the toolkit and nvidia-container-runtime treat
+# many of them as device grants (NVIDIA_MIG_CONFIG_DEVICES, NVIDIA_IMEX_CHANNELS, NVIDIA_GDRCOPY, ...)
+# and new ones come with new toolkit releases. CDI applies a device's edits after the spec's, so a
+# config's variable would win over the driver's NVIDIA_VISIBLE_DEVICES.
+RESERVED_ENV_PREFIX = "NVIDIA_"
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -109,6 +115,13 @@ def decode(parameters: Any) -> dict[str, Any]:
                     raise ConfigError(f"env.{name}: not a variable name ([A-Za-z_][A-Za-z0-9_]*)")
                 if str(name).startswith("DRA_"):
                     raise ConfigError(f"env.{name}: names starting with DRA_ are the driver's own")
+                if str(name).startswith(RESERVED_ENV_PREFIX):
+                    raise ConfigError(
+                        f"env.{name}: names starting with {RESERVED_ENV_PREFIX} are reserved: the driver sets "
+                        "NVIDIA_VISIBLE_DEVICES to the claim's own devices, and the NVIDIA Container Toolkit reads "
+                        f"{RESERVED_ENV_PREFIX}* to choose which GPUs and driver capabilities a container gets, so a "
+                        "configuration could hand out devices the claim was not allocated; remove "
+                        f"env.{name} from the configuration")
                 if not isinstance(value, str):
                     raise ConfigError(f"env.{name}: {value!r} is not a string (quote it)")
             out["env"] = dict(env)

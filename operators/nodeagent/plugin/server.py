@@ -25,7 +25,8 @@ from ...core.events import WARNING, EventRecorder
 from ...core.kube import ApiError, ConnectionLost, Kube
 from ...core.resources import RESOURCE_CLAIMS
 from ..backends.base import BackendError
-from . import cdi, checkpoint, coexistence, device_status, grpc_limits, health_service, sockets, toolkit
+from . import (cdi, checkpoint, coexistence, device_status, durable, grpc_limits, health_service, reconcile,
+               sockets, toolkit)
 from .checkpoint import PreparedClaim, PreparedDevice
 from .kubeletapi import (dra_v1_grpc, dra_v1_pb2, dra_v1beta1_grpc, dra_v1beta1_pb2, pluginregistration_v1_grpc,
                          pluginregistration_v1_pb2)
@@ -43,6 +44,9 @@ SUPPORTED_SERVICES = ["v1.DRAPlugin", "v1beta1.DRAPlugin", *health_service.SERVI
 MAX_SOCKET_PATH = sockets.MAX_SOCKET_PATH  # sun_path is 108 bytes with the terminating NUL
 REGISTRATION_CHECK = 5.0  # seconds between checks that our registration socket is still there
 STOP_GRACE = 2.0  # seconds a call under way may take to finish when the agent stops
+SPEC_CHECK = 3.0  # seconds between looks at the checkpoint and our CDI specs (a few stat calls)
+LOCK_POLL = 0.1  # seconds between attempts at the file lock while another instance holds it
+SPEC_RESTORED = "CDISpecRestored"  # Event reason on the ResourceClaim whose spec was written again
 
 
 class KubeletPlugin:
@@ -70,6 +74,8 @@ class KubeletPlugin:
         self._servers: list[Server] = []
         self.health_feed = health_service.HealthFeed()
         self.log = log.bind(driver=self.driver, node=self.node)
+        self._seen: tuple | None = None  # what the last reconcile of the specs saw (_observe)
+        self._rebuild_failures: dict[str, str] = {}  # claim UID -> why its spec cannot be built (logged once)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -83,8 +89,7 @@ class KubeletPlugin:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.registration_socket.parent.mkdir(parents=True, exist_ok=True)
         self._remove_stale_sockets()
-        async with self._serialized():
-            await self._load_checkpoint()
+        await self.recover()
         # The DRA service first: kubelet may call it right after registration.
         dra = grpc_limits.server([_DraV1(self), _DraV1beta1(self),
                                   *health_service.services(self.agent, self.health_feed)])
@@ -99,6 +104,7 @@ class KubeletPlugin:
             supervisor.spawn("kubelet-plugin-dra", functools.partial(self._serve_until_stopped, self._servers[0]),
                              restart=False)
             supervisor.spawn("kubelet-plugin-registration", self._keep_registered)
+            supervisor.spawn("kubelet-plugin-cdi-specs", self._keep_specs)
 
     async def _serve_registration(self) -> None:
         await self._listen(grpc_limits.server([_Registration(self)]), self.registration_socket)
@@ -131,16 +137,35 @@ class KubeletPlugin:
 
     def _serialized(self):
         """One prepare/unprepare at a time, also across instances (the Go helper's flock on
-        <plugin data dir>/serialize.lock): the in-process lock, then the file lock."""
+        <plugin data dir>/serialize.lock): the in-process lock, then the file lock.
+
+        The file lock is tried without blocking and tried again every LOCK_POLL seconds: a call
+        cancelled while it waits (kubelet's deadline, a closed connection) then closes its file
+        and holds nothing. (A blocking flock in a thread cannot be cancelled: the thread would
+        get the lock later for a caller that is gone, and hold it for good.)"""
         plugin = self
 
         class _Lock:
             async def __aenter__(self):
                 await plugin._lock.acquire()
+                fd = None
                 try:
-                    self.fd = os.open(plugin.lock_path, os.O_RDWR | os.O_CREAT, 0o600)
-                    await asyncio.to_thread(fcntl.flock, self.fd, fcntl.LOCK_EX)
+                    fd = os.open(plugin.lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+                    waiting = False
+                    while True:
+                        try:
+                            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                            break
+                        except BlockingIOError:
+                            if not waiting:
+                                waiting = True
+                                plugin.log.info("waiting for the lock another instance holds",
+                                                lock=str(plugin.lock_path))
+                            await asyncio.sleep(LOCK_POLL)
+                    self.fd = fd
                 except BaseException:
+                    if fd is not None:
+                        os.close(fd)  # closing drops a lock taken just before the cancellation too
                     plugin._lock.release()
                     raise
 
@@ -193,6 +218,9 @@ class KubeletPlugin:
 
     async def _load_checkpoint(self, save: bool = True) -> None:
         try:
+            if not self.checkpoint_path.exists() and cdi.spec_files(self.cdi_root, self.driver):
+                # Removed by someone: read as empty, every spec would be an orphan and be removed.
+                raise checkpoint.CheckpointCorrupt("it is missing while CDI specs of prepared claims exist")
             self.prepared = checkpoint.load(self.checkpoint_path)
         except checkpoint.CheckpointCorrupt as e:
             self.prepared = checkpoint.rebuild_from_cdi(cdi.read_claim_specs(self.cdi_root, self.driver))
@@ -206,16 +234,119 @@ class KubeletPlugin:
             if save:
                 checkpoint.save(self.checkpoint_path, self.prepared)  # an older version is upgraded on start
 
+    # -- prepared state, level-triggered -----------------------------------------------------
+    #
+    # kubelet asks for a prepare only when it creates a Pod's sandbox; a spec lost while the
+    # sandbox lives (a cleanup, a toolkit reinstall rewriting the CDI directory, kubernetes#141433)
+    # would fail every later container start of that Pod with "unresolvable CDI devices". So the
+    # agent keeps the specs as its checkpoint says they should be: at start and whenever one of
+    # them (or the checkpoint) changes, under the same lock as prepare and unprepare.
+
+    async def recover(self) -> None:
+        """At start: the checkpoint read (rebuilt when lost), every prepared claim's spec as it
+        should be, orphans undone, and what prepare set up on the devices applied again."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        async with self._serialized():
+            await self._load_checkpoint()
+            await self._reconcile_specs(start=True)
+
+    def _observe(self) -> tuple:
+        """What the spec check compares: the identity (inode, size, mtime) of the checkpoint and
+        of each of our specs."""
+        def identity(path: Path) -> tuple[int, int, int] | None:
+            try:
+                st = path.stat()
+            except FileNotFoundError:
+                return None
+            return st.st_ino, st.st_size, st.st_mtime_ns
+
+        specs = cdi.spec_files(self.cdi_root, self.driver)
+        return identity(self.checkpoint_path), {uid: identity(path) for uid, path in specs.items()}
+
+    async def check_specs(self) -> None:
+        """One look, without the lock; a reconcile under the lock when anything changed since the
+        last one, or a prepared claim's spec is not there."""
+        seen = self._observe()
+        missing = any(c.devices and c.uid not in seen[1] for c in self.prepared.values())
+        if seen == self._seen and not missing:
+            return
+        async with self._serialized():
+            await self._reload()
+            await self._reconcile_specs()
+
+    async def _keep_specs(self) -> None:
+        while True:
+            await asyncio.sleep(SPEC_CHECK)
+            await self.check_specs()
+
+    async def _reconcile_specs(self, start: bool = False) -> None:
+        """Under the lock, with the checkpoint just read: write every prepared claim's spec that is
+        missing or differs, undo and remove orphan specs, and re-apply what prepare set up on the
+        devices (at start, and after any repair: what removed a spec may have reset them too)."""
+        files = cdi.spec_files(self.cdi_root, self.driver)
+        on_disk = {uid: cdi.read_spec(path) for uid, path in files.items()}
+        expected = {}
+        for record in self.prepared.values():
+            if not record.devices:
+                continue  # a v1 checkpoint's entry: nothing recorded to build a spec from
+            try:
+                expected[record.uid] = self._build_spec(record)
+                self._rebuild_failures.pop(record.uid, None)
+            except PrepareError as e:
+                if self._rebuild_failures.get(record.uid) != str(e):
+                    self.log.warning("cannot build the CDI spec of a prepared claim", uid=record.uid,
+                                     claim=f"{record.namespace}/{record.name}", error=str(e))
+                self._rebuild_failures[record.uid] = str(e)
+        plan = reconcile.plan_specs(expected, on_disk, self.prepared)
+        for uid in plan.orphans:
+            try:
+                self._remove_orphan(files[uid], on_disk[uid])
+            except OSError as e:  # tried again at the next check; never a reason not to start
+                self.log.error("cannot remove the CDI spec of a claim that is not prepared", spec=str(files[uid]),
+                               error=str(e))
+        for uid, why in plan.write.items():
+            record = self.prepared[uid]
+            try:
+                path = cdi.write_spec(self.cdi_root, cdi.spec_file_name(self.driver, uid), expected[uid])
+            except OSError as e:
+                self.log.error("cannot write the CDI spec of a prepared claim again", uid=uid, error=str(e))
+                continue
+            message = (f"the CDI spec {path} of this prepared claim {why}: written again from the node agent's "
+                       f"checkpoint, so its containers can start (something removed or changed it)")
+            self.log.warning("restored the CDI spec of a prepared claim", claim=f"{record.namespace}/{record.name}",
+                             uid=uid, spec=str(path), reason=why)
+            if record.namespace and record.name:
+                self.events.post(_claim_reference(record), WARNING, SPEC_RESTORED, message)
+        if start or plan:
+            for record in self.prepared.values():
+                try:
+                    self._apply_configs(record)
+                except PrepareError as e:
+                    self.log.warning("configuration of a prepared claim not applied again", uid=record.uid,
+                                     error=str(e))
+        self._seen = self._observe()
+
+    def _remove_orphan(self, path: Path, spec: dict[str, Any] | None) -> None:
+        """A spec of ours whose claim is not prepared: undo the configuration it records (prepare
+        writes the spec before it configures the devices, so the spec is the record of what may
+        have been set up), then remove it."""
+        for record in checkpoint.rebuild_from_cdi([spec] if spec else []).values():
+            self._release_configs(record)
+        durable.remove(path)
+        self.log.warning("removed the CDI spec of a claim that is not prepared", spec=str(path))
+
     # -- the DRA service ---------------------------------------------------------------------
 
     async def prepare(self, claims: list[dict[str, str]]) -> dict[str, tuple[list[PreparedDevice], str]]:
         """uid -> (devices, error) for every requested claim."""
         if not claims:  # the self-check's call (and any empty one): nothing to wait for the lock for
             return {}
-        fetched = await asyncio.gather(*(self._get_claim(c) for c in claims))
         results: dict[str, tuple[list[PreparedDevice], str]] = {}
         new: list[tuple[dict, PreparedClaim]] = []
         async with self._serialized():
+            # Read inside the lock (the Go helper reads before it): a claim re-allocated or replaced
+            # while this call waited is prepared as it is now, never with the allocation read before.
+            fetched = await asyncio.gather(*(self._get_claim(c) for c in claims))
             await self._reload()
             changed = False
             for requested, claim in zip(claims, fetched):
@@ -279,8 +410,15 @@ class KubeletPlugin:
                                           config=a.config))
         record = PreparedClaim(uid=requested["uid"], namespace=requested["namespace"], name=requested["name"],
                                devices=devices)
-        self._apply_configs(record)
-        self._write_spec(record)
+        # The spec first: it records each device's configuration, so a crash from here until the
+        # checkpoint is saved leaves an orphan spec, undone by the next start (_reconcile_specs).
+        path = cdi.write_spec(self.cdi_root, cdi.spec_file_name(self.driver, record.uid), self._build_spec(record))
+        try:
+            self._apply_configs(record)
+        except PrepareError:
+            self._release_configs(record)
+            durable.remove(path)
+            raise
         return record
 
     def _apply_configs(self, record: PreparedClaim) -> None:
@@ -293,6 +431,9 @@ class KubeletPlugin:
                 apply(d.device, d.config)
             except BackendError as e:
                 raise PrepareError(f"ResourceClaim {record.namespace}/{record.name}: device {d.device}: {e}") from e
+            except KeyError as e:  # gone since it was prepared (a GPU lost): nothing to configure
+                raise PrepareError(f"ResourceClaim {record.namespace}/{record.name}: device {d.device} is not "
+                                   f"known to the {self.agent.backend.name} backend") from e
 
     def _release_configs(self, record: PreparedClaim | None) -> None:
         release = getattr(self.agent.backend, "release_config", None)
@@ -323,9 +464,9 @@ class KubeletPlugin:
 
     def _ensure_spec(self, record: PreparedClaim) -> None:
         if record.devices and not self._spec_path(record.uid).exists():
-            self._write_spec(record)
+            cdi.write_spec(self.cdi_root, cdi.spec_file_name(self.driver, record.uid), self._build_spec(record))
 
-    def _write_spec(self, record: PreparedClaim) -> None:
+    def _build_spec(self, record: PreparedClaim) -> dict[str, Any]:
         claim = {"uid": record.uid, "namespace": record.namespace, "name": record.name}
         try:
             devices = [{
@@ -339,9 +480,8 @@ class KubeletPlugin:
             raise PrepareError(f"device {e} is not known to the {self.agent.backend.name} backend") from e
         except BackendError as e:
             raise PrepareError(f"the {self.agent.backend.name} backend cannot prepare: {e}") from e
-        spec = cdi.build_claim_spec(self.driver, claim, devices, cdi.merge_edits(
+        return cdi.build_claim_spec(self.driver, claim, devices, cdi.merge_edits(
             self.agent.backend.common_edits(), self._claim_edits([d.device for d in record.devices])))
-        cdi.write_spec(self.cdi_root, cdi.spec_file_name(self.driver, record.uid), spec)
 
     def _claim_edits(self, devices: list[str]) -> dict[str, Any] | None:
         """What the backend sets once per claim (NVIDIA_VISIBLE_DEVICES with all its devices)."""
@@ -353,20 +493,30 @@ class KubeletPlugin:
         results: dict[str, str] = {}
         async with self._serialized():
             await self._reload()
-            for requested in claims:
-                try:
-                    self._spec_path(requested["uid"]).unlink(missing_ok=True)
-                    self._release_configs(self.prepared.pop(requested["uid"], None))
-                    results[requested["uid"]] = ""
-                    self.agent.metrics.unprepare.labels(self.driver, "success").inc()
-                    self.log.info("unprepared claim", claim=f"{requested['namespace']}/{requested['name']}",
-                                  uid=requested["uid"])
-                except OSError as e:
-                    results[requested["uid"]] = f"removing the CDI spec of claim {requested['uid']}: {e}"
-                    self.agent.metrics.unprepare.labels(self.driver, "error").inc()
+            removed = {r["uid"]: self.prepared.get(r["uid"]) for r in claims}
+            for uid in removed:
+                self.prepared.pop(uid, None)
+            # The checkpoint first: a crash from here on leaves orphan specs, undone by the next start.
             checkpoint.save(self.checkpoint_path, self.prepared)
             self.agent.metrics.prepared_claims.labels(self.driver).set(len(self.prepared))
+            for requested in claims:
+                uid = requested["uid"]
+                try:
+                    durable.remove(self._spec_path(uid))
+                    self._release_configs(removed.pop(uid, None))
+                    results[uid] = ""
+                    self.agent.metrics.unprepare.labels(self.driver, "success").inc()
+                    self.log.info("unprepared claim", claim=f"{requested['namespace']}/{requested['name']}", uid=uid)
+                except OSError as e:
+                    results[uid] = f"removing the CDI spec of claim {uid}: {e}"
+                    self.agent.metrics.unprepare.labels(self.driver, "error").inc()
         return results
+
+
+def _claim_reference(record: PreparedClaim) -> dict[str, Any]:
+    """A prepared claim as the involved object of an Event."""
+    return {"apiVersion": RESOURCE_CLAIMS.group_version, "kind": "ResourceClaim",
+            "metadata": {"name": record.name, "namespace": record.namespace, "uid": record.uid}}
 
 
 def _claims(request: Any) -> list[dict[str, str]]:
