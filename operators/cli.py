@@ -55,7 +55,7 @@ def run(names: tuple[str, ...], liveness: str) -> None:
     # what it uses (about 60 MiB less RSS each; core/leanimports.py says what and why).
     leanimports.lazy_kubernetes_client()
     leanimports.without_rich()
-    from .core.logging import configure_logging
+    from .core.logging import configure_logging, debug_logger_names
 
     # Settings first: a value that cannot work ends the process before anything heavy is loaded.
     try:
@@ -67,7 +67,7 @@ def run(names: tuple[str, ...], liveness: str) -> None:
 
     # kopf leaves its authenticator un-awaited when a start-up handler fails: noise, not news.
     warnings.filterwarnings("ignore", message="coroutine 'authenticator' was never awaited", category=RuntimeWarning)
-    configure_logging(settings.log_level, settings.log_format)
+    configure_logging(settings.log_level, settings.log_format, debug_logger_names(settings.log_debug_loggers))
     check_kubeconfig(settings.kubeconfig)
     memo = kopf.Memo()
     for name in names:

@@ -36,6 +36,11 @@ def _log_level(value: str) -> str | None:
         "not a log level"
 
 
+def _logger_names(value: str) -> str | None:
+    bad = [x.strip() for x in value.split(",") if x.strip() and (" " in x.strip() or x.strip().strip(".") != x.strip())]
+    return f"{', '.join(map(repr, bad))} is not a logger name" if bad else None
+
+
 def _xid_list(value: str) -> str | None:
     bad = [x.strip() for x in value.split(",") if x.strip() and not x.strip().isdigit()]
     return f"{', '.join(map(repr, bad))} is not an XID number" if bad else None
@@ -48,6 +53,10 @@ class Settings:
                              check=_log_level)
     log_format: str = setting("json", "DRA_LOG_FORMAT", "log format: json or console",
                               choices=("json", "console"))
+    log_debug_loggers: str = setting("", "DRA_LOG_DEBUG_LOGGERS",
+                                     "loggers of other libraries to log at DEBUG, comma-separated (such as "
+                                     "h2,grpclib,aiohttp); they stay at INFO otherwise, even with DRA_LOG_LEVEL=DEBUG",
+                                     check=_logger_names)
     metrics_port: int = setting(8080, "DRA_METRICS_PORT", "port serving Prometheus /metrics (0: off)",
                                minimum=0, maximum=65535)
     leader_election: bool = setting(False, "DRA_LEADER_ELECTION",
@@ -196,7 +205,8 @@ def _wanted(f: dataclasses.Field) -> str:
         return "true or false"
     if kind is str:
         return "XID numbers separated by commas, like 13,31,43" if meta.get("check") is _xid_list else \
-            "DEBUG, INFO, WARNING or ERROR" if meta.get("check") is _log_level else ""
+            "DEBUG, INFO, WARNING or ERROR" if meta.get("check") is _log_level else \
+            "logger names separated by commas, like h2,grpclib" if meta.get("check") is _logger_names else ""
     words = "a whole number" if kind is int else "a number"
     bounds = [f">= {meta['minimum']:g}" if meta.get("minimum") is not None else "",
               "> 0" if meta.get("positive") else "",

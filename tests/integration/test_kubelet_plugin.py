@@ -468,3 +468,95 @@ async def test_a_claim_reallocated_while_a_prepare_waits_is_prepared_as_it_is_no
     entry = (await call).claims[uid]
     assert entry.error == "" and [d.device_name for d in entry.devices] == [other]
     assert json.loads(spec_path(node, uid).read_text())["devices"][0]["name"] == f"{uid}-{other}"
+
+
+def _memory_mib(pid: int) -> dict[str, float]:
+    """VmRSS and VmHWM (peak RSS) of a process, in MiB."""
+    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
+    return {k: round(int(fields[k].split()[0]) / 1024, 1) for k in ("VmRSS", "VmHWM")}
+
+
+async def test_oversized_messages_and_a_thousand_watch_streams_leave_the_agent_serving(
+        lab, kube, namespace, unique, tmp_path):
+    """What any Pod could send to the agent's gRPC health port (and root on the node to its
+    sockets): a request declaring 2 GiB is refused with RESOURCE_EXHAUSTED from its length prefix
+    on every server (grpc-go's 4 MiB limit), 1,000 Watch streams get at most MAX_WATCHES places,
+    the agent's memory stays far under its 384Mi limit, and kubelet's calls go on succeeding."""
+    from grpclib.health.v1 import health_pb2
+
+    from operators.lab.cluster import free_ports
+    from operators.nodeagent.plugin import grpc_limits
+    from operators.nodeagent.plugin.kubeletapi import dra_health_v1_pb2
+
+    from ..raw_grpc import RawGrpc, frame
+
+    [port] = free_ports(1)
+    node = Node(lab, kube, namespace, unique, tmp_path)
+    node.agent.extra_env["DRA_NODEAGENT_GRPC_HEALTH_PORT"] = str(port)
+    await node.start()
+    clients: list[RawGrpc] = []
+    try:
+        claim = await node.allocated_claim("flooded")
+        pid = node.agent.proc.pid
+        registration = str(next(node.registry.glob("*-reg.sock")))
+        dra = node.kubelet.info.endpoint
+        before = _memory_mib(pid)
+        servers = {"health": ({"port": port}, "/grpc.health.v1.Health/Check"),
+                   "registration": ({"path": registration}, "/pluginregistration.Registration/GetInfo"),
+                   "dra": ({"path": dra}, "/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodePrepareResources")}
+        sent = {}
+        for name, (address, method) in servers.items():
+            client = await RawGrpc.connect(**address)
+            clients.append(client)
+            stream = client.start(method, frame(b"", declared=2**31), end=False)
+            # A bounded part of the 2 GiB: enough to show a server that reads on (64 MiB each).
+            sent[name] = await client.send(stream, 64 * 1024 * 1024)
+            await client.calls[stream].done.wait()
+            call = client.calls[stream]
+            assert (call.status, call.message) == ("8", "grpc: received message larger than max (2147483648 vs. "
+                                                   f"{grpc_limits.MAX_RECEIVE_MESSAGE})"), (name, vars(call))
+        after_prefix = _memory_mib(pid)
+        assert all(s <= 2 * grpc_limits.WINDOW for s in sent.values()), sent
+
+        async def flood(address: dict, method: str, request: bytes, over: list[RawGrpc] | None = None,
+                        streams: int = 50):
+            """1,000 calls of ``method``: 50 on each of 20 new connections (or of ``over``)."""
+            opened = over or [await RawGrpc.connect(**address) for _ in range(20)]
+            clients.extend(c for c in opened if c not in clients)
+            calls = [(c, c.start(method, request)) for c in opened for _ in range(streams)]
+
+            async def answered():
+                return all(c.calls[s].answered for c, s in calls) or None
+            await wait_for(answered, what=f"{len(calls)} {method} streams answered or refused")
+            watching = [c.calls[s] for c, s in calls if c.calls[s].data and not c.calls[s].done.is_set()]
+            refused = [c.calls[s] for c, s in calls if c.calls[s].status == "8"]
+            return watching, refused, opened
+
+        watch = frame(health_pb2.HealthCheckRequest(service="liveness").SerializeToString())
+        watching, refused, connections = await flood({"port": port}, "/grpc.health.v1.Health/Watch", watch)
+        assert (len(watching), len(refused)) == (grpc_limits.MAX_WATCHES, 1000 - grpc_limits.MAX_WATCHES)
+        # Bounded, not merely smaller: 1,000 more on the same connections (the first 10 still
+        # open) add nothing lasting (without the cap each open stream kept about 15 KiB).
+        first = _memory_mib(pid)
+        watching, refused, _ = await flood({"port": port}, "/grpc.health.v1.Health/Watch", watch, over=connections)
+        assert (len(watching), len(refused)) == (0, 1000)
+        assert _memory_mib(pid)["VmRSS"] - first["VmRSS"] < 4, (first, _memory_mib(pid))
+        dra_watching, dra_refused, _ = await flood(
+            {"path": dra}, "/v1.DRAResourceHealth/NodeWatchResources",
+            frame(dra_health_v1_pb2.NodeWatchResourcesRequest().SerializeToString()))
+        assert (len(dra_watching), len(dra_refused)) == (grpc_limits.MAX_WATCHES, 1000 - grpc_limits.MAX_WATCHES)
+        flooded = _memory_mib(pid)
+
+        # kubelet is served while the 3,000 streams' connections stay open.
+        prepared = await node.kubelet.prepare([claim])
+        assert not prepared.claims[claim["metadata"]["uid"]].error and prepared.claims[claim["metadata"]["uid"]].devices
+        assert (await node.kubelet.register()).endpoint == dra
+        assert node.agent.proc.poll() is None and node.agent.live()
+        print(f"agent memory (MiB): before {before}, after three 2 GiB prefixes {after_prefix}, "
+              f"after 3 x 1,000 watch streams {flooded}")
+        assert flooded["VmHWM"] - before["VmRSS"] < 48 and flooded["VmHWM"] < 192, (before, after_prefix, flooded)
+    finally:
+        for client in clients:
+            await client.close()
+        await node.stop()
+        await kube.delete(DEVICE_CLASSES, node.driver)

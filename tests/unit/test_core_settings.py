@@ -26,6 +26,7 @@ def test_defaults_and_accepted_spellings():
     ("DRA_BINDING_TAINT_EFFECT", "NoExecute", "not a known value", "Set one of 'NoSchedule', 'None'"),
     ("DRA_TAINTS_RULE_VERSION", "v9", "not a known value", "'v1', 'v1beta2', 'v1alpha3'"),
     ("DRA_NODEAGENT_IGNORED_XIDS", "13,x", "'x' is not an XID number", "numbers separated by commas"),
+    ("DRA_LOG_DEBUG_LOGGERS", "h2,grpc lib", "'grpc lib' is not a logger name", "logger names separated by commas"),
 ])
 def test_a_value_that_cannot_work_names_the_variable_and_the_fix(env, value, problem, fix):
     with pytest.raises(SettingsError) as raised:

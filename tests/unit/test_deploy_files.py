@@ -70,3 +70,22 @@ def test_binding_rbac_in_the_base_is_what_the_operator_needs():
                               "--namespace", "dra-operators"], capture_output=True, text=True, check=True).stdout
     assert list(yaml.safe_load_all(printed)) == list(
         yaml.safe_load_all((ROOT / "kustomize" / "base" / "binding-rbac.yaml").read_text()))
+
+
+def test_only_the_node_reaches_the_node_agents_probe_ports():
+    """The NetworkPolicy of the node agent admits the metrics port from anywhere and nothing else:
+    the probe ports stay reachable only from the Pod's own node, which NetworkPolicy cannot block
+    (Kubernetes docs, Network Policies, "What you can't do") and where kubelet's probes come from."""
+    documents = list(yaml.safe_load_all((ROOT / "kustomize" / "base" / "nodeagent.yaml").read_text()))
+    [daemonset] = [d for d in documents if d["kind"] == "DaemonSet"]
+    [policy] = [d for d in documents if d["kind"] == "NetworkPolicy"]
+    assert policy["apiVersion"] == "networking.k8s.io/v1" and policy["spec"]["policyTypes"] == ["Ingress"]
+    labels = daemonset["spec"]["template"]["metadata"]["labels"]
+    assert policy["spec"]["podSelector"]["matchLabels"].items() <= labels.items()
+    [container] = daemonset["spec"]["template"]["spec"]["containers"]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    admitted = [ports.get(p["port"], p["port"]) for rule in policy["spec"]["ingress"] for p in rule["ports"]]
+    assert all("from" not in rule for rule in policy["spec"]["ingress"])
+    assert admitted == [ports["metrics"]]
+    probed = {container[probe]["grpc"]["port"] for probe in ("startupProbe", "livenessProbe", "readinessProbe")}
+    assert probed == {ports["grpc-health"]} and not probed & set(admitted)

@@ -26,6 +26,7 @@ from grpclib.exceptions import GRPCError, ProtocolError, StreamTerminatedError
 from grpclib.health.v1 import health_grpc, health_pb2
 from grpclib.server import Server
 
+from . import grpc_limits
 from .kubeletapi import dra_v1_grpc, dra_v1_pb2, pluginregistration_v1_grpc, pluginregistration_v1_pb2
 
 log = structlog.stdlib.get_logger("operators.nodeagent.liveness")
@@ -126,7 +127,7 @@ class SelfCheck:
                           f"(DRA_NODEAGENT_GRPC_HEALTH_PORT): {e.strerror}; is another process using it?") from e
         bound = sock.getsockname()[1]
         await self._publish()
-        server = Server([self.servicer])
+        server = grpc_limits.server([self.servicer])
         await server.start(sock=sock)
         self._server = server
         log.info("gRPC health service serving", port=bound, services=list(SERVICES))

@@ -25,7 +25,8 @@ from ...core.events import WARNING, EventRecorder
 from ...core.kube import ApiError, ConnectionLost, Kube
 from ...core.resources import RESOURCE_CLAIMS
 from ..backends.base import BackendError
-from . import cdi, checkpoint, coexistence, device_status, durable, health_service, reconcile, sockets, toolkit
+from . import (cdi, checkpoint, coexistence, device_status, durable, grpc_limits, health_service, reconcile,
+               sockets, toolkit)
 from .checkpoint import PreparedClaim, PreparedDevice
 from .kubeletapi import (dra_v1_grpc, dra_v1_pb2, dra_v1beta1_grpc, dra_v1beta1_pb2, pluginregistration_v1_grpc,
                          pluginregistration_v1_pb2)
@@ -90,7 +91,8 @@ class KubeletPlugin:
         self._remove_stale_sockets()
         await self.recover()
         # The DRA service first: kubelet may call it right after registration.
-        dra = Server([_DraV1(self), _DraV1beta1(self), *health_service.services(self.agent, self.health_feed)])
+        dra = grpc_limits.server([_DraV1(self), _DraV1beta1(self),
+                                  *health_service.services(self.agent, self.health_feed)])
         self.agent.health_listeners.append(self.health_feed.changed)
         await self._listen(dra, self.dra_socket)
         await self._serve_registration()
@@ -105,7 +107,7 @@ class KubeletPlugin:
             supervisor.spawn("kubelet-plugin-cdi-specs", self._keep_specs)
 
     async def _serve_registration(self) -> None:
-        await self._listen(Server([_Registration(self)]), self.registration_socket)
+        await self._listen(grpc_limits.server([_Registration(self)]), self.registration_socket)
 
     async def _keep_registered(self) -> None:
         """A registration socket deleted by someone (a cleanup, an operator's mistake) deregisters
