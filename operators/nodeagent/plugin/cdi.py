@@ -122,6 +122,6 @@ def read_claim_specs(root: Path, driver: str) -> list[dict[str, Any]]:
     for path in sorted(root.glob(f"{prefix}*.json")) if root.is_dir() else []:
         try:
             specs.append(json.loads(path.read_text()))
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):  # unreadable, not JSON, nested past the stack
             continue
     return specs
