@@ -282,7 +282,7 @@ class Record:
             body = json.loads(text)
             ref = DeviceRef(body["driver"], body["pool"], body["device"], body.get("shareID"))
             record = cls(ref, body.get("node"), body["started"], body.get("allocated"))
-        except (ValueError, KeyError, TypeError, AttributeError):
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError):  # the last: JSON nested too deep
             return None
         required = (ref.driver, ref.pool, ref.device, record.started)
         optional = (ref.share_id, record.node, record.allocated)

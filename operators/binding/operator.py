@@ -36,9 +36,8 @@ async def start_binding(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -
         preparer = preparers.load(config.binding_preparer, preparers.parse_config(config.binding_preparer_config))
     except preparers.ConfigError as e:
         raise kopf.PermanentError(
-            f"DRA_BINDING_PREPARER={config.binding_preparer!r} with DRA_BINDING_PREPARER_CONFIG="
-            f"{config.binding_preparer_config[:200]!r}: {e}; fix the preparer's name or its configuration "
-            "(a JSON object, or @file with JSON or YAML)") from e
+            f"DRA_BINDING_PREPARER={config.binding_preparer!r} with DRA_BINDING_PREPARER_CONFIG: {e}; fix the "
+            "preparer's name or its configuration (a JSON object, or @file with JSON or YAML)") from None
     kube = await Kube.connect(config.kubeconfig, qps=config.api_qps, burst=config.api_burst)
     runtime = memo.binding_runtime = Runtime("binding", kube, watch_silence=config.watch_silence)
     runtime.on_cleanup(kube.close)

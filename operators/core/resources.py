@@ -7,6 +7,7 @@ do not know, and DRA adds fields every release.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from urllib.parse import quote
 
 
 @dataclass(frozen=True)
@@ -29,20 +30,49 @@ class Resource:
         name: str | None = None,
         subresource: str | None = None,
     ) -> str:
-        prefix = "/api/" if "/" not in self.group_version else "/apis/"
-        parts = [prefix.rstrip("/") + "/" + self.group_version]
+        """The API path, each segment escaped: a name such as ``x#`` or ``a?b`` (from a file the
+        lint reads) must stay a name, not end the path and drop the query (``dryRun=All``)."""
+        prefix = "/api" if "/" not in self.group_version else "/apis"
+        parts = [prefix, *(segment(p, "apiVersion") for p in self.group_version.split("/"))]
         if self.namespaced and namespace:
-            parts.append(f"namespaces/{namespace}")
-        parts.append(self.plural)
+            parts += ["namespaces", segment(namespace, "namespace")]
+        parts.append(segment(self.plural, "resource"))
         if name:
-            parts.append(name)
+            parts.append(segment(name, "name"))
             if subresource:
-                parts.append(subresource)
+                parts.append(segment(subresource, "subresource"))
         return "/".join(parts)
 
     def with_version(self, version: str) -> "Resource":
         group = self.group
         return Resource(f"{group}/{version}" if group else version, self.plural, self.namespaced)
+
+
+class InvalidPathSegment(ValueError):
+    """A name that cannot be a segment of an API path, refused before any request; ``what`` is
+    the part of the path (name, namespace, apiVersion, resource, subresource)."""
+
+    def __init__(self, what: str, value: str, problem: str):
+        self.what, self.value = what, value
+        super().__init__(f"invalid {what} {value!r}: {problem}")
+
+
+# k8s.io/client-go v0.37.1 rest/request.go IsValidPathSegmentName (NameMayNotBe, NameMayNotContain):
+# client-go refuses these in a name, namespace, resource or subresource before it sends anything.
+_MAY_NOT_BE = (".", "..")
+_MAY_NOT_CONTAIN = ("/", "%")
+
+
+def segment(value: str, what: str) -> str:
+    """``value`` as one escaped path segment (every reserved character quoted), or
+    InvalidPathSegment naming ``what`` and why, as client-go says it."""
+    problems = [f"may not be '{value}'"] if value in _MAY_NOT_BE else []
+    problems += [f"may not contain '{c}'" for c in _MAY_NOT_CONTAIN if c in value]
+    if not value:
+        problems.append("may not be empty")
+    if problems:
+        raise InvalidPathSegment(what, value, ", ".join(problems))
+    return quote(value, safe="")
 
 
 RESOURCE_GROUP = "resource.k8s.io"

@@ -10,7 +10,7 @@ from typing import Any
 
 from ..core.kube import ApiError, Kube
 from ..core.resources import (DEVICE_CLASSES, NAMESPACES, RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS, RESOURCE_SLICES,
-                              Resource)
+                              InvalidPathSegment, Resource, segment)
 from .documents import Document
 from .rules import ERROR, RESOURCE_GROUP, Context, Finding
 
@@ -60,7 +60,11 @@ class Discovery:
 
     async def resource(self, api_version: str, kind: str) -> Resource | None:
         if api_version not in self.lists:
-            path = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
+            # An apiVersion from a file: escaped like any name (a "?" must not start a query).
+            parts = [segment(p, "apiVersion") for p in api_version.split("/")]
+            if len(parts) > 2:
+                raise InvalidPathSegment("apiVersion", api_version, "write GROUP/VERSION or VERSION")
+            path = "/".join(["/api" if len(parts) == 1 else "/apis", *parts])
             try:
                 self.lists[api_version] = (await self.kube.request("GET", path)).get("resources") or []
             except ApiError as e:
@@ -94,6 +98,16 @@ async def dry_run(kube: Kube, ctx: Context, doc: Document, discovery: Discovery)
     if not doc.api_version or not doc.kind or not doc.name:
         return [Finding("server-dry-run", ERROR, doc.file, doc.line, doc.ref, "metadata.name" if doc.kind else "kind",
                         "apiVersion, kind and metadata.name are required", "add the missing field")]
+    try:
+        return await _dry_run(kube, ctx, doc, discovery)
+    except InvalidPathSegment as e:
+        # Refused before sending, as client-go refuses it (kubectl says the same).
+        field = {"apiVersion": "apiVersion", "namespace": "metadata.namespace"}.get(e.what, "metadata.name")
+        return [Finding("server-dry-run", ERROR, doc.file, doc.line, doc.ref, field, f"cannot be sent: {e}",
+                        "use a name of lower-case letters, digits, '-' and '.'")]
+
+
+async def _dry_run(kube: Kube, ctx: Context, doc: Document, discovery: Discovery) -> list[Finding]:
     resource = await discovery.resource(doc.api_version, doc.kind)
     if resource is None:
         if doc.api_version.split("/")[0] == RESOURCE_GROUP:
@@ -105,7 +119,7 @@ async def dry_run(kube: Kube, ctx: Context, doc: Document, discovery: Discovery)
         return []  # created by these files (or missing): nothing to validate against yet
     body = dict(doc.body)
     if namespace:
-        body["metadata"] = {**(body.get("metadata") or {}), "namespace": namespace}
+        body["metadata"] = {**doc.metadata, "namespace": namespace}
     try:
         await kube.request("PATCH", resource.path(namespace, doc.name), body=body, content_type=APPLY_PATCH, retry=False,
                            params=[("fieldManager", FIELD_MANAGER), ("force", "true"), ("dryRun", "All"),

@@ -108,7 +108,7 @@ class Context:
     def namespace_labels(self, name: str) -> dict[str, str] | None:
         for d in self.in_files("Namespace"):
             if d.name == name:
-                return (d.body.get("metadata") or {}).get("labels") or {}
+                return d.metadata.get("labels") or {}
         if self.namespaces is None or name not in self.namespaces:
             return None
         return (self.namespaces[name].get("metadata") or {}).get("labels") or {}

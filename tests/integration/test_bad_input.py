@@ -666,6 +666,8 @@ async def test_nodeagent_corrupt_checkpoint_is_rebuilt_from_cdi_specs(kube, agen
 
 # -- settings and an unusable API at start: exit with one message --------------------------------
 
+SECRET = "hunter22"  # a credential in a setting: never printed
+
 
 @dataclass(frozen=True)
 class ExitCase:
@@ -728,10 +730,14 @@ def exit_cases(lab, agent: Agent, closed_port: int, garbage: str, files: Path) -
             "DRA_BINDING_PREPARER='nope'", "unknown preparer 'nope'; available: http, simulated")),
         "binding-preparer-config-wrong-type": ExitCase(("binding",), {"DRA_BINDING_PREPARER_CONFIG": '{"delay": "slow"}'}, (
             "simulated preparer: delay must be a number >= 0, got 'slow'", "fix the preparer's name or its configuration")),
-        "binding-preparer-config-not-json": ExitCase(("binding",), {"DRA_BINDING_PREPARER_CONFIG": "{delay: 1"}, (
-            "DRA_BINDING_PREPARER_CONFIG='{delay: 1'", "(a JSON object, or @file with JSON or YAML)")),
+        # Not shown: a configuration holds credentials (SECRET must not be in the output).
+        "binding-preparer-config-not-json": ExitCase(("binding",), {
+            "DRA_BINDING_PREPARER_CONFIG": '{"headers": {"Authorization": "Bearer ' + SECRET + '"}, delay: 1'}, (
+            "DRA_BINDING_PREPARER_CONFIG: preparer configuration (inline, 58 characters, not shown): not JSON: "
+            "Expecting property name enclosed in double quotes at line 1 column 51",
+            "(a JSON object, or @file with JSON or YAML)")),
         "binding-preparer-config-file-missing": ExitCase(("binding",), {"DRA_BINDING_PREPARER_CONFIG": "@/nonexistent.yaml"}, (
-            "No such file or directory: '/nonexistent.yaml'",)),
+            "preparer configuration file /nonexistent.yaml: cannot read it: No such file or directory",)),
         "nodeagent-unknown-backend": ExitCase(("nodeagent",), {**node, "DRA_NODEAGENT_BACKEND": "gpu"}, (
             "DRA_NODEAGENT_BACKEND='gpu': not a known value", "Set one of 'nvml', 'simulated'")),
         "nodeagent-node-name-unset": ExitCase(("nodeagent",), {**node, "NODE_NAME": ""}, (
@@ -819,4 +825,5 @@ def test_exits_with_one_message_naming_the_fix(exits, name):
         assert "waiting for the API server" in result.output, result.output[-3000:]
     for text in case.expected:
         assert text in message, f"{text!r} not in {message!r}"
+    assert SECRET not in result.output, result.output[-3000:]
 

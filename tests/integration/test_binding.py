@@ -436,7 +436,10 @@ async def test_http_preparer_with_a_slow_a_failing_and_a_down_attach_service(kub
     controllers.use("ours")
     server = AttachServer({"gpu-0": ("slow", 3), "gpu-1": "failed", "gpu-2": "ready"})
     await server.start()
-    config = {"url": server.url, "timeout": 5, "retries": 1, "backoff": 0.2}
+    # Credentials in the URL: namespace users read the claim's conditions and Events, never them.
+    password = f"pw-{unique}"
+    config = {"url": server.url.replace("http://", f"http://attach:{password}@"), "timeout": 5, "retries": 1,
+              "backoff": 0.2}
     try:
         async with BindingEnv(kube, lab, log_dir, f"ht{unique}", {"lab-node-0": 4}, preparer="http",
                               config=config) as env:
@@ -468,6 +471,11 @@ async def test_http_preparer_with_a_slow_a_failing_and_a_down_attach_service(kub
             stranded = (await env.claim_of("stranded"))["metadata"]["name"]
             down = await env.wait_event("DevicePreparationFailed", stranded, "AttachServiceUnavailable")
             assert "gpu-3" in down["message"] and "after 2 attempts" in down["message"]
+            assert f"http://***@{server.url.removeprefix('http://')}/prepare" in down["message"], down["message"]
+            events = await kube.list(EVENTS, env.namespace)
+            claims = await kube.list(RESOURCE_CLAIMS, env.namespace)  # their conditions quote the outcome too
+            for text in [json.dumps(events), json.dumps(claims), env.operator.log.read_text()]:
+                assert password not in text, text[-3000:]
             await env.wait(lambda: _tainted(env, {"gpu-1", "gpu-3"}), "gpu-3 tainted as well")
             assert (await kube.get(PODS, "stranded", env.namespace))["status"].get("phase") == "Pending"
             metrics = env.metrics()

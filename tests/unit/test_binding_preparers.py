@@ -289,3 +289,142 @@ def test_third_party_preparer_through_its_entry_point(tmp_path, monkeypatch):
         preparers.load("broken", {})
     with pytest.raises(ConfigError, match="cannot be loaded"):
         preparers.load("missing", {})
+
+
+# -- hostile input: credentials, oversized and malformed answers -------------------------------
+
+PASSWORD, HEADER_TOKEN, QUERY_TOKEN = "pw-s3cret", "hdr-t0ken", "q-t0ken"
+
+
+class EchoServer:
+    """An attach service that quotes the request's headers back in every answer (as a debugging
+    proxy might), with the status and answer form given per path."""
+
+    def __init__(self, answers: dict[str, tuple[int, str]]):
+        self.answers = answers
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        status, form = self.answers[request.match_info["op"]]
+        echo = json.dumps(dict(request.headers))
+        if form == "failed":
+            return web.json_response({"status": "failed", "reason": "Denied", "message": f"headers {echo}"})
+        if form == "ready":
+            return web.json_response({"status": "ready", "message": f"ok {echo}"})
+        if form == "huge":  # chunked: no Content-Length to refuse it by
+            response = web.StreamResponse(status=status)
+            await response.prepare(request)
+            for _ in range(3 * 1024):
+                await response.write(b"x" * 1024)
+            return response
+        if form == "huge-length":
+            return web.Response(status=status, body=b"{" + b" " * (2 << 20) + b"}")
+        if form == "big-data":
+            return web.json_response({"status": "ready", "data": {"blob": "y" * (11 * 1024)}})
+        return web.Response(status=status, text=f"error, you sent {echo}")
+
+    async def __aenter__(self) -> str:
+        app = web.Application()
+        app.router.add_post("/v1/{op}", self._handle)
+        self._runner = web.AppRunner(app)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        return f"127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
+
+    async def __aexit__(self, *exc) -> None:
+        await self._runner.cleanup()
+
+
+def assert_no_secret(text: str) -> None:
+    for secret in (PASSWORD, HEADER_TOKEN, QUERY_TOKEN, "YXR0YWNoOnB3LXMzY3JldA=="):  # the last: Basic attach:pw-s3cret
+        assert secret not in text, text
+
+
+@pytest.mark.parametrize("form,status", [("failed", 200), ("ready", 200), ("text", 400), ("text", 503)])
+async def test_http_credentials_never_reach_an_outcome(form, status):
+    """Conditions and Events quote the outcome's message: no password, query token or header value
+    in it, even when the service quotes the request back; the URL is shown with ``***``."""
+    async with EchoServer({"prepare": (status, form), "undo": (status, form)}) as host:
+        with_user = HttpPreparer({"url": f"http://attach:{PASSWORD}@{host}/v1", "retries": 0})
+        with_header = HttpPreparer({"url": f"http://{host}/v1", "retries": 0,
+                                    "headers": {"Authorization": f"Bearer {HEADER_TOKEN}"}})
+        try:
+            for preparer in (with_user, with_header):
+                outcome = await preparer.prepare(prep())
+                assert_no_secret(outcome.message + outcome.reason)
+                if form == "text":
+                    with pytest.raises(RuntimeError) as undo:
+                        await preparer.undo(prep())
+                    assert_no_secret(str(undo.value))
+            if form == "text":
+                assert f"http://***@{host}/v1/prepare answered {status}" in (await with_user.prepare(prep())).message
+        finally:
+            await with_user.close()
+            await with_header.close()
+
+
+async def test_http_unreachable_service_message_has_no_credentials():
+    port = closed_port()
+    preparer = HttpPreparer({"url": f"http://attach:{PASSWORD}@127.0.0.1:{port}/v1", "retries": 0})
+    outcome = await preparer.prepare(prep())
+    await preparer.close()
+    assert outcome.reason == "AttachServiceUnavailable" and f"http://***@127.0.0.1:{port}/v1/prepare" in outcome.message
+    assert_no_secret(outcome.message)
+
+
+@pytest.mark.parametrize("config", [
+    {"url": f"ftp://attach:{PASSWORD}@x"}, {"url": f"http://attach:{PASSWORD}@x:99999/v1"},
+    {"url": f"http://attach:{PASSWORD}@[::1/v1"}, {"url": f"http://attach:{PASSWORD}@/v1"},
+    {"url": f"http://x/v1?token={QUERY_TOKEN}"},
+    {"url": f"http://attach:{PASSWORD}@x", "headers": {"Authorization": f"Bearer {HEADER_TOKEN}"}},
+    {"url": "http://x", "headers": {"X-Key": f"{HEADER_TOKEN}\r\nX-Injected: 1"}},
+])
+def test_http_config_errors_name_the_url_without_credentials(config):
+    with pytest.raises(ConfigError) as error:
+        HttpPreparer(config)
+    assert_no_secret(str(error.value))
+
+
+def test_parse_config_errors_do_not_quote_the_configuration(tmp_path):
+    inline = '{"url": "http://attach:' + PASSWORD + '@x", "headers": {"Authorization": "Bearer ' + HEADER_TOKEN + '"}'
+    with pytest.raises(ConfigError, match=r"inline, \d+ characters, not shown\): not JSON: .* at line 1 column") as e:
+        preparers.parse_config(inline)
+    assert_no_secret(str(e.value))
+    (tmp_path / "c.yaml").write_text(f"headers: {{Authorization: Bearer {HEADER_TOKEN}\nurl: [\n")
+    with pytest.raises(ConfigError, match=r"c.yaml: not YAML: .* at line 2 column") as e:
+        preparers.parse_config(f"@{tmp_path / 'c.yaml'}")
+    assert_no_secret(str(e.value))
+
+
+@pytest.mark.parametrize("form", ["huge", "huge-length"])
+async def test_http_answer_larger_than_the_limit_is_refused_unread(form):
+    from operators.binding.preparers.http import MAX_ANSWER_BYTES
+
+    async with EchoServer({"prepare": (200, form), "undo": (200, form)}) as host:
+        preparer = HttpPreparer({"url": f"http://attach:{PASSWORD}@{host}/v1", "retries": 3})
+        try:
+            outcome = await preparer.prepare(prep())
+            with pytest.raises(RuntimeError, match=f"more than {MAX_ANSWER_BYTES} bytes"):
+                await preparer.undo(prep())
+        finally:
+            await preparer.close()
+    assert outcome.reason == "AttachServiceAnswerTooLarge" and not outcome.ready
+    assert f"http://***@{host}/v1/prepare answered 200 with more than {MAX_ANSWER_BYTES} bytes" in outcome.message
+    assert_no_secret(outcome.message)
+
+
+async def test_http_data_larger_than_the_api_server_keeps_is_a_failure():
+    async with EchoServer({"prepare": (200, "big-data")}) as host:
+        preparer = HttpPreparer({"url": f"http://{host}/v1"})
+        outcome = await preparer.prepare(prep())
+        await preparer.close()
+    assert outcome.reason == "AttachServiceDataTooLarge" and "at most 10240" in outcome.message
+
+
+def test_http_answers_python_reads_but_json_does_not():
+    from operators.binding.preparers.http import _seconds, decode_answer
+
+    assert decode_answer(b'{"status": "ready", "data": {"x": NaN}}')[0] == {}  # the API server would refuse it
+    assert decode_answer(b"[" * 100_000 + b"]" * 100_000)[0] == {}  # nested past the recursion limit
+    assert decode_answer(b'{"status": "\xff"}')[0] == {"status": "\ufffd"}
+    assert (_seconds("inf", 2), _seconds("nan", 2), _seconds("-5", 2), _seconds("Wed, 21 Oct", 2)) == (60, 2, 0, 2)

@@ -6,12 +6,13 @@ default only."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
 import yaml
 
-from operators.lint import documents, report, rules
+from operators.lint import documents, report, rules, run
 from operators.nodeagent.backends.simulated import build_inventory
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -22,16 +23,20 @@ SIM = "gpu.sim.dra-operators.dev"
 
 
 
-def expected() -> dict[str, tuple[str, str, str]]:
-    """case -> (rule, field, a piece of the fix) its bad file must get (tests/lint/<case>/expect.yaml)."""
-    found = {}
+def expected() -> tuple[dict[str, tuple[str, str, str]], dict[str, str]]:
+    """case -> (rule, field, a piece of the fix) its bad file must get (tests/lint/<case>/expect.yaml);
+    and case -> the problem of a bad file the lint cannot read (``unreadable`` in expect.yaml)."""
+    found, unreadable = {}, {}
     for folder in sorted(p for p in CASES.iterdir() if p.is_dir()):
         e = yaml.safe_load((folder / "expect.yaml").read_text())
-        found[folder.name] = (e["rule"], e["field"], e["fix"])
-    return found
+        if "unreadable" in e:
+            unreadable[folder.name] = e["unreadable"]
+        else:
+            found[folder.name] = (e["rule"], e["field"], e["fix"])
+    return found, unreadable
 
 
-EXPECTED = expected()
+EXPECTED, UNREADABLE = expected()
 
 
 def cluster_context(docs: list[documents.Document]) -> rules.Context:
@@ -60,8 +65,8 @@ def lint(path: Path) -> list[rules.Finding]:
 
 
 def test_every_case_has_bad_fixed_and_expectation():
-    assert len(EXPECTED) >= 15
-    for case in EXPECTED:
+    assert len(EXPECTED) >= 15 and len(UNREADABLE) >= 2
+    for case in [*EXPECTED, *UNREADABLE]:
         assert (CASES / case / "bad.yaml").is_file() and (CASES / case / "fixed.yaml").is_file(), case
 
 
@@ -75,7 +80,20 @@ def test_bad_is_reported_with_field_and_fix(case):
     assert all(f.message and f.file.endswith("bad.yaml") and f.line >= 1 for f in findings)
 
 
-@pytest.mark.parametrize("case", sorted(EXPECTED))
+@pytest.mark.parametrize("case", sorted(UNREADABLE))
+def test_unreadable_is_reported_with_file_and_line_quickly(case):
+    """A document no rule can run on (a List whose items are a number, aliases that expand to
+    billions of values) is a read error naming the file and line, found in linear time; the
+    lint neither crashes nor expands it."""
+    started = time.process_time()
+    result = run.offline([str(CASES / case / "bad.yaml")])
+    assert time.process_time() - started < 5
+    assert result.failed and not result.loaded.documents and result.findings == []
+    [(file, problem)] = result.loaded.errors
+    assert file.endswith("bad.yaml") and UNREADABLE[case] in problem, problem
+
+
+@pytest.mark.parametrize("case", sorted([*EXPECTED, *UNREADABLE]))
 def test_fixed_passes(case):
     assert lint(CASES / case / "fixed.yaml") == []
 
@@ -139,3 +157,17 @@ def test_server_answers_become_findings_on_their_fields():
                                            ".spec.resourceClaims[name=\"gpu\"].source: field not declared in schema"})
     [f] = _server_findings(doc, undeclared)
     assert f.field == 'spec.resourceClaims[name="gpu"].source' and "not declared" in f.message
+
+
+def test_parse_refuses_what_cannot_be_walked():
+    """Recursive aliases and nesting deeper than Python's stack: read errors, not crashes."""
+    assert documents.parse("kind: ConfigMap\nx: &a [*a]\n", "r.yaml").errors == [
+        ("r.yaml", "document 1 (line 1) refers to itself through an alias (an anchor inside its own value)")]
+    [(_, problem)] = documents.parse("kind: ConfigMap\nx: " + "[" * 5000 + "]" * 5000 + "\n", "d.yaml").errors
+    assert problem.startswith("nested too deeply (near line 2)")
+    # The good documents next to a bad one are kept.
+    loaded = documents.parse("kind: FooList\nitems: 5\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: p}\n", "f.yaml")
+    assert [d.name for d in loaded.documents] == ["p"] and len(loaded.errors) == 1
+    # Aliases a document repeats a few times are no problem (go-yaml allows them too).
+    shared = documents.parse("kind: ConfigMap\nx: &x {a: 1}\ny: *x\nz: *x\n", "s.yaml")
+    assert not shared.errors and shared.documents[0].body["z"] == {"a": 1}

@@ -36,24 +36,48 @@ def available() -> list[str]:
 
 
 def parse_config(text: str) -> dict[str, Any]:
-    """The configuration: a JSON object, or ``@path`` to a JSON or YAML file holding one."""
+    """The configuration: a JSON object, or ``@path`` to a JSON or YAML file holding one.
+
+    Errors say where the text is broken, never what it holds: a configuration carries credentials
+    (a URL's password, an Authorization header) and the error ends up in logs."""
     text = (text or "").strip()
     if not text:
         return {}
-    try:
-        if text.startswith("@"):
-            import yaml  # YAML is a superset of JSON
-
-            value = yaml.safe_load(Path(text[1:]).read_text())
-        else:
+    source = f"file {text[1:]}" if text.startswith("@") else f"(inline, {len(text)} characters, not shown)"
+    if text.startswith("@"):
+        value = _load_file(Path(text[1:]), source)
+    else:
+        try:
             value = json.loads(text)
-    except (OSError, ValueError) as e:
-        raise ConfigError(f"preparer configuration {text[:80]!r}: {e}") from e
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"preparer configuration {source}: not JSON: {e.msg} at line {e.lineno} "
+                              f"column {e.colno}") from None
+        except RecursionError:
+            raise ConfigError(f"preparer configuration {source}: nested too deeply") from None
     if value is None:
         return {}
     if not isinstance(value, dict):
-        raise ConfigError(f"preparer configuration must be an object, got {type(value).__name__}")
+        raise ConfigError(f"preparer configuration {source} must be an object, got {type(value).__name__}")
     return value
+
+
+def _load_file(path: Path, source: str) -> Any:
+    import yaml  # YAML is a superset of JSON; imported here as only a file needs it
+
+    try:
+        return yaml.safe_load(path.read_text())
+    except OSError as e:
+        raise ConfigError(f"preparer configuration {source}: cannot read it: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"preparer configuration {source}: not UTF-8 text (byte {e.start})") from None
+    except yaml.YAMLError as e:
+        # Without the snippet of the text PyYAML quotes: the problem and where it is.
+        problem = getattr(e, "problem", None) or getattr(e, "context", None) or type(e).__name__
+        mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
+        where = f" at line {mark.line + 1} column {mark.column + 1}" if mark else ""
+        raise ConfigError(f"preparer configuration {source}: not YAML: {problem}{where}") from None
+    except RecursionError:
+        raise ConfigError(f"preparer configuration {source}: nested too deeply") from None
 
 
 def load(name: str, config: dict[str, Any]) -> Preparer:

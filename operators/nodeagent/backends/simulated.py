@@ -233,6 +233,8 @@ class SimulatedBackend:
             raise BackendError(f"inventory {self.path} does not parse: {e}") from e
         except UnicodeDecodeError as e:
             raise BackendError(f"inventory {self.path} is not UTF-8 text: {e}") from e
+        except RecursionError:  # PyYAML composes recursively: nesting past the stack
+            raise BackendError(f"inventory {self.path} is nested too deeply to be an inventory") from None
         inventory = build_inventory(document, self.node_name, self.driver)
         toolkit = isinstance(document, dict) and document.get("nvidiaContainerToolkit") is True
         self._toolkit_names = {d["name"]: _toolkit_names(d) for d in inventory.devices

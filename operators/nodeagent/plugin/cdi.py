@@ -115,7 +115,7 @@ def read_spec(path: Path) -> dict[str, Any] | None:
     """A spec as written, or None when it is gone or does not parse."""
     try:
         spec = json.loads(path.read_bytes().decode("utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # unreadable, not JSON, nested past the stack
         return None
     return spec if isinstance(spec, dict) else None
 

@@ -57,24 +57,62 @@ def encode(claims: dict[str, PreparedClaim]) -> dict[str, Any]:
     return document
 
 
+def _device(d: Any) -> PreparedDevice:
+    """One device entry, its fields of the declared types (TypeError naming the field)."""
+    if not isinstance(d, dict):
+        raise TypeError(f"a device is a {type(d).__name__}, not an object")
+    unknown = set(d) - set(PreparedDevice.__dataclass_fields__)
+    if unknown:
+        raise TypeError(f"unknown device fields {sorted(map(str, unknown))}")
+    device = PreparedDevice(**d)
+    for name, kind in (("pool", str), ("device", str), ("adminAccess", bool)):
+        if not isinstance(getattr(device, name), kind):
+            raise TypeError(f"device field {name} is a {type(getattr(device, name)).__name__}, not a {kind.__name__}")
+    for name in ("requestNames", "cdiDeviceIDs"):
+        value = getattr(device, name)
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise TypeError(f"device field {name} is not a list of strings")
+    if device.shareID is not None and not isinstance(device.shareID, str):
+        raise TypeError("device field shareID is not a string")
+    if device.config is not None and not isinstance(device.config, dict):
+        raise TypeError("device field config is not an object")
+    return device
+
+
+def _text(entry: dict[str, Any], key: str, default: str | None = None) -> str:
+    value = entry.get(key, default)
+    if not isinstance(value, str):
+        raise TypeError(f"claim field {key} is {'missing' if value is None else 'a ' + type(value).__name__}")
+    return value
+
+
 def decode(document: Any) -> dict[str, PreparedClaim]:
-    """Any known version to the current model; CheckpointCorrupt for anything else."""
+    """Any known version to the current model; CheckpointCorrupt for anything else, including
+    fields of the wrong type (they would fail the calls that use them later)."""
     if not isinstance(document, dict) or document.get("kind") != "Checkpoint":
         raise CheckpointCorrupt("not a Checkpoint document")
     version = document.get("apiVersion")
     if version not in (V1, V2):
         raise CheckpointCorrupt(f"unknown checkpoint version {version!r}")
     claims: dict[str, PreparedClaim] = {}
-    try:
-        for entry in document.get("preparedClaims") or []:
+    entries = document.get("preparedClaims") or []
+    if not isinstance(entries, list):
+        raise CheckpointCorrupt(f"preparedClaims is a {type(entries).__name__}, not a list")
+    for i, entry in enumerate(entries):
+        try:
+            if not isinstance(entry, dict):
+                raise TypeError(f"a {type(entry).__name__}, not an object")
+            uid = _text(entry, "uid")
             if version == V1:
-                claims[entry["uid"]] = PreparedClaim(uid=entry["uid"])
+                claims[uid] = PreparedClaim(uid=uid)
                 continue
-            devices = [PreparedDevice(**d) for d in entry.get("devices") or []]
-            claims[entry["uid"]] = PreparedClaim(uid=entry["uid"], namespace=entry.get("namespace", ""),
-                                                 name=entry.get("name", ""), devices=devices)
-    except (KeyError, TypeError) as e:
-        raise CheckpointCorrupt(f"malformed entry: {e}") from e
+            devices = entry.get("devices") or []
+            if not isinstance(devices, list):
+                raise TypeError(f"devices is a {type(devices).__name__}, not a list")
+            claims[uid] = PreparedClaim(uid=uid, namespace=_text(entry, "namespace", ""), name=_text(entry, "name", ""),
+                                        devices=[_device(d) for d in devices])
+        except TypeError as e:
+            raise CheckpointCorrupt(f"malformed entry preparedClaims[{i}]: {e}") from None
     return claims
 
 
@@ -87,8 +125,10 @@ def load(path: Path) -> dict[str, PreparedClaim]:
     try:
         # Invalid UTF-8 (a torn write, a disk error) is corruption like any other, not a crash.
         return decode(json.loads(data.decode("utf-8")))
-    except (ValueError, KeyError, TypeError, AttributeError) as e:
-        raise CheckpointCorrupt(f"{path}: {type(e).__name__}: {e}") from e
+    except CheckpointCorrupt as e:
+        raise CheckpointCorrupt(f"{path}: {e}") from None
+    except (ValueError, RecursionError) as e:
+        raise CheckpointCorrupt(f"{path}: {type(e).__name__}: {e}") from None
 
 
 def save(path: Path, claims: dict[str, PreparedClaim]) -> None:
@@ -101,10 +141,10 @@ def rebuild_from_cdi(specs: list[dict[str, Any]]) -> dict[str, PreparedClaim]:
     for spec in specs:
         try:
             claim = json.loads(spec["annotations"][CLAIM_ANNOTATION])
-            devices = [PreparedDevice(**json.loads(d["annotations"][DEVICE_ANNOTATION])) for d in spec["devices"]]
-            prepared = PreparedClaim(uid=str(claim["uid"]), namespace=str(claim["namespace"]),
-                                     name=str(claim["name"]), devices=devices)
-        except (KeyError, TypeError, ValueError):
+            devices = [_device(json.loads(d["annotations"][DEVICE_ANNOTATION])) for d in spec["devices"]]
+            prepared = PreparedClaim(uid=_text(claim, "uid"), namespace=_text(claim, "namespace"),
+                                     name=_text(claim, "name"), devices=devices)
+        except (KeyError, TypeError, ValueError, AttributeError, RecursionError):
             continue  # not one of ours, or damaged as well: nothing to rebuild from it
         claims[prepared.uid] = prepared
     return claims

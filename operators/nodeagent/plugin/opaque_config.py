@@ -100,6 +100,8 @@ def decode(parameters: Any) -> dict[str, Any]:
             parameters = json.loads(parameters)
         except ValueError as e:
             raise ConfigError(f"parameters are not JSON: {e}") from e
+        except RecursionError:
+            raise ConfigError("parameters are nested too deeply to be a configuration") from None
     if not isinstance(parameters, dict):
         raise ConfigError(f"parameters must be an object with apiVersion and kind, not {type(parameters).__name__}")
     kind = (parameters.get("apiVersion"), parameters.get("kind"))
@@ -111,7 +113,7 @@ def decode(parameters: Any) -> dict[str, Any]:
             if not isinstance(env, dict):
                 raise ConfigError(f"env: must map variable names to strings, not {type(env).__name__}")
             for name, value in env.items():
-                if not _ENV_NAME.match(str(name)):
+                if not _ENV_NAME.fullmatch(str(name)):  # match() let "A\n" through ($ before a final newline)
                     raise ConfigError(f"env.{name}: not a variable name ([A-Za-z_][A-Za-z0-9_]*)")
                 if str(name).startswith("DRA_"):
                     raise ConfigError(f"env.{name}: names starting with DRA_ are the driver's own")
@@ -124,6 +126,8 @@ def decode(parameters: Any) -> dict[str, Any]:
                         f"env.{name} from the configuration")
                 if not isinstance(value, str):
                     raise ConfigError(f"env.{name}: {value!r} is not a string (quote it)")
+                if "\0" in value:  # the container's environment cannot hold it: its start would fail
+                    raise ConfigError(f"env.{name}: the value holds a NUL character")
             out["env"] = dict(env)
         if "sharing" in body:
             out["sharing"] = _sharing(body["sharing"], "sharing", STRATEGIES)
