@@ -38,8 +38,8 @@ def redact_url(url: str) -> str:
 
 
 def url_secrets(url: str) -> list[str]:
-    """The parts of ``url`` that must not be shown: user, password (as written and decoded, and
-    as the Basic credentials a client sends), query values."""
+    """The parts of ``url`` that must not be shown anywhere: the userinfo and password (as written
+    and decoded, and as the Basic credentials a client sends), query values."""
     try:
         parts = urlsplit(url)
         user, password = parts.username, parts.password
@@ -48,7 +48,9 @@ def url_secrets(url: str) -> list[str]:
     found = [v for _, v in parse_qsl(parts.query, keep_blank_values=True)]
     if user is not None or password is not None:
         userinfo = parts.netloc.rpartition("@")[0]
-        found += [userinfo, unquote(userinfo), user or "", unquote(user or ""), password or "", unquote(password or "")]
+        # Not the user name alone: it is no secret, and a common word ("attach", "admin") would
+        # be masked in every message. Where the URL is shown, its whole userinfo is masked.
+        found += [userinfo, unquote(userinfo), password or "", unquote(password or "")]
         basic = f"{unquote(user or '')}:{unquote(password or '')}"
         found.append(base64.b64encode(basic.encode()).decode())
     return found

@@ -645,8 +645,9 @@ def _claim_spec(driver: str, uid: str) -> dict:
      "unknown checkpoint version 'checkpoint.nodeagent.dra-operators.dev/v9'"),
 ], ids=["not-utf8", "unknown-version"])
 async def test_nodeagent_corrupt_checkpoint_is_rebuilt_from_cdi_specs(kube, agent, case, content, error):
-    """The agent rebuilds its checkpoint from the CDI specs it wrote (a damaged spec is skipped)
-    and posts CheckpointCorrupt on its Node; it publishes and serves as before."""
+    """The agent rebuilds its checkpoint from the CDI specs it wrote (a damaged spec is skipped,
+    then removed as an orphan) and posts CheckpointCorrupt on its Node; it publishes and serves as
+    before."""
     agent.process.kill()  # as a node crash would leave it
     uid = f"{case}-{uuid.uuid4().hex[:8]}"
     cdi.write_spec(agent.cdi_root, cdi.spec_file_name(agent.driver, uid), _claim_spec(agent.driver, uid))
@@ -661,7 +662,10 @@ async def test_nodeagent_corrupt_checkpoint_is_rebuilt_from_cdi_specs(kube, agen
     assert uid in [c["uid"] for c in rebuilt["preparedClaims"]]
     assert await published(kube, agent)
     alive(agent.process)
-    (agent.cdi_root / cdi.spec_file_name(agent.driver, f"damaged-{uid}")).unlink()
+    # The damaged spec names no claim of the checkpoint: an orphan, removed by the agent's check of
+    # its specs right after the rebuild.
+    damaged = agent.cdi_root / cdi.spec_file_name(agent.driver, f"damaged-{uid}")
+    await wait_for(lambda: _async(not damaged.exists()), what=f"the orphan spec {damaged.name} removed")
 
 
 # -- settings and an unusable API at start: exit with one message --------------------------------
@@ -827,3 +831,7 @@ def test_exits_with_one_message_naming_the_fix(exits, name):
         assert text in message, f"{text!r} not in {message!r}"
     assert SECRET not in result.output, result.output[-3000:]
 
+
+
+async def _async(value):
+    return value
