@@ -15,6 +15,7 @@ from operators.core.resources import NODES, RESOURCE_CLAIMS
 from operators.lab import Lab, LabOptions
 
 from .labs import client_of, short_run_dir
+from .waiting import wait_for
 
 GATE = "DRAResourceClaimGranularStatusAuthorization"
 ROOT = Path(__file__).resolve().parents[2]
@@ -69,12 +70,30 @@ async def _patch_status(agent: Kube, claim: str, status: dict) -> dict:
                              subresource="status")
 
 
+async def _policy_in_force(agent: Kube) -> None:
+    """The API server reads admission policies through an informer (k8s.io/apiserver
+    generic/policy_source.go): one applied a moment ago may not be enforced yet. Wait until a
+    dry run of a write it refuses is refused."""
+    async def refused() -> bool:
+        try:
+            await agent.request("PATCH", RESOURCE_CLAIMS.path("default", "theirs", "status"), body={"status": {
+                "devices": [_device_status(DRIVER, "lab-node-1", "gpu-0")]}}, content_type=MERGE_PATCH,
+                params=[("dryRun", "All")])
+        except ApiError as e:
+            if "may not write the status of a claim allocated on node" in e.message:
+                return True
+            raise
+        return False
+    await wait_for(refused, what="the admission policy dra-operators-nodeagent-own-claims in force")
+
+
 async def test_node_agent_writes_only_its_own_nodes_claims_device_status_without_the_gate(gate_off_lab):
     lab = gate_off_lab
     async with client_of(lab) as admin:
         await _allocated_claim(admin, "mine", "lab-node-0")
         theirs = await _allocated_claim(admin, "theirs", "lab-node-1")
         async with await _agent_of(lab, admin, "lab-node-0") as agent:
+            await _policy_in_force(agent)
             # Its own node's claim, its own driver's device: allowed (what the agent does).
             await _patch_status(agent, "mine", {"devices": [_device_status(DRIVER, "lab-node-0", "gpu-0")]})
 
