@@ -97,9 +97,11 @@ class Informer:
     # -- start -------------------------------------------------------------------------------
 
     async def prime(self) -> int:
-        """The start-up LIST; every object goes to the handler. Returns how many there were."""
+        """The start-up LIST; every object ``keep`` accepts goes to the handler (the others are
+        dropped page by page: start-up costs the kept objects, not the cluster). Returns how
+        many were kept."""
         items, version = await self.kube.list_with_version(
-            self.resource, field_selector=self.field_selector, label_selector=self.label_selector)
+            self.resource, field_selector=self.field_selector, label_selector=self.label_selector, keep=self.keep)
         for obj in items:
             self._deliver(self._with_kind(obj), False)
         self.last_rv = max(self.last_rv, _int(version))
@@ -235,8 +237,9 @@ class Informer:
 
     async def _list_suspects(self, suspects: dict[str, str]) -> dict[str, Obj]:
         items, _ = await self.kube.list_with_version(
-            self.resource, field_selector=self.field_selector, label_selector=self.label_selector)
-        return {k: obj for obj in items if (k := key_of(obj)) in suspects}
+            self.resource, field_selector=self.field_selector, label_selector=self.label_selector,
+            keep=lambda obj: key_of(obj) in suspects)
+        return {key_of(obj): obj for obj in items}
 
     def _with_kind(self, obj: Obj) -> Obj:
         if self.kind and not obj.get("kind"):
