@@ -147,7 +147,7 @@ class Runtime:
         problems = self.problems()
         if problems:
             raise kopf.PermanentError(f"{self.name}: " + "; ".join(problems))
-        return {"tasks": len(self.supervisor.running()),
+        return {"tasks": len(self.supervisor.running()), "watches": len(self.informers),
                 "relists": sum(i.relists for i in self.informers.values()),
                 "deletions_found_by_relist": sum(i.deletions_found for i in self.informers.values()),
                 "watch_lines_skipped": sum(i.lines_skipped for i in self.informers.values()),
