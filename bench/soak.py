@@ -700,12 +700,12 @@ class Soak:
         what grew since the previous reading is noted per period."""
         if not self.tracemalloc_frames:
             return
-        t = time.monotonic() - self.t0
         (self.run_dir / "tracemalloc").mkdir(exist_ok=True)
-        period: dict[str, Any] = {"t": round(t), "phase": phase, "operators": {}}
-        for op in self.operators:
+        period: dict[str, Any] = {"t": round(time.monotonic() - self.t0), "phase": phase, "operators": {}}
+        for op in self.operators:  # one after the other: a snapshot takes each a few seconds of CPU
             if not op.alive():
                 continue
+            t = time.monotonic() - self.t0
             try:
                 answer = json.loads(await asyncio.to_thread(op.tracemalloc))
             except (OSError, ValueError) as e:
@@ -723,7 +723,7 @@ class Soak:
             self.traces[op.label] = [*keep, (t, phase, answer)]
         if period["operators"]:
             self.growth_by_period.append(period)
-        say(f"t={t:5.0f}s tracemalloc read ({phase}): " + ", ".join(
+        say(f"t={period['t']:5.0f}s tracemalloc read ({phase}): " + ", ".join(
             f"{label}={readings[-1][2]['traced_bytes'] / 2**20:.1f}M" for label, readings in self.traces.items()))
 
     async def tracer(self) -> None:
