@@ -32,7 +32,7 @@ What it does:
   most 10% for every operator (final sample against the end of warm-up);
 - with ``SOAK_TRACEMALLOC`` frames (default 10; 0: off) every operator traces its allocations
   (``DRA_TRACEMALLOC``, ``core/memprofile.py``) and the soak reads them (``/debug/tracemalloc`` on
-  its metrics port) at the start, at the end of warm-up, every ``SOAK_TRACEMALLOC_PERIOD``
+  its metrics port) at the start, half-way through and at the end of warm-up, every ``SOAK_TRACEMALLOC_PERIOD``
   (default 3600 s) after it and at the end of the churn: ``tracemalloc/<operator>-<t>.json`` in the
   run directory, and the call stacks whose live memory grew most, per period and from the end of
   warm-up to the end, in the summary (tracing costs memory: the RSS figures include it);
@@ -717,6 +717,8 @@ class Soak:
                 period["operators"][op.label] = {
                     "since_t": round(readings[-1][0]), "traced_mib": round(answer["traced_bytes"] / 2**20, 2),
                     "traced_change_mib": round((answer["traced_bytes"] - readings[-1][2]["traced_bytes"]) / 2**20, 3),
+                    # unreachable cycles freed by the reading's collection (held until then)
+                    "garbage_mib": round(answer.get("garbage_bytes", 0) / 2**20, 3),
                     "top": memprofile.growth(readings[-1][2], answer)}
             # Keep the first reading, the end of warm-up and the latest (each is a few MB).
             keep = [r for r in readings if r is readings[0] or r[1] == "warmup-end"]
@@ -727,11 +729,13 @@ class Soak:
             f"{label}={readings[-1][2]['traced_bytes'] / 2**20:.1f}M" for label, readings in self.traces.items()))
 
     async def tracer(self) -> None:
-        """``trace`` at the start (its own cost then falls into warm-up), at the end of warm-up and
-        every ``tracemalloc_period`` after it; the churn's end reads once more."""
+        """``trace`` at the start and half-way through warm-up, at the end of warm-up and every
+        ``tracemalloc_period`` after it; the churn's end reads once more. A reading's snapshot
+        costs its operator memory for a moment, which its RSS then keeps: the two readings in
+        warm-up put that into warm-up, the later ones reuse it."""
         if not self.tracemalloc_frames:
             return
-        times = [0.0, self.warmup]
+        times = [0.0, self.warmup / 2, self.warmup]
         while times[-1] + self.tracemalloc_period < self.seconds:
             times.append(times[-1] + self.tracemalloc_period)
         for at in times:

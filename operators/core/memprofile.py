@@ -3,13 +3,16 @@
 ``GET /debug/tracemalloc`` on the metrics port (``core/metrics.serve``).
 
 The answer is the allocations alive now, grouped by their call stack (innermost frame first),
-largest first; ``?limit=N`` keeps the N largest. Nothing is kept between requests: whoever wants
+largest first; ``?limit=N`` keeps the N largest. A full garbage collection runs first, so cycles
+nobody can reach are not counted as alive; how much they held is said (``garbage_bytes``): a
+process whose RSS grows while its live memory does not may just be waiting for that collection. Nothing is kept between requests: whoever wants
 growth (``bench/soak.py``) compares two answers. Tracing costs memory (about a third more) and
 CPU, hence off by default.
 """
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import sys
@@ -42,11 +45,15 @@ def report(limit: int | None = None) -> dict[str, Any]:
     """The live allocations by call stack, largest first (raises RuntimeError when not tracing)."""
     if not tracemalloc.is_tracing():
         raise RuntimeError("tracemalloc is off: start the operator with DRA_TRACEMALLOC=<frames>, e.g. 10")
+    before, _ = tracemalloc.get_traced_memory()
+    collected = gc.collect()
+    after, _ = tracemalloc.get_traced_memory()
     snapshot = tracemalloc.take_snapshot().filter_traces(
         [tracemalloc.Filter(False, pattern) for pattern in _IGNORED])
     stats = snapshot.statistics("traceback")
     current, peak = tracemalloc.get_traced_memory()
-    return {"traced_bytes": current, "peak_traced_bytes": peak,
+    return {"traced_bytes": current, "peak_traced_bytes": peak, "garbage_bytes": max(0, before - after),
+            "garbage_objects": collected,
             "tracemalloc_overhead_bytes": tracemalloc.get_tracemalloc_memory(),
             "frames": tracemalloc.get_traceback_limit(), "sites_total": len(stats),
             "sites": [{"traceback": [f"{short(f.filename)}:{f.lineno}" for f in reversed(s.traceback)],
