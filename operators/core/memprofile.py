@@ -5,9 +5,10 @@
 The answer is the allocations alive now, grouped by their call stack (innermost frame first),
 largest first; ``?limit=N`` keeps the N largest. A full garbage collection runs first, so cycles
 nobody can reach are not counted as alive; how much they held is said (``garbage_bytes``): a
-process whose RSS grows while its live memory does not may just be waiting for that collection. Nothing is kept between requests: whoever wants
-growth (``bench/soak.py``) compares two answers. Tracing costs memory (about a third more) and
-CPU, hence off by default.
+process whose RSS grows while its live memory does not may just be waiting for that collection.
+Nothing is kept between requests: whoever wants growth (``bench/soak.py``) compares two answers.
+Tracing costs memory (with 10 frames, the operators' RSS nearly doubles) and CPU, hence off by
+default.
 """
 
 from __future__ import annotations
