@@ -1055,6 +1055,8 @@ def write_results_section(command: str, text: str) -> None:
         head, rest = current.split(begin, 1)
         _, tail = rest.split(end, 1)
         current = head + section.rstrip("\n") + tail
+    elif (at := current.find("\n## ", current.find("## Churn soak"))) > 0 and "## Churn soak" in current:
+        current = current[:at].rstrip("\n") + "\n\n" + section + current[at:]  # the soak chapter's end
     else:
         current = current.rstrip("\n") + "\n\n" + section
     RESULTS.write_text(current)
