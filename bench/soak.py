@@ -30,6 +30,12 @@ What it does:
   process exited, no error-level operator log line other than transient API retries (counted),
   every wait of the churn met, and RSS after warm-up (``SOAK_WARMUP``, default 600 s) grown by at
   most 10% for every operator (final sample against the end of warm-up);
+- with ``SOAK_TRACEMALLOC`` frames (default 10; 0: off) every operator traces its allocations
+  (``DRA_TRACEMALLOC``, ``core/memprofile.py``) and the soak reads them (``/debug/tracemalloc`` on
+  its metrics port) at the start, half-way through and at the end of warm-up, every ``SOAK_TRACEMALLOC_PERIOD``
+  (default 3600 s) after it and at the end of the churn: ``tracemalloc/<operator>-<t>.json`` in the
+  run directory, and the call stacks whose live memory grew most, per period and from the end of
+  warm-up to the end, in the summary (tracing costs memory: the RSS figures include it);
 - writes ``summary.md`` and ``summary.json`` in the run directory, rewrites its section of
   ``bench/RESULTS.md`` (one section per command), and exits non-zero, saying why, when a check fails.
 """
@@ -47,6 +53,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,6 +65,7 @@ if str(ROOT) not in sys.path:
 
 import yaml  # noqa: E402
 
+from operators.core import memprofile  # noqa: E402
 from operators.core.metrics import samples  # noqa: E402
 from operators.core.kube import MERGE_PATCH, ApiError, Kube  # noqa: E402
 from operators.core.resources import (DEVICE_CLASSES, DEVICE_TAINT_RULES, NAMESPACES, PODS,  # noqa: E402
@@ -114,7 +122,8 @@ def env_seconds(name: str, default: float) -> float:
 
 def the_command() -> str:
     """The command as the user typed it (as far as the environment tells)."""
-    prefix = " ".join(f"{k}={os.environ[k]}" for k in ("SOAK_SECONDS", "SOAK_WARMUP", "SOAK_RUN_DIR")
+    prefix = " ".join(f"{k}={os.environ[k]}" for k in ("SOAK_SECONDS", "SOAK_WARMUP", "SOAK_TRACEMALLOC",
+                                                        "SOAK_TRACEMALLOC_PERIOD", "SOAK_RUN_DIR")
                       if os.environ.get(k))
     command = "make soak" if os.environ.get("MAKELEVEL") else f"{Path(sys.executable).name} bench/soak.py"
     if not os.environ.get("MAKELEVEL") and Path(sys.executable).is_relative_to(ROOT):
@@ -286,6 +295,11 @@ class Operator(OperatorProcess):
         except OSError:
             return ""
 
+    def tracemalloc(self) -> str:
+        """Its live allocations (``core/memprofile``); the snapshot takes seconds in a big process."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}{memprofile.PATH}", timeout=300) as r:
+            return r.read().decode()
+
 
 # -- the soak --------------------------------------------------------------------------------
 
@@ -311,8 +325,13 @@ class Stats:
 
 
 class Soak:
-    def __init__(self, seconds: float, warmup: float, run_dir: Path):
+    def __init__(self, seconds: float, warmup: float, run_dir: Path, tracemalloc_frames: int = 0,
+                 tracemalloc_period: float = 3600.0):
         self.seconds, self.warmup = seconds, warmup
+        self.tracemalloc_frames, self.tracemalloc_period = tracemalloc_frames, tracemalloc_period
+        # operator label -> [(t, phase, tracemalloc report)], kept: the first, warm-up end, the last.
+        self.traces: dict[str, list[tuple[float, str, dict[str, Any]]]] = {}
+        self.growth_by_period: list[dict[str, Any]] = []  # per snapshot after the first: top growers
         self.run_dir = run_dir
         self.log_dir = run_dir / "logs"
         self.lab: Lab | None = None
@@ -346,18 +365,19 @@ class Soak:
         if self.lab.upstream_controllers:
             raise RuntimeError("the lab runs upstream's DRA controllers; the soak needs them off")
         kubeconfig = self.lab.kubeconfig
+        traced = {"DRA_TRACEMALLOC": str(self.tracemalloc_frames)}
         for name in ("claims", "taints"):
-            self.operators.append(Operator(name, name, kubeconfig, self.log_dir, {}))
+            self.operators.append(Operator(name, name, kubeconfig, self.log_dir, traced))
         self.operators.append(Operator("binding", "binding", kubeconfig, self.log_dir, {
             "DRA_BINDING_DRIVERS": DRIVER, "DRA_BINDING_PREPARER": "simulated",
             "DRA_BINDING_PREPARER_CONFIG": json.dumps(BINDING_PREPARER),
-            "DRA_BINDING_COOL_OFF": str(BINDING_COOL_OFF)}))
+            "DRA_BINDING_COOL_OFF": str(BINDING_COOL_OFF), **traced}))
         for node in NODES:
             path = self.inventory_path(node)
             path.write_text(yaml.safe_dump(inventory(0)))
             self.operators.append(Operator(f"nodeagent-{node}", "nodeagent", kubeconfig, self.log_dir, {
                 "NODE_NAME": node, "DRA_NODEAGENT_BACKEND": "simulated", "DRA_NODEAGENT_INVENTORY": str(path),
-                "DRA_NODEAGENT_DRIVER": DRIVER, "DRA_NODEAGENT_KUBELET_PLUGIN": "false"}))
+                "DRA_NODEAGENT_DRIVER": DRIVER, "DRA_NODEAGENT_KUBELET_PLUGIN": "false", **traced}))
         for op in self.operators:
             op.start()
             say(f"started {op.label} (pid {op.pid}, log {op.log})")
@@ -675,6 +695,67 @@ class Soak:
             phase = "warmup" if at < self.warmup else "warmup-end" if at == self.warmup else "churn"
             await self.sample(phase)
 
+    async def trace(self, phase: str) -> None:
+        """Every operator's live allocations now (``core/memprofile``), saved in the run directory;
+        what grew since the previous reading is noted per period."""
+        if not self.tracemalloc_frames:
+            return
+        (self.run_dir / "tracemalloc").mkdir(exist_ok=True)
+        period: dict[str, Any] = {"t": round(time.monotonic() - self.t0), "phase": phase, "operators": {}}
+        for op in self.operators:  # one after the other: a snapshot takes each a few seconds of CPU
+            if not op.alive():
+                continue
+            t = time.monotonic() - self.t0
+            try:
+                answer = json.loads(await asyncio.to_thread(op.tracemalloc))
+            except (OSError, ValueError) as e:
+                say(f"tracemalloc of {op.label}: {type(e).__name__}: {e}")
+                continue
+            (self.run_dir / "tracemalloc" / f"{op.label}-{t:.0f}s.json").write_text(json.dumps(answer))
+            readings = self.traces.setdefault(op.label, [])
+            if readings:
+                period["operators"][op.label] = {
+                    "since_t": round(readings[-1][0]), "traced_mib": round(answer["traced_bytes"] / 2**20, 2),
+                    "traced_change_mib": round((answer["traced_bytes"] - readings[-1][2]["traced_bytes"]) / 2**20, 3),
+                    # unreachable cycles freed by the reading's collection (held until then)
+                    "garbage_mib": round(answer.get("garbage_bytes", 0) / 2**20, 3),
+                    "top": memprofile.growth(readings[-1][2], answer)}
+            # Keep the first reading, the end of warm-up and the latest (each is a few MB).
+            keep = [r for r in readings if r is readings[0] or r[1] == "warmup-end"]
+            self.traces[op.label] = [*keep, (t, phase, answer)]
+        if period["operators"]:
+            self.growth_by_period.append(period)
+        say(f"t={period['t']:5.0f}s tracemalloc read ({phase}): " + ", ".join(
+            f"{label}={readings[-1][2]['traced_bytes'] / 2**20:.1f}M" for label, readings in self.traces.items()))
+
+    async def tracer(self) -> None:
+        """``trace`` at the start and half-way through warm-up, at the end of warm-up and every
+        ``tracemalloc_period`` after it; the churn's end reads once more. A reading's snapshot
+        costs its operator memory for a moment, which its RSS then keeps: the two readings in
+        warm-up put that into warm-up, the later ones reuse it."""
+        if not self.tracemalloc_frames:
+            return
+        times = [0.0, self.warmup / 2, self.warmup]
+        while times[-1] + self.tracemalloc_period < self.seconds:
+            times.append(times[-1] + self.tracemalloc_period)
+        for at in times:
+            await asyncio.sleep(max(0.0, self.t0 + at - time.monotonic()))
+            await self.trace("warmup" if at < self.warmup else "warmup-end" if at == self.warmup else "churn")
+
+    def growth_rows(self) -> dict[str, tuple[float, dict[str, Any], list[dict[str, Any]]]]:
+        """Per operator: (seconds between, traced MiB change, top growers) from the end of warm-up
+        (or the first reading) to the last."""
+        rows = {}
+        for label, readings in self.traces.items():
+            first = next((r for r in readings if r[1] == "warmup-end"), readings[0])
+            last = readings[-1]
+            if last is first:
+                continue
+            change = (last[2]["traced_bytes"] - first[2]["traced_bytes"]) / 2**20
+            rows[label] = (last[0] - first[0], {"traced_change_mib": change},
+                           memprofile.growth(first[2], last[2], top=8))
+        return rows
+
     # -- the run ---------------------------------------------------------------------------------
 
     async def churn(self) -> None:
@@ -685,6 +766,7 @@ class Soak:
             say(f"churning for {self.seconds:.0f}s (warm-up {self.warmup:.0f}s)")
             self.t0 = time.monotonic()
             sampler = asyncio.create_task(self.sampler())
+            tracer = asyncio.create_task(self.tracer())
             lanes = [asyncio.create_task(self.paced(lane, period, cycle)) for lane, period, cycle in (
                 ("template", TEMPLATE_PERIOD, self.template_cycle),
                 ("shared", SHARED_PERIOD, self.shared_cycle),
@@ -701,7 +783,9 @@ class Soak:
             drain_started = time.monotonic()
             await asyncio.gather(*lanes, return_exceptions=True)
             sampler.cancel()
-            await asyncio.gather(sampler, return_exceptions=True)
+            tracer.cancel()
+            await asyncio.gather(sampler, tracer, return_exceptions=True)
+            await self.trace("end")
             await self.drain()
             self.drain_seconds = time.monotonic() - drain_started
             await self.sample("final")
@@ -894,6 +978,17 @@ class Soak:
             slope = f"{row['slope']:+.2f} MiB/h" if row["slope"] is not None else ""
             lines.append(f"| {row['label']} | {row['warm']:.1f} | {row['max']:.1f} | {row['final']:.1f} | "
                          f"{row['change']:+.1f}% | {row['max_change']:+.1f}% | {slope} |")
+        if growth := self.growth_rows():
+            lines += ["", f"Allocations that grew most (tracemalloc, {self.tracemalloc_frames} frames, live memory "
+                      "from the end of warm-up to the end of the churn; call stack innermost first; readings in "
+                      "`tracemalloc/`, per period in `summary.json`):", "",
+                      "| operator | grew | live blocks | call stack |", "|---|---:|---:|---|"]
+            for label, (seconds, total, top) in growth.items():
+                lines.append(f"| {label} | {total['traced_change_mib']:+.2f} MiB in {seconds / 60:.0f} min "
+                             "(all traced) | | |")
+                for g in top[:5]:
+                    lines.append(f"| | {g['size_diff'] / 1024:+.1f} KiB | {g['count_diff']:+d} | "
+                                 f"{stack_text(g['traceback'])} |")
         lines += ["", "Checks:", ""]
         for name, passed, detail in self.checks:
             lines.append(f"- {'PASS' if passed else 'FAIL'} {name}: {detail}")
@@ -927,10 +1022,23 @@ class Soak:
             "misses": self.stats.misses, "churn_errors": self.stats.churn_errors, "rss": self.rss_rows(),
             "checks": [{"name": n, "ok": p, "detail": d} for n, p, d in self.checks], "ok": ok,
             "log_errors": {k: v["errors"][:20] for k, v in self.logs.items()},
+            "tracemalloc": {"frames": self.tracemalloc_frames, "period": self.tracemalloc_period,
+                            "growth_by_period": self.growth_by_period,
+                            "growth_after_warmup": {label: {"seconds": round(seconds), **total, "top": top}
+                                                    for label, (seconds, total, top) in self.growth_rows().items()}},
         }, indent=2, default=str))
         write_results_section(command, text)
         print(text, flush=True)
         return ok
+
+
+def stack_text(frames: list[str], most: int = 4) -> str:
+    """A call stack for a table cell: the innermost frames, then the first of ours if not among them."""
+    shown = frames[:most]
+    ours = next((f for f in frames if f.startswith("operators/")), None)
+    if ours and ours not in shown:
+        shown = [*shown, "…", ours]
+    return " ← ".join(f"`{f}`" if f != "…" else f for f in shown)
 
 
 def write_results_section(command: str, text: str) -> None:
@@ -947,6 +1055,8 @@ def write_results_section(command: str, text: str) -> None:
         head, rest = current.split(begin, 1)
         _, tail = rest.split(end, 1)
         current = head + section.rstrip("\n") + tail
+    elif (at := current.find("\n## ", current.find("## Churn soak"))) > 0 and "## Churn soak" in current:
+        current = current[:at].rstrip("\n") + "\n\n" + section + current[at:]  # the soak chapter's end
     else:
         current = current.rstrip("\n") + "\n\n" + section
     RESULTS.write_text(current)
@@ -955,12 +1065,16 @@ def write_results_section(command: str, text: str) -> None:
 def main() -> int:
     seconds = env_seconds("SOAK_SECONDS", 3600)
     warmup = env_seconds("SOAK_WARMUP", 600)
+    frames = int(env_seconds("SOAK_TRACEMALLOC", 10))
+    period = env_seconds("SOAK_TRACEMALLOC_PERIOD", 3600)
+    if period <= 0:
+        raise SystemExit("soak: SOAK_TRACEMALLOC_PERIOD must be a positive number of seconds")
     if warmup >= seconds:
         raise SystemExit(f"soak: SOAK_WARMUP ({warmup:.0f}) must be shorter than SOAK_SECONDS ({seconds:.0f})")
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     run_dir = Path(os.environ.get("SOAK_RUN_DIR") or ROOT / ".cache" / "soak" / stamp).resolve()
     command = the_command()
-    soak = Soak(seconds, warmup, run_dir)
+    soak = Soak(seconds, warmup, run_dir, frames, period)
 
     def interrupted(*_: object) -> None:
         raise KeyboardInterrupt()

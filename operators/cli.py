@@ -63,6 +63,11 @@ def run(names: tuple[str, ...], liveness: str) -> None:
     except SettingsError as e:
         raise click.ClickException(str(e)) from None
 
+    # Before the operators load: allocations made from here on can be traced.
+    from .core import memprofile
+
+    memprofile.start(settings.tracemalloc)
+
     import kopf
 
     # kopf leaves its authenticator un-awaited when a start-up handler fails: noise, not news.

@@ -66,7 +66,10 @@ class ClaimsController:
         self.templates = Store()
         self.pod_groups = Store({"claim": pg.group_claim_keys, "template": pg.group_template_keys})
         self.deleted_pods = UidCache()  # upstream's deletedObjects: Pods and PodGroups
-        self._uncertain_creates: set[str] = set()  # Pod UIDs whose claim create lost its answer
+        # Owner (Pod, PodGroup) UID -> its claims (pod claim names) whose create lost its answer:
+        # looked for before creating again. An entry goes once that claim is seen or made, or its
+        # owner is deleted; nothing else would ever remove it.
+        self._uncertain_creates: dict[str, set[str]] = {}
         # Pod UIDs whose last sync failed (a template missing, an API error): read afresh before
         # the next one. What unblocks such a Pod (its template, seen by a watch event or a GET)
         # can reach us before the Pod's own later changes on the Pod watch: a status entry that
@@ -82,6 +85,7 @@ class ClaimsController:
         if deleted:
             self.pods.delete(pod)
             self._stale_pods.discard(pod["metadata"].get("uid"))
+            self._uncertain_creates.pop(pod["metadata"].get("uid"), None)
         else:
             self.pods.upsert(pod)
         self._enqueue_pod(pod, deleted)
@@ -115,6 +119,7 @@ class ClaimsController:
         """With the gate off the cache only answers ``getPodGroup`` (upstream: a lister, no handlers)."""
         if deleted:
             self.pod_groups.delete(pod_group)
+            self._uncertain_creates.pop(pod_group["metadata"].get("uid"), None)
         else:
             self.pod_groups.upsert(pod_group)
         if self.features.workload_claims:
@@ -291,16 +296,17 @@ class ClaimsController:
         owner_uid = owner["metadata"]["uid"]
         owned = self.claims.by_index("owner", f"{namespace}/{owner_uid}")
         claim = d.find_generated_claim(owned, claim_key)
-        if claim is None and owner_uid in self._uncertain_creates:
+        if claim is None and claim_key in self._uncertain_creates.get(owner_uid, ()):
             # A create whose answer was lost may have been carried out: look before creating again.
-            owned = [c for c in await self.kube.list(RESOURCE_CLAIMS, namespace)
-                     if owner_uid in (rc.owning_pod(c)[1], pg.owning_group_uid(c))]
+            owned = [c for c in await self.kube.list(RESOURCE_CLAIMS, namespace,
+                                                     keep=lambda c: owner_uid in (rc.owning_pod(c)[1],
+                                                                                  pg.owning_group_uid(c)))]
             claim = d.find_generated_claim(owned, claim_key)
             if claim is not None:
                 self.claims.upsert(claim)
                 logger.info("found the claim of a create whose answer was lost",
                             claim=f"{namespace}/{claim['metadata']['name']}")
-            self._uncertain_creates.discard(owner_uid)
+        self._settled(owner_uid, claim_key)  # found, or known not to exist: created below
         if claim is not None:
             return claim
         template = self.templates.get(f"{namespace}/{template_name}") or await self._template(namespace, template_name)
@@ -317,7 +323,7 @@ class ClaimsController:
         except (ApiError, ConnectionLost) as e:
             self.metrics.claim_created(body, "failure")
             if isinstance(e, ConnectionLost) or e.status >= 500:
-                self._uncertain_creates.add(owner_uid)
+                self._uncertain_creates.setdefault(owner_uid, set()).add(claim_key)
                 raise RetryableError(f"create ResourceClaim for {owner.get('kind') or 'Pod'} "
                                      f"{namespace}/{owner['metadata']['name']}: "
                                      f"outcome unknown ({e}); will look for it before trying again") from e
@@ -327,6 +333,14 @@ class ClaimsController:
         logger.info("created ResourceClaim", claim=f"{namespace}/{claim['metadata']['name']}",
                     template=template_name, claim_name=claim_key)
         return claim
+
+    def _settled(self, owner_uid: str, claim_key: str) -> None:
+        """The outcome of ``claim_key``'s lost create is known (its claim found or not there)."""
+        keys = self._uncertain_creates.get(owner_uid)
+        if keys is not None:
+            keys.discard(claim_key)
+            if not keys:
+                del self._uncertain_creates[owner_uid]
 
     async def _claim_exists(self, namespace: str, name: str, check_owner: bool, owner_problem, owner_kind: str,
                             logger) -> bool:

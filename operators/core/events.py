@@ -1,7 +1,12 @@
 """Kubernetes Events posted the way client-go's recorder does: core/v1 Events with the
 controller's component name. Repeats for the same object and reason within ten minutes update
 one Event (count, last timestamp, latest message) instead of piling up: a message often names
-something random, such as a generated claim name, that would defeat exact-match folding."""
+something random, such as a generated claim name, that would defeat exact-match folding.
+
+What a repeat needs (the Event's name and count) is remembered for those ten minutes only, and
+for at most ``MAX_RECENT`` keys, least recently used first out (client-go's correlator keeps an
+LRU of 4096, ``maxLruCacheEntries`` in tools/record/events_cache.go): an Event nobody repeats
+costs nothing ten minutes later, however many objects came and went."""
 
 from __future__ import annotations
 
@@ -10,7 +15,7 @@ import collections
 import datetime
 import time
 import uuid
-from typing import Any
+from typing import Any, Callable
 
 from .kube import Kube
 from .logging import get_logger
@@ -23,6 +28,7 @@ WARNING = "Warning"
 _REPEAT_WINDOW = 600.0  # seconds in which a repeat updates the count instead of posting anew
 # client-go's broadcaster queues up to 1000 events (maxQueuedEvents) and drops new ones beyond.
 MAX_QUEUED = 1000
+MAX_RECENT = 4096  # client-go's maxLruCacheEntries
 
 
 def _now() -> str:
@@ -53,13 +59,16 @@ def build_event(involved: dict[str, Any], event_type: str, reason: str, message:
 
 
 class EventRecorder:
-    def __init__(self, kube: Kube, component: str, distinct_messages: bool = False):
+    def __init__(self, kube: Kube, component: str, distinct_messages: bool = False,
+                 clock: Callable[[], float] = time.monotonic):
         """``distinct_messages``: fold repeats only when the message is the same too, as
         client-go does, for reasons whose messages are fixed texts that must all stay visible."""
         self.kube = kube
         self.component = component
         self.distinct_messages = distinct_messages
-        self._recent: dict[tuple, tuple[float, str, str, int]] = {}
+        self._clock = clock
+        # key -> (when last posted, namespace, name, count); least recently posted first.
+        self._recent: collections.OrderedDict[tuple, tuple[float, str, str, int]] = collections.OrderedDict()
         self._queue: collections.deque[tuple[dict[str, Any], str, str, str]] = collections.deque()
         self._sender: asyncio.Task | None = None
         self.dropped = 0
@@ -91,7 +100,8 @@ class EventRecorder:
         """Post an Event; failures are logged, never raised (an Event is never worth a retry)."""
         meta = involved["metadata"]
         key = (meta.get("uid"), event_type, reason) + ((message,) if self.distinct_messages else ())
-        now = time.monotonic()
+        now = self._clock()
+        self._forget_old(now)
         try:
             recent = self._recent.get(key)
             if recent and now - recent[0] < _REPEAT_WINDOW:
@@ -99,12 +109,14 @@ class EventRecorder:
                 await self.kube.patch(EVENTS, name, {"count": count + 1, "lastTimestamp": _now(),
                                                      "message": message}, namespace)
                 self._recent[key] = (now, namespace, name, count + 1)
+                self._recent.move_to_end(key)
                 return
             body = build_event(involved, event_type, reason, message, self.component)
             await self.kube.create(EVENTS, body)
             self._recent[key] = (now, body["metadata"]["namespace"], body["metadata"]["name"], 1)
-            if len(self._recent) > 4096:
-                self._forget_old(now)
+            self._recent.move_to_end(key)
+            while len(self._recent) > MAX_RECENT:
+                self._recent.popitem(last=False)
         except asyncio.CancelledError:
             raise
         except Exception as e:  # noqa: BLE001 - an Event never fails the sync that posts it
@@ -113,6 +125,12 @@ class EventRecorder:
                         error=f"{type(e).__name__}: {e}")
 
     def _forget_old(self, now: float) -> None:
-        for key, value in list(self._recent.items()):
-            if now - value[0] >= _REPEAT_WINDOW:
-                del self._recent[key]
+        """Drop what can no longer be repeated (oldest first: the order is by last post)."""
+        while self._recent and now - next(iter(self._recent.values()))[0] >= _REPEAT_WINDOW:
+            self._recent.popitem(last=False)
+
+    @property
+    def remembered(self) -> int:
+        """How many (object, reason) keys a repeat would still fold into an existing Event."""
+        self._forget_old(self._clock())
+        return len(self._recent)

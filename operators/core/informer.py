@@ -13,7 +13,11 @@ How we get the same guarantee under kopf (the design section of the README says 
 2. The first type-None event, or the end of a listing (even an empty one: ``kopflistings``),
    opens a relist *epoch*: the store's stamp counter is read, and
    every object kopf lists, or that is stored for any other reason after that moment, is known
-   to exist. When no listed object has arrived for ``settle`` seconds the epoch closes.
+   to exist. The epoch lasts as long as the listing, the objects ``keep`` drops and the watch
+   lines nobody parses included, and closes ``settle`` seconds after its end (or after the last
+   listed object). Had the plain Pods' lines not counted, a listing of many of them after the
+   Pods with claims closed the epoch early, and its end opened another in which every cached Pod
+   was a suspect: a GET each, or one more LIST of all Pods, at every start of a big cluster.
 3. Objects stored before the epoch and not heard of since are *suspects*. Each is checked with
    the API server (a GET each, or one LIST when there are many): gone, or replaced by another
    object of the same name (another UID), is reported to the controller as a deletion.
@@ -78,6 +82,8 @@ class Informer:
         self.stale_reason = ""                 # set when the watch is known to be stuck
         self._epoch: tuple[int, set[str]] | None = None   # (first stamp, keys listed)
         self._settle_timer: asyncio.TimerHandle | None = None
+        self._settle_until = 0.0               # loop time the epoch may close at
+        self._listing = False                  # between a listing's first object and its end
         self._verifying: set[asyncio.Task] = set()
         self._pending_probe: tuple[int, float] | None = None
         self._stopped = False
@@ -97,9 +103,11 @@ class Informer:
     # -- start -------------------------------------------------------------------------------
 
     async def prime(self) -> int:
-        """The start-up LIST; every object goes to the handler. Returns how many there were."""
+        """The start-up LIST; every object ``keep`` accepts goes to the handler (the others are
+        dropped page by page: start-up costs the kept objects, not the cluster). Returns how
+        many were kept."""
         items, version = await self.kube.list_with_version(
-            self.resource, field_selector=self.field_selector, label_selector=self.label_selector)
+            self.resource, field_selector=self.field_selector, label_selector=self.label_selector, keep=self.keep)
         for obj in items:
             self._deliver(self._with_kind(obj), False)
         self.last_rv = max(self.last_rv, _int(version))
@@ -115,11 +123,12 @@ class Informer:
         self.last_event_at = time.monotonic()
         self.last_rv = max(self.last_rv, resource_version(obj))
         self.stale_reason = ""
-        if self.keep is not None and not self.keep(obj) and key_of(obj) not in self.store:
-            return
+        wanted = self.keep is None or self.keep(obj) or key_of(obj) in self.store
         if kind is None and self.primed:
-            self._listed(key_of(obj))
-        self._deliver(obj, kind == "DELETED")
+            self._listing = True
+            self._listed(key_of(obj) if wanted else None)
+        if wanted:
+            self._deliver(obj, kind == "DELETED")
 
     # ``kopflistings.Lines``: raw watch lines, before kopf parses them.
     def wants(self, line: bytes) -> bool:
@@ -130,6 +139,8 @@ class Informer:
         the stale-watch check compares with the API server's)."""
         self.lines_skipped += 1
         self.reached(resource_version)
+        if self._listing:  # a listed object nobody wants: the listing goes on
+            self._listed(None)
 
     def on_bookmark(self, resource_version: int) -> None:
         """A BOOKMARK of the watch (``kopflistings.listen_bookmarks``)."""
@@ -152,6 +163,7 @@ class Informer:
         """kopf finished a listing (``kopflistings``): an empty one delivers no object at all, so
         this opens the relist epoch too; the listed objects' own events may still follow (kopf
         hands them to per-object workers), which the settle time and the GET check allow for."""
+        self._listing = False
         if self.primed:
             self._listed(None)
 
@@ -164,12 +176,18 @@ class Informer:
             self.log.info("watch relisted, checking for objects deleted while not watching")
         if key is not None:
             self._epoch[1].add(key)
-        if self._settle_timer is not None:
-            self._settle_timer.cancel()
-        self._settle_timer = asyncio.get_running_loop().call_later(self.settle, self._close_epoch)
+        # One timer per epoch, not one per listed object (a listing may be 150,000 lines).
+        loop = asyncio.get_running_loop()
+        self._settle_until = loop.time() + self.settle
+        if self._settle_timer is None:
+            self._settle_timer = loop.call_at(self._settle_until, self._close_epoch)
 
     def _close_epoch(self) -> None:
         self._settle_timer = None
+        loop = asyncio.get_running_loop()
+        if loop.time() < self._settle_until and not self._stopped:  # listed more meanwhile
+            self._settle_timer = loop.call_at(self._settle_until, self._close_epoch)
+            return
         if self._epoch is None:
             return
         start, listed = self._epoch
@@ -235,8 +253,9 @@ class Informer:
 
     async def _list_suspects(self, suspects: dict[str, str]) -> dict[str, Obj]:
         items, _ = await self.kube.list_with_version(
-            self.resource, field_selector=self.field_selector, label_selector=self.label_selector)
-        return {k: obj for obj in items if (k := key_of(obj)) in suspects}
+            self.resource, field_selector=self.field_selector, label_selector=self.label_selector,
+            keep=lambda obj: key_of(obj) in suspects)
+        return {key_of(obj): obj for obj in items}
 
     def _with_kind(self, obj: Obj) -> Obj:
         if self.kind and not obj.get("kind"):

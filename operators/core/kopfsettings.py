@@ -32,6 +32,10 @@ def quiet(settings: kopf.OperatorSettings) -> None:
     settings.scanning.disabled = True
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
+    # Where the API server offers no streamed initial events, kopf LISTs before each watch (at
+    # start and after every 410): in one request unless told a page size, which held every Pod of
+    # the cluster at once. client-go's pager's page size (tools/pager DefaultPageSize).
+    settings.watching.chunk_size = 500
     # kopf retries a failed watch connection with growing pauses (up to 21 s by default), so
     # after a network cut or an API-server restart it could stay blind for that long after the
     # API is back. Short, capped pauses: back within 2 s of the API server; the informers'

@@ -16,7 +16,7 @@ import asyncio
 import json
 import os
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 from urllib.parse import urlencode
 
 import aiohttp
@@ -300,17 +300,24 @@ class Kube:
 
     async def list(self, res: Resource, namespace: str | None = None, *,
                    label_selector: str | None = None, field_selector: str | None = None,
-                   limit: int = 500) -> list[JSON]:
+                   limit: int = 500, keep: Callable[[JSON], bool] | None = None) -> list[JSON]:
         items, _ = await self.list_with_version(res, namespace, label_selector=label_selector,
-                                                field_selector=field_selector, limit=limit)
+                                                field_selector=field_selector, limit=limit, keep=keep)
         return items
 
     async def list_with_version(self, res: Resource, namespace: str | None = None, *,
                                 label_selector: str | None = None, field_selector: str | None = None,
-                                limit: int = 500) -> tuple[list[JSON], str]:
-        """All objects, paged, and the resourceVersion of the (consistent) list. A continue token
-        that expired (410 while paging, after a compaction) restarts the list, as client-go's pager
-        does by falling back to a full list."""
+                                limit: int = 500, keep: Callable[[JSON], bool] | None = None,
+                                ) -> tuple[list[JSON], str]:
+        """All objects, paged, and the resourceVersion of the (consistent) list: the first page's,
+        as client-go's pager keeps it (k8s.io/client-go tools/pager/pager.go ``ListPager.list``).
+        ``keep``: only the objects it accepts are collected, page by page, so a list of every Pod
+        of the cluster costs one page plus the kept ones, not the cluster (client-go's
+        ``EachListItem`` hands a caller each page's items the same way). A continue token that
+        expired (410 while paging, after a compaction) restarts the list from its first page, as
+        client-go's reflector does after an expired list (``Reflector.list``: a fresh consistent
+        list); what the broken attempt kept is dropped, so the result is still one list at one
+        resourceVersion. Not the pager's fallback to one unpaged list: that holds the cluster."""
         for attempt in range(3):
             items: list[JSON] = []
             token: str | None = None
@@ -323,10 +330,12 @@ class Kube:
                     if not isinstance(page, dict) or not isinstance(page.get("items") or [], list):
                         raise ApiError(502, {"reason": "BadResponse", "message": "a list without items"},
                                        "GET", res.path(namespace))
-                    items.extend(page.get("items") or [])
+                    found = page.get("items") or []
+                    items.extend(found if keep is None else (obj for obj in found if keep(obj)))
                     meta = page.get("metadata") or {}
                     version = version or meta.get("resourceVersion", "")
                     token = meta.get("continue")
+                    del page, found  # the page is not kept while the next one is read
                     if not token:
                         return items, version
             except ApiError as e:

@@ -152,7 +152,7 @@ class Runtime:
         problems = self.problems()
         if problems:
             raise kopf.PermanentError(f"{self.name}: " + "; ".join(problems))
-        return {"tasks": len(self.supervisor.running()),
+        return {"tasks": len(self.supervisor.running()), "watches": len(self.informers),
                 "api": health.details() if (health := getattr(self.kube, "health", None)) else {},
                 "relists": sum(i.relists for i in self.informers.values()),
                 "deletions_found_by_relist": sum(i.deletions_found for i in self.informers.values()),

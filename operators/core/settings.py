@@ -59,6 +59,10 @@ class Settings:
                                      check=_logger_names)
     metrics_port: int = setting(8080, "DRA_METRICS_PORT", "port serving Prometheus /metrics (0: off)",
                                minimum=0, maximum=65535)
+    tracemalloc: int = setting(0, "DRA_TRACEMALLOC",
+                               "frames per allocation traced by Python's tracemalloc, read at GET "
+                               "/debug/tracemalloc on the metrics port (0: off; costs memory and CPU)",
+                               minimum=0, maximum=100)
     leader_election: bool = setting(False, "DRA_LEADER_ELECTION",
                                     "claims, taints, binding: act only while holding a Lease (for several replicas)")
     leader_election_namespace: str = setting("", "DRA_LEADER_ELECTION_NAMESPACE",

@@ -8,7 +8,10 @@ its mutation cache, with the guarantees an informer gives:
   it back;
 - deletes are matched by UID: a late DELETED of the old ``web-0`` does not remove the new one;
 - a deleted UID is remembered for a while (a tombstone): a write's result, a late event or a
-  relist that still carries it cannot bring it back. UIDs are never reused, so this is exact;
+  relist that still carries it cannot bring it back. UIDs are never reused, so this is exact.
+  A tombstone lasts ``TOMBSTONE_TTL`` (and at most ``TOMBSTONES`` are kept): what can still carry
+  the UID is an answer to a request sent before the delete was seen, and no request lives that
+  long; kept for ever, they filled every store to its count for hours (issue 26);
 - a write's result that is already gone (deletionTimestamp and no finalizer left: the API server
   deleted it as it answered) counts as a delete, not an update.
 
@@ -19,6 +22,7 @@ tell which objects it has not heard of since it began (see ``informer``).
 from __future__ import annotations
 
 import itertools
+import time
 from collections import defaultdict
 from typing import Any, Callable, Iterable
 
@@ -27,7 +31,11 @@ from .uidcache import UidCache
 Obj = dict[str, Any]
 IndexFunc = Callable[[Obj], Iterable[str]]
 
-TOMBSTONES = 10_000  # deleted UIDs remembered per store; far more than a relist gap deletes
+TOMBSTONES = 10_000  # deleted UIDs remembered per store at most; far more than a relist gap deletes
+# Seconds a tombstone lasts: ten times a request's timeout (core/kube.py, 60 s) and longer than a
+# relist check's GETs or LIST (informer) take, the slowest way an old copy of a deleted object
+# can still arrive.
+TOMBSTONE_TTL = 600.0
 
 
 def key_of(obj: Obj) -> str:
@@ -54,13 +62,14 @@ def is_gone(obj: Obj) -> bool:
 
 class Store:
     def __init__(self, indexers: dict[str, IndexFunc] | None = None,
-                 transform: Callable[[Obj], Obj] | None = None):
-        """``transform``: what is kept of each object stored (client-go's ``SetTransform``)."""
+                 transform: Callable[[Obj], Obj] | None = None, clock: Callable[[], float] = time.monotonic):
+        """``transform``: what is kept of each object stored (client-go's ``SetTransform``);
+        ``clock``: what the tombstones' age is measured by."""
         self._transform = transform
         self._objects: dict[str, Obj] = {}
         self._stamps: dict[str, int] = {}
         self._counter = itertools.count(1)
-        self._deleted = UidCache(TOMBSTONES)
+        self._deleted = UidCache(TOMBSTONES, ttl=TOMBSTONE_TTL, clock=clock)
         self._indexers = dict(indexers or {})
         self._indexes: dict[str, dict[str, set[str]]] = {n: defaultdict(set) for n in self._indexers}
         self._keys: dict[str, dict[str, list[str]]] = {n: {} for n in self._indexers}
@@ -85,6 +94,11 @@ class Store:
 
     def was_deleted(self, uid: str) -> bool:
         return bool(uid) and uid in self._deleted
+
+    @property
+    def tombstones(self) -> int:
+        """How many deleted UIDs are remembered now."""
+        return len(self._deleted)
 
     def next_stamp(self) -> int:
         """A stamp greater than any given so far (taken when a relist begins)."""

@@ -15,11 +15,12 @@ from . import process
 from .cluster import free_ports
 
 
-def rss_kib(pid: int) -> int | None:
-    """VmRSS of a live process, or None once it is gone."""
+def rss_kib(pid: int, field: str = "VmRSS") -> int | None:
+    """VmRSS of a live process (``field``: another line of /proc/<pid>/status, such as VmHWM,
+    its peak), or None once it is gone."""
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
+            if line.startswith(f"{field}:"):
                 return int(line.split()[1])
     except (OSError, ValueError, IndexError):
         return None
@@ -83,6 +84,12 @@ class OperatorProcess:
     @property
     def rss_mib(self) -> float | None:
         kib = rss_kib(self.proc.pid) if self.proc else None
+        return round(kib / 1024, 1) if kib is not None else None
+
+    @property
+    def peak_rss_mib(self) -> float | None:
+        """The most RSS it has had (VmHWM)."""
+        kib = rss_kib(self.proc.pid, "VmHWM") if self.proc else None
         return round(kib / 1024, 1) if kib is not None else None
 
     def kill(self) -> None:

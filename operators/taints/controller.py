@@ -179,12 +179,16 @@ class TaintsController:
                 self.pods.delete(pod)
             pending = self.pending.get(key)
             uid = pod["metadata"].get("uid")
+            # Its "Marking" Event is history now, whoever deleted it (a failed eviction leaves
+            # the mark, and someone else's delete was the only end it would get).
+            ours = uid in self.marked
+            self.marked.discard(uid)
             if pending is not None and pending.uid == uid:
                 # Gone by itself: nothing to cancel publicly (upstream posts no Event either).
                 del self.pending[key]
                 self.admitted.pop(key, None)
                 self._unpark(key)
-                if uid not in self.marked:  # else it is our own eviction coming back
+                if not ours:  # else it is our own eviction coming back
                     log.info("pod deleted while its eviction was pending", pod=key, uid=uid,
                              due=format_time(pending.eviction.when))
             return

@@ -266,3 +266,27 @@ async def test_objects_refused_by_keep_cost_nothing_unless_already_stored():
     informer.on_event({"type": "DELETED", "object": pod("dra", "3", 203)})
     assert [c[0] for c in handler.calls] == ["dra", "dra", "dra"] and len(store) == 0
     assert informer.last_rv == 203
+
+
+async def test_a_long_listing_of_objects_nobody_keeps_is_one_epoch_without_suspects():
+    """Pods with claims listed first, then many more seconds of plain Pods (dropped by ``keep``,
+    or their lines skipped unparsed), then the listing's end: all were listed, nothing to check.
+    Before, the epoch closed during the plain Pods and the end opened another in which every
+    cached Pod was a suspect (a GET each, or one more LIST of all Pods)."""
+    dra = [pod(f"dra-{i}", f"d{i}") for i in range(5)]
+    api = Api(dra)
+    store = Store()
+    informer = Informer(api, PODS, store, Recorder(store), settle=0.05,
+                        keep=lambda o: o["metadata"]["name"].startswith("dra-"))
+    await informer.prime()
+    for obj in dra:
+        informer.on_event({"type": None, "object": obj})
+    for i in range(30):  # 0.3 s of the listing, six times the settle time
+        if i % 2:
+            informer.on_event({"type": None, "object": pod(f"plain-{i}", f"p{i}")})  # kopf's LIST: dropped
+        else:
+            informer.skipped(100 + i)  # streamed initial events: the line is never parsed
+        await asyncio.sleep(0.01)
+    informer.on_listed()
+    await wait_for(lambda: informer._epoch is None and not informer._verifying)
+    assert (api.gets, api.lists, informer.relists) == (0, 1, 1) and len(store) == 5  # the one list: prime
