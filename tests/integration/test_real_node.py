@@ -31,13 +31,13 @@ from operators.nodeagent.plugin.opaque_config import API_VERSION as CONFIG_API, 
 
 from . import objects
 from .test_deploy import service_account_kubeconfig
-
-CLUSTER_ROLES = Resource("rbac.authorization.k8s.io/v1", "clusterroles", False)
-CLUSTER_ROLE_BINDINGS = Resource("rbac.authorization.k8s.io/v1", "clusterrolebindings", False)
 from .fake_kubelet import FakeKubelet
 from .labs import client_of, running_lab, short_run_dir
 from .operator_process import OperatorProcess
 from .waiting import describe_namespace, wait_for
+
+CLUSTER_ROLES = Resource("rbac.authorization.k8s.io/v1", "clusterroles", False)
+CLUSTER_ROLE_BINDINGS = Resource("rbac.authorization.k8s.io/v1", "clusterrolebindings", False)
 
 NODE = "lab-real-0"
 DRIVER = "gpu.rn.lab"  # short: kubelet's plugin sockets must fit in 107 characters
