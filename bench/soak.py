@@ -340,6 +340,7 @@ class Soak:
         self.stats = Stats()
         self.samples: list[Sample] = []
         self.stop_churn: asyncio.Event | None = None  # created in the event loop
+        self.warmup_traced: asyncio.Event | None = None  # set once the warm-up end's readings are in
         self.eviction_delays: list[float] = []
         self.t0 = 0.0
         self.churn_seconds = 0.0
@@ -692,6 +693,9 @@ class Soak:
         times = sorted({k * SAMPLE_INTERVAL for k in range(int(self.seconds // SAMPLE_INTERVAL) + 2)} | {self.warmup})
         for at in times:
             await asyncio.sleep(max(0.0, self.t0 + at - time.monotonic()))
+            if at == self.warmup and self.warmup_traced is not None:
+                # The reference for growth after the readings, whose snapshots cost memory RSS keeps.
+                await self.warmup_traced.wait()
             phase = "warmup" if at < self.warmup else "warmup-end" if at == self.warmup else "churn"
             await self.sample(phase)
 
@@ -738,9 +742,14 @@ class Soak:
         times = [0.0, self.warmup / 2, self.warmup]
         while times[-1] + self.tracemalloc_period < self.seconds:
             times.append(times[-1] + self.tracemalloc_period)
-        for at in times:
-            await asyncio.sleep(max(0.0, self.t0 + at - time.monotonic()))
-            await self.trace("warmup" if at < self.warmup else "warmup-end" if at == self.warmup else "churn")
+        try:
+            for at in times:
+                await asyncio.sleep(max(0.0, self.t0 + at - time.monotonic()))
+                await self.trace("warmup" if at < self.warmup else "warmup-end" if at == self.warmup else "churn")
+                if at == self.warmup:
+                    self.warmup_traced.set()
+        finally:
+            self.warmup_traced.set()
 
     def growth_rows(self) -> dict[str, tuple[float, dict[str, Any], list[dict[str, Any]]]]:
         """Per operator: (seconds between, traced MiB change, top growers) from the end of warm-up
@@ -765,6 +774,7 @@ class Soak:
             await self.prepare_cluster()
             say(f"churning for {self.seconds:.0f}s (warm-up {self.warmup:.0f}s)")
             self.t0 = time.monotonic()
+            self.warmup_traced = asyncio.Event() if self.tracemalloc_frames else None
             sampler = asyncio.create_task(self.sampler())
             tracer = asyncio.create_task(self.tracer())
             lanes = [asyncio.create_task(self.paced(lane, period, cycle)) for lane, period, cycle in (
