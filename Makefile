@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 LAB_BIN := .cache/lab/bin
 PYTEST_ARGS ?=
 
-.PHONY: help venv lab-modules lab-build lab-build-node image test-prerequisites test unit integration run soak bench lab-up lab-down protos clean
+.PHONY: help venv lab-modules lab-build lab-build-node image test-prerequisites test unit integration run soak bench e2e lab-up lab-down protos clean
 
 help:
 	@echo "make run           the whole suite on a lab (or \$$KUBECONFIG): operators, node agents, examples, live table"
@@ -14,6 +14,7 @@ help:
 	@echo "make unit          unit tests only (no lab)"
 	@echo "make soak          one-hour churn soak of the four operators (SOAK_SECONDS, SOAK_WARMUP); bench/RESULTS.md"
 	@echo "make bench         ours vs upstream's controllers on one lab (BENCH_SIZES, BENCH_NOISE, ...); bench/RESULTS.md"
+	@echo "make e2e           upstream's DRA e2e suite with ours and with upstream's controllers (root; E2E_ARGS); docs/e2e.md"
 	@echo "make lab-build     build etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kubectl, kwok, toxiproxy"
 	@echo "make lab-build-node  build what real nodes need: kubelet, containerd, runc, CNI plugins, busybox"
 	@echo "make image         the container image with buildah (no Docker engine), as .cache/image/dra-operators-<version>.tar"
@@ -75,6 +76,12 @@ test-prerequisites:
 test: test-prerequisites
 	$(PY) -m pytest tests/unit tests/integration -n 2 --dist loadgroup --durations=30 $(PYTEST_ARGS); \
 	  code=$$?; if [ $$code -eq 5 ]; then echo "make test: no tests were collected" >&2; exit 1; fi; exit $$code
+
+# Upstream's DRA e2e suite on a lab with real nodes, with our controllers and with upstream's: a
+# report like bench, not part of test (about an hour). E2E_ARGS="--controllers ours --focus ..." narrows it.
+e2e: venv lab-build lab-build-node
+	lab/build.sh --e2e $(LAB_BIN)
+	$(PY) -m operators.lab.e2e $(E2E_ARGS)
 
 run: venv lab-build lab-build-node
 	$(VENV)/bin/dra-operators demo

@@ -7,10 +7,15 @@
 # containerd, its runc shim and ctr, runc, the CNI plugins bridge, host-local and loopback, and
 # Debian's busybox-static (for the pause and workload images); Debian's libseccomp-dev and
 # pkg-config (runc's seccomp support) and busybox-static are installed with apt-get when missing.
+#
+# `build.sh --e2e [DIR]` builds what `make e2e` needs: e2e-dra.test, upstream's DRA e2e tests
+# (lab/e2e/e2e_test.go) as a test binary, ginkgo's CLI, the hostpathplugin stand-in for its proxy
+# Pods and upstream's sample device plugin (the images of both: operators/lab/images.py).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-node=false
+node=false e2e=false
 if [[ ${1:-} == --node ]]; then node=true; shift; fi
+if [[ ${1:-} == --e2e ]]; then e2e=true; shift; fi
 out=${1:-$here/../.cache/lab/bin}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
@@ -25,22 +30,26 @@ for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
   ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
 done
 
-# build MODULE BINARY PACKAGE [LDFLAGS [TAGS [CGO]]]
+# build MODULE BINARY PACKAGE [LDFLAGS [TAGS [CGO [TEST]]]]: TEST=test builds PACKAGE's tests
+# (go test -c). The stamp covers the module's own .go files (only lab/e2e has any).
 build() {
-  local module=$1 name=$2 pkg=$3 flags=${4:-} tags=${5:-} cgo=${6:-}
+  local module=$1 name=$2 pkg=$3 flags=${4:-} tags=${5:-} cgo=${6:-} test=${7:-}
   local stamp="$out/.${name//\//-}.stamp"
   local want
   # The module's go.mod pins the version (gen-modules.sh writes it from versions.env); the flags
   # carry the version string. So a new pin in versions.env rebuilds only what it concerns.
   want=$( (printf '%s\n' "$pkg" "$flags"; [[ -z $tags$cgo ]] || printf '%s\n' "$tags" "$cgo"
-           cat "$here/$module/go.mod" "$here/$module/go.sum") | sha256sum | cut -c1-16)
+           cat "$here/$module/go.mod" "$here/$module/go.sum"
+           find "$here/$module" -name '*.go' -print0 | sort -z | xargs -0r cat) | sha256sum | cut -c1-16)
   if [[ -x "$out/$name" && -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
     echo "lab-build: $name up to date"
     return
   fi
   echo "lab-build: building $name ($pkg) ..."
   local start=$SECONDS
-  (cd "$here/$module" && ${cgo:+env CGO_ENABLED=$cgo} go build -trimpath ${tags:+-tags "$tags"} \
+  local verb=(build)
+  [[ -z $test ]] || verb=(test -c)
+  (cd "$here/$module" && ${cgo:+env CGO_ENABLED=$cgo} go "${verb[@]}" -trimpath ${tags:+-tags "$tags"} \
      -ldflags "-s -w $flags" -o "$out/$name.tmp" "$pkg" && mv "$out/$name.tmp" "$out/$name")
   echo "$want" > "$stamp"
   echo "lab-build: $name done in $((SECONDS - start))s"
@@ -57,6 +66,17 @@ apt_install() {
   $sudo flock /tmp/dra-operators-apt.lock sh -c 'apt-get install -y --no-install-recommends "$@" >/dev/null 2>&1 ||
     { apt-get update >/dev/null && apt-get install -y --no-install-recommends "$@" >/dev/null; }' sh "${missing[@]}"
 }
+
+if $e2e; then
+  total=$SECONDS
+  # The e2e binary reports its version like the lab's other binaries (the suite logs it).
+  build e2e e2e-dra.test . "$ldflags" "" "" test
+  build e2e hostpathplugin ./hostpathplugin "" "" 0
+  build e2e ginkgo github.com/onsi/ginkgo/v2/ginkgo
+  build e2e sampledeviceplugin k8s.io/kubernetes/test/images/sample-device-plugin "" "" 0
+  echo "lab-build: e2e binaries in $out ($((SECONDS - total))s)"
+  exit 0
+fi
 
 if $node; then
   total=$SECONDS

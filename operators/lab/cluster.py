@@ -63,6 +63,14 @@ class LabOptions:
     disabled_gates: tuple[str, ...] = ()
     # kube-controller-manager's client limits (--kube-api-qps, --kube-api-burst).
     controller_manager_api_limits: tuple[int, int] = (500, 1000)
+    # A lab for upstream's e2e suite (make e2e): each real node's containerd and kubelet run in a
+    # mount namespace of their own in which the node's kubelet directory is /var/lib/kubelet and
+    # its CDI directory /var/run/cdi (the suite assumes one kubelet directory on every node); the
+    # suite's images are imported.
+    upstream_e2e: bool = False
+    # Gates turned on beside the DRA ones, on every component and kubelet (the e2e suite's tests
+    # of health status and node features need theirs).
+    extra_gates: tuple[str, ...] = ()
 
     def resolved_run_dir(self) -> Path:
         return Path(self.run_dir or paths.run_dir(self.name)).resolve()
@@ -256,7 +264,7 @@ class Lab:
         self._all_gates = components.dra_feature_gates(
             subprocess.run([str(self.bin_dir / "kube-apiserver"), "--help"],
                            capture_output=True, text=True).stdout)
-        self._gates = [g for g in self._all_gates if g not in self.options.disabled_gates]
+        self._gates = self._enabled_gates()
         self._write_configs()
         try:
             self._start_component("etcd")
@@ -416,12 +424,15 @@ class Lab:
         """A containerd per node (with the lab's images imported), then a kubelet per node; return
         when every real Node is Ready and schedulable."""
         started = time.monotonic()
-        archives = images.archives(self.bin_dir)
+        archives = images.archives(self.bin_dir, e2e=self.options.upstream_e2e)
         kubelet_help = subprocess.run([str(self.bin_dir / "kubelet"), "--help"], capture_output=True, text=True)
         self._kubelet_gates = components.dra_feature_gates(kubelet_help.stdout)
+        self._kubelet_gates += [g for g in self.options.extra_gates if g not in self._kubelet_gates]
         self._save_state(ready=False)
         for info in self.real_nodes:
             self._write_real_node_files(info)
+            if self.options.upstream_e2e:
+                self._start_mount_namespace(info)
             self._start_component(f"containerd-{info.name}")
         for info in self.real_nodes:
             self._wait(f"containerd-{info.name}", self._ready_check(f"containerd-{info.name}"))
@@ -456,6 +467,20 @@ class Lab:
         files.kubelet_config.write_text(yaml.safe_dump(components.build_kubelet_config(
             files, info.node_ip, info.kubelet_port, info.healthz_port, self.pki.ca_cert, self._kubelet_gates)))
 
+    def _start_mount_namespace(self, info: RealNodeInfo) -> None:
+        """A process holding a mount namespace (``mountns-<node>``) in which the node's kubelet
+        directory is bound at /var/lib/kubelet and its CDI directory at /var/run/cdi; the node's
+        containerd and kubelet enter it (``_start``), so hostPath volumes, the Pods' mounts and
+        the plugin sockets all resolve to the node's own directories. Mounts made inside stay
+        inside (propagation slave) and go with the namespace."""
+        files = info.files()
+        for mount_point in (realnode.E2E_KUBELET_DIR, realnode.E2E_CDI_DIR):
+            mount_point.mkdir(parents=True, exist_ok=True)
+        name = f"mountns-{info.name}"
+        self._start(name, realnode.mount_namespace_args(files))
+        pid = self._procs[name].pid
+        self._wait(f"{name} mounts", lambda: realnode.mount_namespace_ready(pid), only=name)
+
     def _start_watchdog(self) -> None:
         state = self.run_dir / "real-nodes.json"
         realnode.write_watch_state(state, self.real_nodes)
@@ -479,6 +504,10 @@ class Lab:
             if proc is not None:
                 process.terminate(proc.pid)
                 proc.wait()
+            holder = self._procs.pop(f"mountns-{info.name}", None)
+            if holder is not None:
+                process.terminate(holder.pid)
+                holder.wait()
             for problem in realnode.cleanup(info, self.bin_dir / "runc"):
                 self._log(f"lab: real node {info.name}: could not clean up {problem}")
         if self._watchdog is not None:
@@ -523,7 +552,7 @@ class Lab:
         objects keep what was written while a gate was on)."""
         with self._lock:
             self.options.disabled_gates = tuple(disabled_gates)
-            self._gates = [g for g in self._all_gates if g not in self.options.disabled_gates]
+            self._gates = self._enabled_gates()
             for component in ("kube-apiserver", "kube-controller-manager", "kube-scheduler"):
                 self.restart(component)
 
@@ -614,6 +643,10 @@ class Lab:
             real_nodes=[asdict(n) for n in self.real_nodes],
         ).save()
 
+    def _enabled_gates(self) -> list[str]:
+        gates = [g for g in self._all_gates if g not in self.options.disabled_gates]
+        return gates + [g for g in self.options.extra_gates if g not in gates]
+
     def _gates_off(self) -> tuple[str, ...]:
         """Disabled gates the binaries know, switched off explicitly (a beta gate is on by default)."""
         return tuple(g for g in self.options.disabled_gates if g in self._all_gates)
@@ -651,8 +684,9 @@ class Lab:
                         path_first=self.bin_dir)
         elif name.startswith("kubelet-"):
             info = self._real_node_info(name)
-            self._start(name, components.build_kubelet_args(self.bin_dir / "kubelet", info.files(), info.node_ip),
-                        path_first=self.bin_dir)
+            root_dir = realnode.E2E_KUBELET_DIR if self.options.upstream_e2e else None
+            self._start(name, components.build_kubelet_args(self.bin_dir / "kubelet", info.files(), info.node_ip,
+                                                            root_dir), path_first=self.bin_dir)
         else:
             raise LabError(f"unknown component {name!r}")
 
@@ -688,6 +722,9 @@ class Lab:
             return json.loads(response.read())
 
     def _start(self, name: str, args: list[str], path_first: Path | None = None) -> None:
+        holder = self._procs.get("mountns-" + name.partition("-")[2]) if name.startswith(("kubelet-", "containerd-")) else None
+        if holder is not None:
+            args = ["nsenter", f"--mount=/proc/{holder.pid}/ns/mnt", "--", *args]
         # An empty HOME keeps kwok from loading ~/.kwok/kwok.yaml and clients from ~/.kube/config.
         path = os.environ.get("PATH", "/usr/bin:/bin")
         if path_first is not None:

@@ -508,10 +508,13 @@ def build_kubelet_config(files: RealNodeFiles, node_ip: str, port: int, healthz_
     }
 
 
-def build_kubelet_args(binary: Path, files: RealNodeFiles, node_ip: str) -> list[str]:
+def build_kubelet_args(binary: Path, files: RealNodeFiles, node_ip: str, root_dir: Path | None = None) -> list[str]:
+    """``root_dir``: where kubelet sees its directory (default: ``files.kubelet_root``; the e2e
+    lab's mount namespace binds it at /var/lib/kubelet, which keeps the plugin socket paths
+    kubelet dials under the 107 characters a Unix socket path can have)."""
     return [
         str(binary), f"--config={files.kubelet_config}", f"--kubeconfig={files.kubeconfig}",
-        f"--root-dir={files.kubelet_root}", f"--cert-dir={files.kubelet_root / 'pki'}",
+        f"--root-dir={root_dir or files.kubelet_root}", f"--cert-dir={files.kubelet_root / 'pki'}",
         f"--hostname-override={files.name}", f"--node-ip={node_ip}",
         f"--node-labels={REAL_NODE_LABEL}=true,type=real",
         "--v=2",

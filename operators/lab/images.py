@@ -9,6 +9,11 @@ containerd (namespace ``k8s.io``, where the CRI plugin looks).
 
 The archives are deterministic (fixed times, sorted entries), cached next to the binaries and
 rebuilt only when busybox changes.
+
+``E2E_IMAGES``: what upstream's DRA e2e suite (``make e2e``) pulls, under its own names: its busybox
+(``test/utils/image`` manifest.go), SIG Storage's hostpathplugin, whose proxy mode is the only part
+the suite runs (``lab/e2e/hostpathplugin``, a stand-in), and upstream's sample device plugin, each
+binary built by ``lab/build.sh --e2e``.
 """
 
 from __future__ import annotations
@@ -25,6 +30,14 @@ PAUSE_IMAGE = "lab.local/pause:3.10"
 WORKLOAD_IMAGES = ("docker.io/library/busybox:1.37", "lab.local/busybox:1")
 # Waits for SIGTERM (as PID 1 a process ignores signals it has no handler for).
 _PAUSE_ENTRYPOINT = ["/bin/sh", "-c", "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done"]
+# image name -> (its one extra binary in the lab's bin directory or "", its entrypoint)
+E2E_IMAGES: dict[str, tuple[str, list[str] | None]] = {
+    "registry.k8s.io/e2e-test-images/busybox:1.37.0-2": ("", None),
+    "registry.k8s.io/sig-storage/hostpathplugin:v1.17.1": ("hostpathplugin", None),
+    # test/images/sample-device-plugin (its Dockerfile's entrypoint), for the extended-resource cases.
+    "registry.k8s.io/e2e-test-images/sample-device-plugin:1.8.0": (
+        "sampledeviceplugin", ["/sampledeviceplugin", "-alsologtostderr"]),
+}
 _DIRS = ("bin", "dev", "etc", "proc", "sys", "tmp", "var", "root")
 
 
@@ -33,9 +46,10 @@ def _applets(busybox: Path) -> list[str]:
     return sorted({a for a in out.split() if a and "/" not in a and a != "busybox"})
 
 
-def _layer(busybox: Path) -> bytes:
+def _layer(busybox: Path, extras: dict[str, Path] | None = None) -> bytes:
     """One uncompressed tar: /bin/busybox, a symlink per applet, the usual empty directories and
-    an /etc/passwd and /etc/group with root and nobody."""
+    an /etc/passwd and /etc/group with root and nobody; ``extras`` (path in the image -> file)
+    beside them."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
         def add(name: str, kind: bytes, data: bytes = b"", mode: int = 0o755, link: str = "") -> None:
@@ -51,6 +65,8 @@ def _layer(busybox: Path) -> bytes:
         add("etc/passwd", tarfile.REGTYPE, b"root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n",
             mode=0o644)
         add("etc/group", tarfile.REGTYPE, b"root:x:0:\nnogroup:x:65534:\n", mode=0o644)
+        for name, source in sorted((extras or {}).items()):
+            add(name, tarfile.REGTYPE, source.read_bytes())
     return buf.getvalue()
 
 
@@ -59,9 +75,9 @@ def _digest(data: bytes) -> str:
 
 
 def build_archive(busybox: Path, name: str, entrypoint: list[str] | None, cmd: list[str] | None,
-                  target: Path) -> Path:
+                  target: Path, extras: dict[str, Path] | None = None) -> Path:
     """An OCI image layout as a tar archive at ``target``, its index naming the image ``name``."""
-    layer = _layer(busybox)
+    layer = _layer(busybox, extras)
     compressed = gzip.compress(layer, mtime=0)
     config = {
         "architecture": "amd64", "os": "linux",
@@ -106,17 +122,28 @@ def build_archive(busybox: Path, name: str, entrypoint: list[str] | None, cmd: l
     return target
 
 
-def archives(bin_dir: Path) -> dict[str, Path]:
-    """image name -> OCI archive, built once per busybox version (cached in ``<lab home>/images``)."""
+def archives(bin_dir: Path, e2e: bool = False) -> dict[str, Path]:
+    """image name -> OCI archive, built once per busybox version (cached in ``<lab home>/images``);
+    with ``e2e`` also ``E2E_IMAGES`` (rebuilt when the hostpathplugin binary changes too)."""
     busybox = bin_dir / "busybox"
-    version = hashlib.sha256(busybox.read_bytes()).hexdigest()[:16]
-    directory = bin_dir.parent / "images" / version
-    wanted = {PAUSE_IMAGE: (_PAUSE_ENTRYPOINT, None)}
-    wanted.update({name: (None, ["sh"]) for name in WORKLOAD_IMAGES})
+    digest = hashlib.sha256(busybox.read_bytes())
+    wanted: dict[str, tuple[list[str] | None, list[str] | None, dict[str, Path]]] = {
+        PAUSE_IMAGE: (_PAUSE_ENTRYPOINT, None, {})}
+    wanted.update({name: (None, ["sh"], {}) for name in WORKLOAD_IMAGES})
+    if e2e:
+        for name, (binary, entrypoint) in E2E_IMAGES.items():
+            extras = {}
+            if binary:
+                extras[binary] = bin_dir / binary
+                if not extras[binary].is_file():
+                    raise FileNotFoundError(f"{extras[binary]} is missing: run `lab/build.sh --e2e` (make e2e does)")
+                digest.update(extras[binary].read_bytes())
+            wanted[name] = (entrypoint, None if entrypoint else ["sh"], extras)
+    directory = bin_dir.parent / "images" / digest.hexdigest()[:16]
     result = {}
-    for name, (entrypoint, cmd) in wanted.items():
+    for name, (entrypoint, cmd, extras) in wanted.items():
         target = directory / (name.replace("/", "_").replace(":", "_") + ".tar")
         if not target.exists():
-            build_archive(busybox, name, entrypoint, cmd, target)
+            build_archive(busybox, name, entrypoint, cmd, target, extras)
         result[name] = target
     return result

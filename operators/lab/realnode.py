@@ -20,6 +20,7 @@ import ipaddress
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -51,6 +52,28 @@ class RealNodeInfo:
 
     def files(self) -> RealNodeFiles:
         return RealNodeFiles(Path(self.root), self.name)
+
+
+# Where upstream's e2e suite expects every node's kubelet directory and CDI specs
+# (``--kubelet-root-dir``'s default; the test driver's hostPath for CDI).
+E2E_KUBELET_DIR = Path("/var/lib/kubelet")
+E2E_CDI_DIR = Path("/var/run/cdi")
+
+
+def mount_namespace_args(files: RealNodeFiles) -> list[str]:
+    """A process that binds the node's directories at the e2e suite's paths in a new mount
+    namespace and then only waits (it holds the namespace for the node's containerd and kubelet)."""
+    script = (f"mount --bind {shlex.quote(str(files.kubelet_root))} {E2E_KUBELET_DIR} && "
+              f"mount --bind {shlex.quote(str(files.cdi))} {E2E_CDI_DIR} && exec sleep infinity")
+    return ["unshare", "--mount", "--propagation", "slave", "--", "sh", "-c", script]
+
+
+def mount_namespace_ready(pid: int) -> bool:
+    """The holder has made its mounts (it became ``sleep`` only after both succeeded)."""
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip() == "sleep"
+    except OSError:
+        return False
 
 
 def node_name(index: int) -> str:

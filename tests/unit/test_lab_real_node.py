@@ -115,3 +115,41 @@ def test_oci_archive_names_the_image_and_holds_busybox(tmp_path):
         assert "bin/busybox" in names and "bin/sh" in names and rootfs.getmember("bin/sh").issym()
     again = images.build_archive(busybox, "docker.io/library/busybox:1.37", None, ["sh"], tmp_path / "again.tar")
     assert again.read_bytes() == archive.read_bytes()  # deterministic
+
+
+def test_an_e2e_lab_node_sees_its_own_directories_at_the_suites_paths():
+    """Upstream's e2e suite assumes /var/lib/kubelet and /var/run/cdi on every node: each node's
+    mount namespace binds its own there, and its kubelet uses the short path (rolling-update
+    sockets carry a UID and would not fit under /run/dra-lab/...)."""
+    files = RealNodeFiles(Path("/run/dra-lab/0123abcd/lab-real-1"), "lab-real-1")
+    args = realnode.mount_namespace_args(files)
+    assert args[:5] == ["unshare", "--mount", "--propagation", "slave", "--"]
+    script = args[-1]
+    assert "mount --bind /run/dra-lab/0123abcd/lab-real-1/kubelet /var/lib/kubelet" in script
+    assert "mount --bind /run/dra-lab/0123abcd/lab-real-1/cdi /var/run/cdi" in script
+    assert script.endswith("exec sleep infinity")
+    kubelet = components.build_kubelet_args(Path("/bin/kubelet"), files, "10.88.0.1", realnode.E2E_KUBELET_DIR)
+    assert "--root-dir=/var/lib/kubelet" in kubelet
+    assert "--root-dir=/run/dra-lab/0123abcd/lab-real-1/kubelet" in components.build_kubelet_args(
+        Path("/bin/kubelet"), files, "10.88.0.1")
+
+
+@pytest.mark.skipif(not BUSYBOX.exists(), reason="no busybox (make lab-build-node)")
+def test_e2e_images_carry_their_binary_under_upstreams_names(tmp_path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "busybox").write_bytes(BUSYBOX.read_bytes())
+    (bin_dir / "busybox").chmod(0o755)
+    with pytest.raises(FileNotFoundError, match="lab/build.sh --e2e"):
+        images.archives(bin_dir, e2e=True)
+    for binary in ("hostpathplugin", "sampledeviceplugin"):
+        (bin_dir / binary).write_bytes(b"#!/bin/sh\n")
+    found = images.archives(bin_dir, e2e=True)
+    assert set(images.E2E_IMAGES) <= set(found) and images.PAUSE_IMAGE in found
+    with tarfile.open(found["registry.k8s.io/sig-storage/hostpathplugin:v1.17.1"]) as tar:
+        index = json.load(tar.extractfile("index.json"))
+        manifest = json.load(tar.extractfile(f"blobs/sha256/{index['manifests'][0]['digest'].split(':')[1]}"))
+        layer = tar.extractfile(f"blobs/sha256/{manifest['layers'][0]['digest'].split(':')[1]}").read()
+    with tarfile.open(fileobj=io.BytesIO(gzip.decompress(layer))) as rootfs:
+        assert "hostpathplugin" in rootfs.getnames() and "bin/sh" in rootfs.getnames()
+    assert set(images.archives(bin_dir)) == {images.PAUSE_IMAGE, *images.WORKLOAD_IMAGES}
