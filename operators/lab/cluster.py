@@ -63,11 +63,12 @@ class LabOptions:
     disabled_gates: tuple[str, ...] = ()
     # kube-controller-manager's client limits (--kube-api-qps, --kube-api-burst).
     controller_manager_api_limits: tuple[int, int] = (500, 1000)
-    # A lab for upstream's e2e suite (make e2e): each real node's containerd and kubelet run in a
-    # mount namespace of their own in which the node's kubelet directory is /var/lib/kubelet and
-    # its CDI directory /var/run/cdi (the suite assumes one kubelet directory on every node); the
-    # suite's images are imported.
-    upstream_e2e: bool = False
+    # Each real node's containerd and kubelet run in a mount namespace of their own in which the
+    # node's kubelet directory is /var/lib/kubelet and its CDI directory /var/run/cdi, as upstream's
+    # e2e suite assumes of every node (make e2e).
+    node_namespaces: bool = False
+    # The images upstream's e2e suite pulls are imported too (images.E2E_IMAGES; lab/build.sh --e2e).
+    e2e_images: bool = False
     # Gates turned on beside the DRA ones, on every component and kubelet (the e2e suite's tests
     # of health status and node features need theirs).
     extra_gates: tuple[str, ...] = ()
@@ -424,14 +425,14 @@ class Lab:
         """A containerd per node (with the lab's images imported), then a kubelet per node; return
         when every real Node is Ready and schedulable."""
         started = time.monotonic()
-        archives = images.archives(self.bin_dir, e2e=self.options.upstream_e2e)
+        archives = images.archives(self.bin_dir, e2e=self.options.e2e_images)
         kubelet_help = subprocess.run([str(self.bin_dir / "kubelet"), "--help"], capture_output=True, text=True)
         self._kubelet_gates = components.dra_feature_gates(kubelet_help.stdout)
         self._kubelet_gates += [g for g in self.options.extra_gates if g not in self._kubelet_gates]
         self._save_state(ready=False)
         for info in self.real_nodes:
             self._write_real_node_files(info)
-            if self.options.upstream_e2e:
+            if self.options.node_namespaces:
                 self._start_mount_namespace(info)
             self._start_component(f"containerd-{info.name}")
         for info in self.real_nodes:
@@ -684,7 +685,7 @@ class Lab:
                         path_first=self.bin_dir)
         elif name.startswith("kubelet-"):
             info = self._real_node_info(name)
-            root_dir = realnode.E2E_KUBELET_DIR if self.options.upstream_e2e else None
+            root_dir = realnode.E2E_KUBELET_DIR if self.options.node_namespaces else None
             self._start(name, components.build_kubelet_args(self.bin_dir / "kubelet", info.files(), info.node_ip,
                                                             root_dir), path_first=self.bin_dir)
         else:

@@ -44,7 +44,8 @@ def run_suite(controllers: str, out: Path, procs: int, focus: str, label_filter:
     bin_dir = paths.bin_dir()
     report = out / "report.json"
     report.unlink(missing_ok=True)
-    lab = Lab(LabOptions(name=f"e2e-{controllers}", nodes=0, real_nodes=REAL_NODES, upstream_e2e=True,
+    lab = Lab(LabOptions(name=f"e2e-{controllers}", nodes=0, real_nodes=REAL_NODES, node_namespaces=True,
+                         e2e_images=True,
                          upstream_controllers=controllers == "upstream", extra_gates=EXTRA_GATES), log=log)
     operators = None
     lab.start()
