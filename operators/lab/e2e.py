@@ -3,7 +3,10 @@ release) on a lab with real nodes, once with our controllers (claims, taints and
 processes, kube-controller-manager without its DRA controllers) and once with upstream's; each run's
 ginkgo JSON report and log under ``--out``, the compared table in ``docs/e2e.md``.
 
-    python -m operators.lab.e2e [--controllers ours|upstream|both] [--procs 4] [--focus REGEX]
+    python -m operators.lab.e2e [--controllers ours|upstream|both|none] [--procs 4] [--focus REGEX]
+
+``none`` runs the suite with no DRA controller at all: the control that shows which cases need one
+(they must fail there, or the suite could not tell our controllers from their absence).
 
 The binaries come from ``lab/build.sh --e2e`` (e2e-dra.test, ginkgo, hostpathplugin); the Makefile
 target builds them first. Reviewed causes of failures live in ``lab/e2e/causes.yaml`` (case name ->
@@ -60,7 +63,7 @@ def run_suite(controllers: str, out: Path, procs: int, focus: str, label_filter:
                 str(bin_dir / "e2e-dra.test"), "--",
                 f"--kubeconfig={lab.kubeconfig}", "--provider=local", f"--report-dir={out}"]
         started = time.monotonic()
-        whose = "our" if controllers == "ours" else "upstream's"
+        whose = {"ours": "our", "upstream": "upstream's", "none": "no"}[controllers]
         log(f"e2e: running upstream's DRA suite with {whose} controllers (log {out / 'ginkgo.log'})")
         with open(out / "ginkgo.log", "w") as output:
             code = subprocess.run(args, stdout=output, stderr=subprocess.STDOUT, cwd=out, check=False).returncode
@@ -99,7 +102,7 @@ def render_page(ours: dict[str, e2e_report.Result], upstream: dict[str, e2e_repo
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m operators.lab.e2e", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--controllers", choices=("ours", "upstream", "both"), default="both")
+    parser.add_argument("--controllers", choices=("ours", "upstream", "both", "none"), default="both")
     parser.add_argument("--procs", type=int, default=4, help="ginkgo's parallel processes (default 4)")
     parser.add_argument("--focus", default="", help="only the cases matching this regular expression")
     parser.add_argument("--label-filter", default="DRA", help="ginkgo's label filter (default: every DRA case)")

@@ -52,3 +52,15 @@ def test_table_lists_our_failures_first_with_reviewed_causes():
     assert table[3] == "| c | failed | failed | fails with both | needs SSH to the node |"
     assert table[4] == "| a | passed | passed | passes with both |  |"
     assert r.pass_ratio(ours, upstream) == (1, 2)
+
+
+def test_page_states_counts_ratio_and_command():
+    from operators.lab.e2e import render_page
+    ours = {"a": r.Result("a", r.PASSED), "b": r.Result("b", r.FAILED, "boom"), "c": r.Result("c", r.SKIPPED, "gce")}
+    upstream = {"a": r.Result("a", r.PASSED), "b": r.Result("b", r.PASSED), "c": r.Result("c", r.SKIPPED, "gce")}
+    page = render_page(ours, upstream, {}, "make e2e", {"ours": 16.7, "upstream": 17.2})
+    assert "    make e2e\n" in page
+    assert "- With ours: 2 run, 1 passed, 1 failed, 1 skipped (17 min)." in page
+    assert "- With upstream's: 2 run, 2 passed, 0 failed, 1 skipped (17 min)." in page
+    assert "Of the 2 cases that pass with upstream's controllers, 1 pass with ours." in page
+    assert "| b | failed | passed | fails only with ours | boom |" in page
