@@ -43,6 +43,7 @@ REAL_NODES = 2
 def run_suite(controllers: str, out: Path, procs: int, focus: str, label_filter: str,
               log=print) -> Path:
     """One run of the suite on a fresh lab; returns the JSON report's path."""
+    out = out.resolve()  # ginkgo runs in it and resolves --output-dir from there
     out.mkdir(parents=True, exist_ok=True)
     bin_dir = paths.bin_dir()
     report = out / "report.json"
