@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import datetime
 import json
-import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any, Iterable
+from typing import Any
 
-from ..core.quantity import parse_quantity
+from ..core.quantity import Quantity, non_negative_diff, parse_quantity
 
 Obj = dict[str, Any]
 
@@ -39,79 +39,6 @@ PREFIX_PARTITION_SUMMARY_OVER_CAP = "PartitionSummaryOverCap:"
 PREFIX_SHAREABLE_OVER_CAP = "ShareableSummaryOverCap:"
 
 UNAVAILABLE_EFFECTS = ("NoSchedule", "NoExecute")
-
-
-# -- quantities as apimachinery's resource.Quantity --------------------------------------------
-
-BINARY_SI, DECIMAL_SI, DECIMAL_EXPONENT = "BinarySI", "DecimalSI", "DecimalExponent"
-_BIN_SUFFIXES = {0: "", 10: "Ki", 20: "Mi", 30: "Gi", 40: "Ti", 50: "Pi", 60: "Ei"}
-_EXPONENT = re.compile(r"[eE][+-]?\d+$")
-_DEC_SUFFIXES = {-9: "n", -6: "u", -3: "m", 0: "", 3: "k", 6: "M", 9: "G", 12: "T", 15: "P", 18: "E"}
-
-
-@dataclass(frozen=True)
-class Quantity:
-    """A value and the format it prints in ("" for Go's zero ``Quantity{}``)."""
-    value: Fraction = Fraction(0)
-    format: str = ""
-
-    @classmethod
-    def parse(cls, text: Any) -> "Quantity":
-        text = str(text).strip()
-        if text[-2:] in ("Ki", "Mi", "Gi", "Ti", "Pi", "Ei"):
-            fmt = BINARY_SI
-        elif _EXPONENT.search(text):  # "1e3"; a bare "E" is the exa suffix
-            fmt = DECIMAL_EXPONENT
-        else:
-            fmt = DECIMAL_SI
-        return cls(parse_quantity(text), fmt)
-
-    def add(self, other: "Quantity") -> "Quantity":
-        """``Quantity.Add``: a zero quantity takes the format of what is added to it."""
-        return Quantity(self.value + other.value, other.format if self.value == 0 else self.format)
-
-    def sub(self, other: "Quantity") -> "Quantity":
-        """``Quantity.Sub``: likewise."""
-        return Quantity(self.value - other.value, other.format if self.value == 0 else self.format)
-
-    def __str__(self) -> str:
-        """``CanonicalizeBytes``: what the API server and kubectl print."""
-        value = self.value
-        if value == 0:
-            return "0"
-        fmt = self.format if self.format in (BINARY_SI, DECIMAL_SI, DECIMAL_EXPONENT) else DECIMAL_EXPONENT
-        if fmt == BINARY_SI:
-            if -1024 < value < 1024 or value.denominator != 1:
-                fmt = DECIMAL_SI  # small numbers and fractions are not shown in binary
-            else:
-                number, exponent = int(value), 0
-                while number % 1024 == 0 and exponent < 60:
-                    number //= 1024
-                    exponent += 10
-                return f"{number}{_BIN_SUFFIXES[exponent]}"
-        # Base 10: an integer mantissa, all factors of ten in the exponent, then the exponent
-        # lowered to a multiple of three (int64Amount.AsCanonicalBytes).
-        exponent = 0
-        while value.denominator != 1:
-            value *= 10
-            exponent -= 1
-        mantissa = int(value)
-        while mantissa % 10 == 0:
-            mantissa //= 10
-            exponent += 1
-        if exponent % 3 == 1:
-            mantissa, exponent = mantissa * 10, exponent - 1
-        elif exponent % 3 == 2:
-            mantissa, exponent = mantissa * 100, exponent - 2
-        if fmt == DECIMAL_EXPONENT:
-            return f"{mantissa}" if exponent == 0 else f"{mantissa}e{exponent}"
-        return f"{mantissa}{_DEC_SUFFIXES.get(exponent, '')}"
-
-
-def non_negative_diff(a: Quantity, b: Quantity) -> Quantity:
-    """views.go ``nonNegativeDiff``: max(0, a-b) in a's format."""
-    out = a.sub(b)
-    return Quantity(Fraction(0), a.format) if out.value < 0 else out
 
 
 # -- which devices count how ----------------------------------------------------------------------
