@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
 from ..core import metatime
+from ..core.claimstate import PENDING, device_binding_verdict
 from ..core.metatime import format_time
 from ..core.resourceclaim import Obj, allocation_results, reserved_pod_names
 
@@ -42,7 +43,6 @@ COOL_OFF_UNTIL_ANNOTATION = f"{DOMAIN}/cool-off-until"
 COOL_OFF_CLAIM_ANNOTATION = f"{DOMAIN}/claim"
 COOL_OFF_MESSAGE_ANNOTATION = f"{DOMAIN}/message"
 
-READY, FAILED, PENDING = "ready", "failed", "pending"
 # Outcome labels (metrics, logs): the scheduler's binding-condition statuses are success, failed
 # and timeout; ours say what the preparer reported.
 OUTCOME_READY, OUTCOME_FAILED, OUTCOME_TIMEOUT = "ready", "failed", "timeout"
@@ -201,11 +201,7 @@ def binding_state(claim: Obj | None, dev: BindingDevice) -> str:
     entry = device_status(claim, dev.ref)
     if entry is None:
         return PENDING
-    if any((_condition(entry, t) or {}).get("status") == "True" for t in dev.failure_conditions):
-        return FAILED
-    if all((_condition(entry, t) or {}).get("status") == "True" for t in dev.conditions):
-        return READY
-    return PENDING
+    return device_binding_verdict(entry.get("conditions") or [], dev.conditions, dev.failure_conditions)
 
 
 def deadline(allocated_at: str | None, started: datetime.datetime, timeout: float) -> datetime.datetime:

@@ -3,10 +3,11 @@ import datetime
 import pytest
 
 from operators.binding import decisions as d
+from operators.core import claimstate
 
 DRIVER = "gpu.example.com"
 SERVES = d.DriverFilter.parse(DRIVER)
-T0 = datetime.datetime(2026, 1, 1, 12, 0, 0, tzinfo=datetime.timezone.utc)
+T0 = datetime.datetime(2026, 1, 1, 12, 0, 0, tzinfo=datetime.UTC)
 
 
 def at(seconds: float) -> datetime.datetime:
@@ -110,16 +111,16 @@ def test_binding_state_follows_the_scheduler():
     def state(*conditions):
         return d.binding_state(claim(result(conditions=("a/x", "a/y"), failures=("a/f",)),
                                      devices=[entry("gpu-0", *conditions)]), dev)
-    assert d.binding_state(claim(result()), dev) == d.PENDING              # no entry: not ready yet
-    assert state() == d.PENDING
-    assert state(cond("a/x")) == d.PENDING                                  # every condition must be True
-    assert state(cond("a/x"), cond("a/y", "False")) == d.PENDING
-    assert state(cond("a/x"), cond("a/y")) == d.READY
-    assert state(cond("a/x"), cond("a/y"), cond("a/f")) == d.FAILED          # failure wins
-    assert state(cond("a/f", "False"), cond("a/x"), cond("a/y")) == d.READY
+    assert d.binding_state(claim(result()), dev) == claimstate.PENDING              # no entry: not ready yet
+    assert state() == claimstate.PENDING
+    assert state(cond("a/x")) == claimstate.PENDING                                  # every condition must be True
+    assert state(cond("a/x"), cond("a/y", "False")) == claimstate.PENDING
+    assert state(cond("a/x"), cond("a/y")) == claimstate.READY
+    assert state(cond("a/x"), cond("a/y"), cond("a/f")) == claimstate.FAILED          # failure wins
+    assert state(cond("a/f", "False"), cond("a/x"), cond("a/y")) == claimstate.READY
     # The scheduler matches driver, pool and device, ignoring shareID.
     other = claim(result(), devices=[entry("gpu-0", cond("gpu.example.com/attached"), share="s1")])
-    assert d.binding_state(other, d.binding_devices(other, SERVES)[0]) == d.READY
+    assert d.binding_state(other, d.binding_devices(other, SERVES)[0]) == claimstate.READY
 
 
 def test_deadline_is_anchored_at_the_allocation():
