@@ -21,7 +21,7 @@ What it runs, in one lab (one kwok Node), each part selected by ``BENCH_PARTS``:
 - *nodeagent*: one simulated node agent with ``BENCH_DEVICES`` (1024) devices: time from the
   process start until the API server has all of them in ResourceSlices (cold), and RSS once idle;
   publishing only, then again with the kubelet plugin and gRPC health served (as the DaemonSet).
-- *cel*: device-selector evaluations per second through ``operators/core/cel.py`` (in process).
+- *cel*: device-selector evaluations per second through ``operators/core/dra/cel.py`` (in process).
 
 ``BENCH_OPERATOR_SRC``: run our operators from another source tree (a checkout of an older
 commit, to measure before and after on the same machine). Results: the run directory
@@ -52,8 +52,8 @@ if str(ROOT) not in sys.path:
 import yaml  # noqa: E402
 from kubernetes_asyncio import client as k8s_client, config as k8s_config  # noqa: E402
 
-from operators.core.kube import ApiError, ConnectionLost, Kube  # noqa: E402
-from operators.core.resources import (DEVICE_CLASSES, DEVICE_TAINT_RULES, NAMESPACES, PODS,  # noqa: E402
+from operators.core.api.kube import ApiError, ConnectionLost, Kube  # noqa: E402
+from operators.core.api.resources import (DEVICE_CLASSES, DEVICE_TAINT_RULES, NAMESPACES, PODS,  # noqa: E402
                                       RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS, RESOURCE_SLICES,
                                       SERVICE_ACCOUNTS)
 from operators.lab import Lab, LabOptions  # noqa: E402
@@ -565,7 +565,7 @@ class Bench:
     # -- CEL -------------------------------------------------------------------------------
 
     def cel_part(self) -> None:
-        from operators.core import cel
+        from operators.core.dra import cel
         expression = (f'device.driver == "{DRIVER}" && device.attributes["{DRIVER}"].model == "BenchGPU" '
                       f'&& device.capacity["{DRIVER}"].memory.compareTo(quantity("16Gi")) >= 0')
         devices = [{"name": f"gpu-{i}", "attributes": {"model": {"string": "BenchGPU"}, "index": {"int": i}},

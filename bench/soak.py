@@ -66,9 +66,9 @@ if str(ROOT) not in sys.path:
 import yaml  # noqa: E402
 
 from operators.core import memprofile  # noqa: E402
-from operators.core.metrics import samples  # noqa: E402
-from operators.core.kube import MERGE_PATCH, ApiError, Kube  # noqa: E402
-from operators.core.resources import (DEVICE_CLASSES, DEVICE_TAINT_RULES, NAMESPACES, PODS,  # noqa: E402
+from operators.core.framework.metrics import samples  # noqa: E402
+from operators.core.api.kube import MERGE_PATCH, ApiError, Kube  # noqa: E402
+from operators.core.api.resources import (DEVICE_CLASSES, DEVICE_TAINT_RULES, NAMESPACES, PODS,  # noqa: E402
                                       RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS, RESOURCE_SLICES,
                                       SERVICE_ACCOUNTS)
 from operators.lab import Lab, LabOptions  # noqa: E402

@@ -100,8 +100,8 @@ def check_kubeconfig(kubeconfig: str | None) -> None:
     import asyncio
     import os
 
-    from .core.diagnose import kubeconfig_problem
-    from .core.kube import Kube
+    from .core.api.diagnose import kubeconfig_problem
+    from .core.api.kube import Kube
 
     async def load() -> None:
         kube = await Kube.connect(kubeconfig)

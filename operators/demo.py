@@ -23,8 +23,8 @@ from pathlib import Path
 import click
 import yaml
 
-from .core.kube import Kube
-from .core.resources import NAMESPACES, NODES, PODS
+from .core.api.kube import Kube
+from .core.api.resources import NAMESPACES, NODES, PODS
 from .devices import snapshot
 from .lab import Lab, LabOptions, paths, process
 

@@ -1,9 +1,9 @@
 """``devices``: which Pod holds which device on which node, with claim state, and what is free.
 
 Works on any cluster (KUBECONFIG). ``build_rows``, ``free_capacity`` and the renderers are pure;
-``snapshot`` only fetches. States come from operators.core.claimstate (``binding`` while the
+``snapshot`` only fetches. States come from operators.core.dra.claimstate (``binding`` while the
 scheduler waits for binding conditions, although it already wrote ``reservedFor``); free
-devices follow the allocator's rules (operators.core.pools, devicefit): a device is free when a
+devices follow the allocator's rules (operators.core.dra.pools, devicefit): a device is free when a
 plain request (no tolerations, no admin access, no capacity named) could get it now.
 """
 
@@ -12,14 +12,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .core.capacity import Amounts, add, q, show
-from .core.claimstate import claim_state
-from .core.devicefit import counters_problem
-from .core.kube import Kube
-from .core.pools import all_pools, allocated_state, available_counters
-from .core.resourceclaim import allocation_results, extended_claim_name, known_claim_name, pod_claims
-from .core.resources import PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
-from .core.tolerations import untolerated
+from .core.dra.capacity import Amounts, add, q, show
+from .core.dra.claimstate import claim_state
+from .core.dra.devicefit import counters_problem
+from .core.api.kube import Kube
+from .core.dra.pools import all_pools, allocated_state, available_counters
+from .core.dra.resourceclaim import allocation_results, extended_claim_name, known_claim_name, pod_claims
+from .core.api.resources import PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
+from .core.dra.tolerations import untolerated
 
 __all__ = ["HEADER", "Row", "build_rows", "claim_state", "free_capacity", "free_devices", "render", "snapshot"]
 

@@ -40,7 +40,7 @@ def dump(data: Any, output: str) -> str:
 
 
 def run_with_kube(kubeconfig: str | None, context: str | None, work: Callable[[Any], Awaitable[Any]]) -> Any:
-    from .core.kube import Kube
+    from .core.api.kube import Kube
 
     async def run() -> Any:
         kube = await Kube.connect(kubeconfig, context)
@@ -58,7 +58,7 @@ def run_with_kube(kubeconfig: str | None, context: str | None, work: Callable[[A
     except Exception as e:  # noqa: BLE001 - one line, as kubectl reports a failed request
         from kubernetes_asyncio.config import ConfigException
 
-        from .core.diagnose import kubeconfig_problem
+        from .core.api.diagnose import kubeconfig_problem
         if isinstance(e, ConfigException):
             raise click.ClickException(kubeconfig_problem(kubeconfig or "~/.kube/config", e, [])) from None
         raise click.ClickException(f"{type(e).__name__}: {e}") from None
@@ -203,7 +203,7 @@ def preview(rule: str, kubeconfig: str | None, context: str | None, namespace: s
     (-n/-A are accepted for kubectl's sake: rules are cluster-scoped and the preview covers
     every namespace.)"""
     from .core.logging import configure_logging
-    from .core.metatime import utcnow
+    from .core.dra.metatime import utcnow
     from .taints.cli import rule_from_file
     from .taints.preview import compute, load, prepare_rule, render
 

@@ -13,12 +13,12 @@ from dataclasses import dataclass
 
 import structlog
 
-from ..core.events import NORMAL, WARNING, EventRecorder
-from ..core.kube import ApiError, Kube
-from ..core.metatime import format_time, utcnow
-from ..core.resources import RESOURCE_CLAIMS, Resource
-from ..core.store import Store, key_of
-from ..core.workqueue import RetryableError, WorkQueue
+from ..core.machinery.events import NORMAL, WARNING, EventRecorder
+from ..core.api.kube import ApiError, Kube
+from ..core.dra.metatime import format_time, utcnow
+from ..core.api.resources import RESOURCE_CLAIMS, Resource
+from ..core.machinery.store import Store, key_of
+from ..core.machinery.workqueue import RetryableError, WorkQueue
 from . import decisions as d
 from .cooloff import CoolOff
 from .metrics import Metrics

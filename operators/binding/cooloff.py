@@ -11,10 +11,10 @@ from typing import Callable
 
 import structlog
 
-from ..core.kube import ApiError, Kube
-from ..core.metatime import format_time, utcnow
-from ..core.resources import Resource
-from ..core.workqueue import RetryableError
+from ..core.api.kube import ApiError, Kube
+from ..core.dra.metatime import format_time, utcnow
+from ..core.api.resources import Resource
+from ..core.machinery.workqueue import RetryableError
 from . import decisions as d
 from .metrics import Metrics
 

@@ -23,10 +23,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
-from ..core import metatime
-from ..core.claimstate import PENDING, device_binding_verdict
-from ..core.metatime import format_time
-from ..core.resourceclaim import Obj, allocation_results, reserved_pod_names
+from ..core.dra import metatime
+from ..core.dra.claimstate import PENDING, device_binding_verdict
+from ..core.dra.metatime import format_time
+from ..core.dra.resourceclaim import Obj, allocation_results, reserved_pod_names
 
 API_VERSION = "resource.k8s.io/v1"
 DOMAIN = "binding.dra-operators.dev"

@@ -8,15 +8,15 @@ from dataclasses import dataclass
 
 import structlog
 
-from ..core import podgroup as pg
-from ..core import resourceclaim as rc
-from ..core import slim
-from ..core.events import WARNING, EventRecorder
-from ..core.kube import APPLY_PATCH, ApiError, ConnectionLost, Kube
-from ..core.resources import PODS, RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS
-from ..core.store import Store, key_of
-from ..core.workqueue import RetryableError, WorkQueue
-from ..core.uidcache import UidCache
+from ..core.dra import podgroup as pg
+from ..core.dra import resourceclaim as rc
+from ..core.machinery import slim
+from ..core.machinery.events import WARNING, EventRecorder
+from ..core.api.kube import APPLY_PATCH, ApiError, ConnectionLost, Kube
+from ..core.api.resources import POD_GROUPS, PODS, RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS
+from ..core.machinery.store import Store, key_of
+from ..core.machinery.workqueue import RetryableError, WorkQueue
+from ..core.machinery.uidcache import UidCache
 from . import decisions as d
 from .metrics import Metrics
 
@@ -392,7 +392,7 @@ class ClaimsController:
             return
         try:
             updated = await self.kube.request(
-                "PATCH", pg.POD_GROUPS.path(namespace, name, "status"),
+                "PATCH", POD_GROUPS.path(namespace, name, "status"),
                 body=d.build_group_status_apply(group, new_claims), content_type=APPLY_PATCH,
                 params=[("fieldManager", d.FIELD_MANAGER), ("force", "true")])
         except ApiError as e:
@@ -433,7 +433,7 @@ class ClaimsController:
         if not check.needs_api_check:
             return check.keep
         # Maybe just created and not yet in the cache: only the API server is sure.
-        live = await self.kube.get_or_none(pg.POD_GROUPS, entry["name"], namespace)
+        live = await self.kube.get_or_none(POD_GROUPS, entry["name"], namespace)
         return live is not None and live["metadata"]["uid"] == entry.get("uid")
 
     async def sync_claim(self, namespace: str, name: str) -> None:

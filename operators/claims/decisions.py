@@ -11,8 +11,8 @@ import copy
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ..core import podgroup as pg
-from ..core.resourceclaim import (ClaimNotCreatedYet, Obj, UnsupportedPodClaim, claim_name, controller_ref,
+from ..core.dra import podgroup as pg
+from ..core.dra.resourceclaim import (ClaimNotCreatedYet, Obj, UnsupportedPodClaim, claim_name, controller_ref,
                                   is_allocated, is_pod_done, is_terminal, pod_claims)
 
 POD_CLAIM_ANNOTATION = "resource.kubernetes.io/pod-claim-name"

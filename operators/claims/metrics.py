@@ -10,7 +10,7 @@ from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from ..core.resourceclaim import is_allocated
+from ..core.dra.resourceclaim import is_allocated
 from . import decisions as d
 
 

@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import kopf
 
-from ..core import podgroup as pg
-from ..core import resourceclaim as rc
-from ..core.featuregates import WORKLOAD_CLAIMS_GATE, detect_workload
-from ..core.kopfsettings import quiet
-from ..core.kube import Kube
+from ..core.dra import podgroup as pg
+from ..core.dra import resourceclaim as rc
+from ..core.api.featuregates import WORKLOAD_CLAIMS_GATE, detect_workload
+from ..core.framework.kopfsettings import quiet
+from ..core.api.kube import Kube
 from ..core.logging import get_logger
-from ..core.metrics import serve
-from ..core.resources import PODS, RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS
-from ..core.runtime import Runtime, runtime_liveness, start_or_undo, stop_runtime
+from ..core.framework.metrics import serve
+from ..core.api.resources import POD_GROUPS, PODS, RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS
+from ..core.framework.runtime import Runtime, runtime_liveness, start_or_undo, stop_runtime
 from ..core.settings import Settings
 from .controller import ClaimsController, Features
 from .metrics import Metrics
@@ -57,7 +57,7 @@ async def start_claims(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) ->
         runtime.informer(RESOURCE_CLAIM_TEMPLATES, controller.templates, controller.on_template,
                          kind="ResourceClaimTemplate")
         if features.generic_workload:
-            runtime.informer(pg.POD_GROUPS, controller.pod_groups, controller.on_pod_group, kind=pg.KIND)
+            runtime.informer(POD_GROUPS, controller.pod_groups, controller.on_pod_group, kind=pg.KIND)
         runtime.informer(PODS, controller.pods, controller.on_pod, kind="Pod", keep=rc.uses_claims,
                          keep_line=rc.may_use_claims)
         counts = await runtime.prime(settings)
@@ -100,7 +100,7 @@ async def template_event(event: kopf.RawEvent, memo: kopf.Memo, **_) -> None:
 
 def _served_pod_groups(resource: kopf.Resource) -> bool:
     return (_pod_groups_served["served"] and resource.group == pg.GROUP and resource.plural == pg.RESOURCE
-            and resource.version == pg.POD_GROUPS.version)
+            and resource.version == POD_GROUPS.version)
 
 
 @kopf.on.event(_served_pod_groups, id="claims-podgroups")

@@ -7,7 +7,7 @@ loaders. ``lazy_kubernetes_client()`` puts module objects for ``kubernetes_async
 ``client``, ``client.api`` and ``client.models`` into ``sys.modules`` before anything imports
 them: each runs its ``__init__``'s statements except the imports of its own submodules, which
 become names loaded on first use (PEP 562 ``__getattr__``). Every public name resolves to the
-very object the eager package would give (tests/unit/test_core_leanimports.py compares them).
+very object the eager package would give (tests/unit/core/test_leanimports.py compares them).
 
 kubernetes-asyncio's ``configuration`` module imports urllib3 (about 2 MiB with what urllib3
 alone pulls in: its HTTP/2 probe's importlib.metadata, zipfile) for one call, the basic-auth

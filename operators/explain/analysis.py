@@ -2,9 +2,9 @@
 
 The verdict is the scheduler's own procedure: the Nodes the Pod may use (operators.core.
 nodeselection), the claims' existing allocations' node selectors, then the structured
-allocator's search per Node (operators.core.allocator); a CEL error anywhere aborts the attempt,
+allocator's search per Node (operators.core.dra.allocator); a CEL error anywhere aborts the attempt,
 as DynamicResources.Filter's ``statusError`` does (k8s.io/kubernetes/pkg/scheduler/framework/
-plugins/dynamicresources/dynamicresources.go). The per-device reasons (operators.core.devicefit)
+plugins/dynamicresources/dynamicresources.go). The per-device reasons (operators.core.dra.devicefit)
 say why each device of every pool's newest generation does or does not serve each request.
 """
 
@@ -14,11 +14,11 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.allocator import AllocationError, Request, allocate, attribute, attribute_value, claim_key, requests_of
-from ..core.devicefit import FITS, ORDER, Fit, device_fit
-from ..core.nodeselection import node_selector_matches, pod_node_problem
-from ..core.pools import AllocatedState, Pool, all_pools, available_counters
-from ..core.resourceclaim import is_allocated
+from ..core.dra.allocator import AllocationError, Request, allocate, attribute, attribute_value, claim_key, requests_of
+from ..core.dra.devicefit import FITS, ORDER, Fit, device_fit
+from ..core.dra.nodeselection import node_selector_matches, pod_node_problem
+from ..core.dra.pools import AllocatedState, Pool, all_pools, available_counters
+from ..core.dra.resourceclaim import is_allocated
 
 Obj = dict[str, Any]
 CLOSEST = 3
@@ -201,5 +201,5 @@ def analyse_claim(claim: Obj, classes: dict[str, Obj], slices: list[Obj], usable
 
 
 def other_claims_state(claims: list[Obj], skip: list[Obj]) -> AllocatedState:
-    from ..core.pools import allocated_state
+    from ..core.dra.pools import allocated_state
     return allocated_state(claims, skip=[claim_key(c) for c in skip])

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from ..core.kube import Kube
-from ..core.resources import (DEVICE_CLASSES, EVENTS, NAMESPACES, NODES, PODS, RESOURCE_CLAIM_TEMPLATES,
+from ..core.api.kube import Kube
+from ..core.api.resources import (DEVICE_CLASSES, EVENTS, NAMESPACES, NODES, PODS, RESOURCE_CLAIM_TEMPLATES,
                               RESOURCE_CLAIMS, RESOURCE_SLICES)
 from .story import World
 

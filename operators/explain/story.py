@@ -20,9 +20,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.claimstate import allocated_at, binding_state, claim_state
-from ..core.resourceclaim import allocation_results, claim_name, is_allocated, pod_claims
-from ..core.resourceclaim import ClaimNotCreatedYet, UnsupportedPodClaim
+from ..core.dra.claimstate import allocated_at, binding_state, claim_state
+from ..core.dra.resourceclaim import allocation_results, claim_name, is_allocated, pod_claims
+from ..core.dra.resourceclaim import ClaimNotCreatedYet, UnsupportedPodClaim
 from . import analysis
 
 Obj = dict[str, Any]

@@ -8,8 +8,8 @@ import asyncio
 import re
 from typing import Any
 
-from ..core.kube import ApiError, Kube
-from ..core.resources import (DEVICE_CLASSES, NAMESPACES, RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS, RESOURCE_SLICES,
+from ..core.api.kube import ApiError, Kube
+from ..core.api.resources import (DEVICE_CLASSES, NAMESPACES, RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS, RESOURCE_SLICES,
                               InvalidPathSegment, Resource, segment)
 from .documents import Document
 from .rules import ERROR, RESOURCE_GROUP, Context, Finding

@@ -2,7 +2,7 @@
 serves and publishes) to findings that name the field and the fix.
 
 Each rule is a function ``rule(doc, ctx) -> Iterable[Finding]`` registered in RULES under its
-id; tests/unit/test_lint_rules.py has a bad and a fixed YAML for each. Where the API server
+id; tests/unit/lint/test_rules.py has a bad and a fixed YAML for each. Where the API server
 decides (validation, served versions), the message follows upstream's rule and cites it.
 """
 
@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator
 
-from ..core.cel import SelectorError, matches
+from ..core.dra.cel import SelectorError, matches
 from .documents import Document
 
 Obj = dict[str, Any]

@@ -9,11 +9,11 @@ from typing import Any, Callable
 import structlog
 
 from ..core import heap
-from ..core.events import NORMAL, WARNING, EventRecorder
-from ..core.kube import ApiError, ConnectionLost, Kube
-from ..core.resources import NODES, RESOURCE_SLICES
-from ..core.store import Store
-from ..core.supervisor import Supervisor
+from ..core.machinery.events import NORMAL, WARNING, EventRecorder
+from ..core.api.kube import ApiError, ConnectionLost, Kube
+from ..core.api.resources import NODES, RESOURCE_SLICES
+from ..core.machinery.store import Store
+from ..core.machinery.supervisor import Supervisor
 from .backends import BackendError, DeviceBackend, Inventory
 from .health import HealthEvent, HealthTracker
 from .metrics import Metrics

@@ -18,7 +18,7 @@ from __future__ import annotations
 import datetime
 from dataclasses import dataclass, field
 
-from ..core.metatime import format_time, parse_time, utcnow
+from ..core.dra.metatime import format_time, parse_time, utcnow
 from . import xid_policy
 
 # Application-caused XIDs (NVIDIA's driver ignores them for health): graphics engine exception,

@@ -6,11 +6,11 @@ import datetime
 
 import kopf
 
-from ..core.kopfsettings import quiet
-from ..core.kube import Kube
-from ..core.metrics import serve
-from ..core.resources import NODES, RESOURCE_SLICES
-from ..core.runtime import Runtime, runtime_liveness, start_or_undo, stop_runtime
+from ..core.framework.kopfsettings import quiet
+from ..core.api.kube import Kube
+from ..core.framework.metrics import serve
+from ..core.api.resources import NODES, RESOURCE_SLICES
+from ..core.framework.runtime import Runtime, runtime_liveness, start_or_undo, stop_runtime
 from ..core.settings import Settings
 from .agent import NodeAgent
 from .backends import BackendError, create_backend

@@ -10,11 +10,11 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.kube import ApiError, Kube
-from ..core.metatime import parse_time
-from ..core.quantity import parse_quantity
-from ..core.resources import RESOURCE_SLICES
-from ..core.store import Store
+from ..core.api.kube import ApiError, Kube
+from ..core.dra.metatime import parse_time
+from ..core.dra.quantity import parse_quantity
+from ..core.api.resources import RESOURCE_SLICES
+from ..core.machinery.store import Store
 
 INDEX_MIN_LENGTH = 5
 _QUANTITY_KEYS = {"value", "default", "min", "max", "step"}

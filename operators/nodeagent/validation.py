@@ -7,8 +7,8 @@ import re
 from fractions import Fraction
 from typing import Any
 
-from ..core.quantity import format_binary as format_quantity
-from ..core.quantity import parse_quantity
+from ..core.dra.quantity import format_binary as format_quantity
+from ..core.dra.quantity import parse_quantity
 
 MAX_ATTRIBUTES_AND_CAPACITIES = 32
 MAX_ATTRIBUTE_VALUE_BYTES = 64

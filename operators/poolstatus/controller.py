@@ -20,11 +20,11 @@ from typing import Callable
 
 import structlog
 
-from ..core.kube import ApiError, ConnectionLost, Kube
-from ..core.metatime import format_time, utcnow
-from ..core.resources import RESOURCE_POOL_STATUS_REQUESTS, Resource
-from ..core.store import Store, uid_of
-from ..core.workqueue import RetryableError, WorkQueue
+from ..core.api.kube import ApiError, ConnectionLost, Kube
+from ..core.dra.metatime import format_time, utcnow
+from ..core.api.resources import RESOURCE_POOL_STATUS_REQUESTS, Resource
+from ..core.machinery.store import Store, uid_of
+from ..core.machinery.workqueue import RetryableError, WorkQueue
 from . import decisions as d
 from .metrics import Metrics
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from ..core.quantity import Quantity, non_negative_diff, parse_quantity
+from ..core.dra.quantity import Quantity, non_negative_diff, parse_quantity
 
 Obj = dict[str, Any]
 

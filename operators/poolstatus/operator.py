@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import kopf
 
-from ..core.kopfsettings import quiet
-from ..core.kube import Kube
+from ..core.framework.kopfsettings import quiet
+from ..core.api.kube import Kube
 from ..core.logging import get_logger
-from ..core.metrics import serve
-from ..core.resources import (DEVICE_TAINT_RULES, RESOURCE_CLAIMS, RESOURCE_GROUP, RESOURCE_POOL_STATUS_REQUESTS,
+from ..core.framework.metrics import serve
+from ..core.api.resources import (DEVICE_TAINT_RULES, RESOURCE_CLAIMS, RESOURCE_GROUP, RESOURCE_POOL_STATUS_REQUESTS,
                               RESOURCE_SLICES)
-from ..core.runtime import Runtime, runtime_liveness, start_or_undo, stop_runtime
+from ..core.framework.runtime import Runtime, runtime_liveness, start_or_undo, stop_runtime
 from ..core.settings import Settings
 from .controller import PoolStatusController
 from .metrics import Metrics

@@ -10,9 +10,9 @@ from pathlib import Path
 import click
 import yaml
 
-from ..core.kube import Kube
+from ..core.api.kube import Kube
 from ..core.logging import configure_logging
-from ..core.metatime import utcnow
+from ..core.dra.metatime import utcnow
 from ..core.settings import Settings
 from . import decisions as d
 from .preview import compute, load, prepare_rule, render

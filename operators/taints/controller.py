@@ -17,14 +17,15 @@ from typing import Any, Iterable
 
 import structlog
 
-from ..core import resourceclaim as rc, slim
-from ..core.events import NORMAL, WARNING, EventRecorder
-from ..core.kube import STRATEGIC_PATCH, ApiError, Kube
-from ..core.metatime import format_time, utcnow
-from ..core.resources import PODS, Resource
-from ..core.store import Store, key_of
-from ..core.workqueue import RetryableError, WorkQueue
-from ..core.uidcache import UidCache
+from ..core.dra import resourceclaim as rc
+from ..core.machinery import slim
+from ..core.machinery.events import NORMAL, WARNING, EventRecorder
+from ..core.api.kube import STRATEGIC_PATCH, ApiError, Kube
+from ..core.dra.metatime import format_time, utcnow
+from ..core.api.resources import PODS, Resource
+from ..core.machinery.store import Store, key_of
+from ..core.machinery.workqueue import RetryableError, WorkQueue
+from ..core.machinery.uidcache import UidCache
 from . import decisions as d
 from .metrics import Metrics
 from .ratelimit import EvictionLimiter
@@ -145,7 +146,7 @@ class TaintsController:
         if expressions:
             # Only v1alpha3 rules (Kubernetes <= 1.34) select by CEL: the engine (4 MiB) is
             # loaded by the operators that meet one.
-            from ..core import cel
+            from ..core.dra import cel
         for expression in expressions:
             try:
                 if not cel.matches(expression, driver, device):

@@ -13,10 +13,10 @@ import datetime
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator, Sequence
 
-from ..core.metatime import format_time, parse_time, utcnow
-from ..core.tolerations import tolerates  # noqa: F401 - part of this module's vocabulary (tests, preview)
-from ..core.podgroup import is_for_pod_or_group, is_reserved_for_pod_or_group
-from ..core.resourceclaim import Obj, allocation_results, is_allocated, pod_claim_names
+from ..core.dra.metatime import format_time, parse_time, utcnow
+from ..core.dra.tolerations import tolerates  # noqa: F401 - part of this module's vocabulary (tests, preview)
+from ..core.dra.podgroup import is_for_pod_or_group, is_reserved_for_pod_or_group
+from ..core.dra.resourceclaim import Obj, allocation_results, is_allocated, pod_claim_names
 
 NO_EXECUTE, NO_SCHEDULE, NONE_EFFECT = "NoExecute", "NoSchedule", "None"
 

@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from ..core.kube import Kube
-from ..core.resources import DEVICE_TAINT_RULES, Resource
+from ..core.api.kube import Kube
+from ..core.api.resources import DEVICE_TAINT_RULES, Resource
 
 
 class RuleVersionNotServed(Exception):

@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import kopf
 
-from ..core import resourceclaim as rc
-from ..core.featuregates import WORKLOAD_CLAIMS_GATE, detect_workload
-from ..core.kopfsettings import quiet
-from ..core.kube import Kube
+from ..core.dra import resourceclaim as rc
+from ..core.api.featuregates import WORKLOAD_CLAIMS_GATE, detect_workload
+from ..core.framework.kopfsettings import quiet
+from ..core.api.kube import Kube
 from ..core.logging import get_logger
-from ..core.metrics import serve
-from ..core.resources import (DEVICE_CLASSES, DEVICE_TAINT_RULES, POD_DISRUPTION_BUDGETS, PODS, RESOURCE_CLAIMS,
+from ..core.framework.metrics import serve
+from ..core.api.resources import (DEVICE_CLASSES, DEVICE_TAINT_RULES, POD_DISRUPTION_BUDGETS, PODS, RESOURCE_CLAIMS,
                               RESOURCE_GROUP, RESOURCE_SLICES)
-from ..core.runtime import Runtime, runtime_liveness, start_or_undo, stop_runtime
+from ..core.framework.runtime import Runtime, runtime_liveness, start_or_undo, stop_runtime
 from ..core.settings import Settings
 from .controller import Guards, TaintsController
 from .discovery import discover_rules

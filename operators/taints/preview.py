@@ -14,11 +14,11 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core import resourceclaim as rc
-from ..core.featuregates import detect_workload
-from ..core.kube import Kube
-from ..core.metatime import format_time, parse_time
-from ..core.resources import DEVICE_CLASSES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
+from ..core.dra import resourceclaim as rc
+from ..core.api.featuregates import detect_workload
+from ..core.api.kube import Kube
+from ..core.dra.metatime import format_time, parse_time
+from ..core.api.resources import DEVICE_CLASSES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
 from . import decisions as d
 from .controller import TaintsController
 from .discovery import discover_rules

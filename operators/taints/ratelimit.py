@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-from ..core.ratelimit import TokenBucket
+from ..core.api.ratelimit import TokenBucket
 
 
 class EvictionLimiter:

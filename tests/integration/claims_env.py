@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from operators.core.kube import MERGE_PATCH, STRATEGIC_PATCH, ApiError, Kube
-from operators.core.resources import (DEVICE_CLASSES, NAMESPACES, PODS, RESOURCE_CLAIM_TEMPLATES,
+from operators.core.api.kube import MERGE_PATCH, STRATEGIC_PATCH, ApiError, Kube
+from operators.core.api.resources import (DEVICE_CLASSES, NAMESPACES, PODS, RESOURCE_CLAIM_TEMPLATES,
                                       RESOURCE_CLAIMS, RESOURCE_SLICES, SERVICE_ACCOUNTS)
 from operators.lab.components import FINISH_ANNOTATION
 
@@ -133,7 +133,7 @@ class ClaimsEnv:
 
     async def wait_event(self, reason: str) -> None:
         async def seen() -> bool:
-            from operators.core.resources import EVENTS
+            from operators.core.api.resources import EVENTS
             return any(e.get("reason") == reason for e in await self.kube.list(EVENTS, self.namespace))
         await wait_for(seen, timeout=60, what=f"Event {reason}", describe=self.describe)
 

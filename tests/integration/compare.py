@@ -7,8 +7,8 @@ import asyncio
 import re
 from typing import Any
 
-from operators.core.kube import Kube
-from operators.core.resources import EVENTS, PODS, RESOURCE_CLAIMS
+from operators.core.api.kube import Kube
+from operators.core.api.resources import EVENTS, PODS, RESOURCE_CLAIMS
 
 CONTROLLER_MANAGERS = {"ResourceClaimController"}
 EVENT_COMPONENTS = {"resource_claim"}

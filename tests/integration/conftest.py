@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from operators.core.kube import ApiError, Kube
-from operators.core.resources import NAMESPACES, SERVICE_ACCOUNTS, Resource
+from operators.core.api.kube import ApiError, Kube
+from operators.core.api.resources import NAMESPACES, SERVICE_ACCOUNTS, Resource
 from operators.lab import Lab
 
 from .labs import client_of, running_lab

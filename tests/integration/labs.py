@@ -10,7 +10,7 @@ import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
-from operators.core.kube import Kube
+from operators.core.api.kube import Kube
 from operators.lab import Lab, LabOptions, paths
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from operators.core.podgroup import API_VERSION
+from operators.core.dra.podgroup import API_VERSION
 
 
 def device_class(name: str, driver: str, extra_selector: str | None = None) -> dict[str, Any]:

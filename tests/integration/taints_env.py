@@ -10,9 +10,9 @@ import json
 import time
 from typing import Any
 
-from operators.core.kube import MERGE_PATCH, ApiError, Kube
-from operators.core.podgroup import POD_GROUPS
-from operators.core.resources import (DEVICE_CLASSES, DEVICE_TAINT_RULES, EVENTS, NAMESPACES, PODS,
+from operators.core.api.kube import MERGE_PATCH, ApiError, Kube
+from operators.core.api.resources import POD_GROUPS
+from operators.core.api.resources import (DEVICE_CLASSES, DEVICE_TAINT_RULES, EVENTS, NAMESPACES, PODS,
                                       RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS, RESOURCE_SLICES, SERVICE_ACCOUNTS)
 from operators.taints import decisions as d
 

@@ -30,8 +30,8 @@ from aiohttp import web
 
 from operators.binding import decisions as bd
 from operators.claims.decisions import POD_CLAIM_ANNOTATION
-from operators.core.kube import ApiError, Kube
-from operators.core.resources import (DEVICE_CLASSES, DEVICE_TAINT_RULES, EVENTS, NAMESPACES, PODS,
+from operators.core.api.kube import ApiError, Kube
+from operators.core.api.resources import (DEVICE_CLASSES, DEVICE_TAINT_RULES, EVENTS, NAMESPACES, PODS,
                                       RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS, RESOURCE_SLICES, SERVICE_ACCOUNTS)
 from operators.lab.cluster import free_ports
 from operators.nodeagent.plugin import cdi
@@ -263,7 +263,7 @@ async def test_taints_rule_with_three_bad_guard_rail_annotations(kube, taints, u
 
 def _preview_rule(name: str, driver: str, selector: dict) -> dict:
     """A v1alpha3 rule with a DeviceClass or CEL selectors: API servers since 1.35 drop those
-    fields, so only a file given to the preview still carries them to core/cel.py."""
+    fields, so only a file given to the preview still carries them to core/dra/cel.py."""
     return {"apiVersion": "resource.k8s.io/v1alpha3", "kind": "DeviceTaintRule", "metadata": {"name": name},
             "spec": {"deviceSelector": {"driver": driver, **selector},
                      "taint": {"key": "k.example.com/x", "effect": "NoExecute"}}}

@@ -18,10 +18,10 @@ import yaml
 
 from operators.binding import decisions as bd
 from operators.binding import rbac
-from operators.core.kube import APPLY_PATCH, MERGE_PATCH, ApiError, Kube
-from operators.core.metatime import format_time, utcnow
-from operators.core.metrics import samples
-from operators.core.resources import (DEVICE_CLASSES, EVENTS, LEASES, NAMESPACES, NODES, PODS, RESOURCE_CLAIM_TEMPLATES,
+from operators.core.api.kube import APPLY_PATCH, MERGE_PATCH, ApiError, Kube
+from operators.core.dra.metatime import format_time, utcnow
+from operators.core.framework.metrics import samples
+from operators.core.api.resources import (DEVICE_CLASSES, EVENTS, LEASES, NAMESPACES, NODES, PODS, RESOURCE_CLAIM_TEMPLATES,
                                       RESOURCE_CLAIMS, RESOURCE_SLICES, SERVICE_ACCOUNTS, Resource)
 
 from tests.unit.test_binding_preparers import AttachServer

@@ -19,8 +19,8 @@ import pytest
 import yaml
 
 from operators.claims.decisions import POD_CLAIM_ANNOTATION
-from operators.core.kube import ApiError, ConnectionLost, Kube
-from operators.core.resources import (DEVICE_TAINT_RULES, LEASES, NAMESPACES, PODS,
+from operators.core.api.kube import ApiError, ConnectionLost, Kube
+from operators.core.api.resources import (DEVICE_TAINT_RULES, LEASES, NAMESPACES, PODS,
                                       RESOURCE_CLAIMS, RESOURCE_SLICES)
 
 from . import objects
@@ -355,7 +355,7 @@ async def test_node_agent_republishes_after_a_cut_and_keeps_publishing(
         fault_lab, fkube, processes, unique, tmp_path, compacted):
     """With a compaction in the gap the watch cannot resume: kopf lists again and finds nothing
     (every slice of the agent is gone), an empty listing that only the end-of-listing hook
-    (core/kopflistings.py) reports."""
+    (core/framework/kopflistings.py) reports."""
     driver = f"cut{unique}.lab.dra-operators.dev"
     inventory = tmp_path / "inventory.yaml"
     inventory.write_text(yaml.safe_dump({"gpus": [{"model": "M", "memory": "8Gi", "count": 2}]}))

@@ -10,7 +10,7 @@ import time
 from collections import Counter
 
 from operators.claims.decisions import POD_CLAIM_ANNOTATION
-from operators.core.resources import (EVENTS, NAMESPACES, PODS, RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS,
+from operators.core.api.resources import (EVENTS, NAMESPACES, PODS, RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS,
                                       RESOURCE_SLICES)
 
 from . import objects
@@ -198,7 +198,7 @@ async def test_status_updates_send_raw_fields_back_as_they_are_stored(lab, kube,
     `<` and `&` escaped, UTF-8) and whose status.devices a driver wrote: when one Pod is done the
     operator updates the status with the allocation kept. The API server compares raw fields byte
     for byte (allocation is immutable; a status.devices change needs resourceclaims/driver), so
-    the update passes only if they go back exactly as they were read (core/wirejson.py)."""
+    the update passes only if they go back exactly as they were read (core/api/wirejson.py)."""
     import json
 
     import yaml

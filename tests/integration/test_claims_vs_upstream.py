@@ -32,8 +32,8 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from operators.core.kube import ApiError
-from operators.core.resources import PODS, RESOURCE_CLAIMS
+from operators.core.api.kube import ApiError
+from operators.core.api.resources import PODS, RESOURCE_CLAIMS
 
 from .claims_env import NODE, ClaimsEnv
 from .compare import differences

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import yaml
 
-from operators.core.resources import DEVICE_CLASSES
+from operators.core.api.resources import DEVICE_CLASSES
 from operators.nodeagent.operator import DEFAULT_DRIVERS
 
 CONFIG = Path(__file__).resolve().parents[2] / "config" / "deviceclasses"

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from operators.core.kube import ApiError, Kube
-from operators.core.resources import DEVICE_CLASSES, PODS, RESOURCE_SLICES
+from operators.core.api.kube import ApiError, Kube
+from operators.core.api.resources import DEVICE_CLASSES, PODS, RESOURCE_SLICES
 
 from . import objects
 from .claims_env import ClaimsEnv
@@ -270,7 +270,7 @@ async def _client(kubeconfig: Path):
 
 async def test_taints_operator_with_its_own_service_account(base, lab, kube, controllers, tmp_path, unique, namespace,
                                                            cluster_objects):
-    from operators.core.resources import DEVICE_TAINT_RULES, RESOURCE_CLAIMS
+    from operators.core.api.resources import DEVICE_TAINT_RULES, RESOURCE_CLAIMS
 
     controllers.use("none")
     driver = f"rbt-{unique}.lab.dra-operators.dev"

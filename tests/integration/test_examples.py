@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from operators.core.resources import (NAMESPACES, NODES, PODS, RESOURCE_CLAIMS,
+from operators.core.api.resources import (NAMESPACES, NODES, PODS, RESOURCE_CLAIMS,
                                       SERVICE_ACCOUNTS)
 from operators.nodeagent.backends.simulated import SimulatedBackend
 from operators.nodeagent.plugin import opaque_config

@@ -19,8 +19,8 @@ import time
 
 import pytest
 
-from operators.core.kube import JSON_PATCH, ApiError, Kube
-from operators.core.resources import (DEVICE_CLASSES, NAMESPACES, NODES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES,
+from operators.core.api.kube import JSON_PATCH, ApiError, Kube
+from operators.core.api.resources import (DEVICE_CLASSES, NAMESPACES, NODES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES,
                                       SERVICE_ACCOUNTS)
 from operators.explain import fetch
 from operators.explain.render import render_pod

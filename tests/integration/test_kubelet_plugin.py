@@ -15,8 +15,8 @@ import jsonschema
 import pytest
 import yaml
 
-from operators.core.kube import MERGE_PATCH
-from operators.core.resources import DEVICE_CLASSES, EVENTS, NAMESPACES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
+from operators.core.api.kube import MERGE_PATCH
+from operators.core.api.resources import DEVICE_CLASSES, EVENTS, NAMESPACES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
 from operators.nodeagent.agent import NodeAgent
 from operators.nodeagent.backends.nvml import NvmlBackend
 from operators.nodeagent.health import HealthTracker

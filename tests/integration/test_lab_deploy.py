@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from operators.core.kube import ApiError, Kube
-from operators.core.resources import (EVENTS, LEASES, NAMESPACES, PODS, RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS,
+from operators.core.api.kube import ApiError, Kube
+from operators.core.api.resources import (EVENTS, LEASES, NAMESPACES, PODS, RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS,
                                       RESOURCE_SLICES, SERVICE_ACCOUNTS)
 from operators.lab import Lab
 from operators.lab.cluster import LabState

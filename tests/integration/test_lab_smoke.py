@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from operators.core.kube import ApiError, Kube
-from operators.core.resources import (DEVICE_CLASSES, DEVICE_TAINT_RULES, PODS, RESOURCE_CLAIM_TEMPLATES,
+from operators.core.api.kube import ApiError, Kube
+from operators.core.api.resources import (DEVICE_CLASSES, DEVICE_TAINT_RULES, PODS, RESOURCE_CLAIM_TEMPLATES,
                                       RESOURCE_CLAIMS, RESOURCE_SLICES)
 
 from . import objects

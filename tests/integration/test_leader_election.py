@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from operators.core.resources import LEASES
+from operators.core.api.resources import LEASES
 
 from .claims_env import ClaimsEnv
 from .operator_process import OperatorProcess
@@ -47,7 +47,7 @@ def _leader(pair: list[OperatorProcess]) -> OperatorProcess | None:
 
 async def test_standby_takes_over_when_the_leader_dies(kube, replicas, unique):
     namespace, pair = replicas
-    from operators.core.resources import NAMESPACES
+    from operators.core.api.resources import NAMESPACES
     await kube.create(NAMESPACES, {"metadata": {"name": namespace}})
     for replica in pair:
         replica.start()
@@ -73,7 +73,7 @@ async def test_standby_takes_over_when_the_leader_dies(kube, replicas, unique):
 
 async def test_frozen_leader_stops_instead_of_acting(kube, replicas, unique):
     namespace, pair = replicas
-    from operators.core.resources import NAMESPACES
+    from operators.core.api.resources import NAMESPACES
     await kube.create(NAMESPACES, {"metadata": {"name": namespace}})
     first, second = pair
     first.start()
@@ -101,7 +101,7 @@ async def test_a_rate_limited_leader_keeps_its_lease_under_load(lab, kube, contr
     """DRA_API_QPS limits the workers; renewals have a client of their own (kube-controller-
     manager's leader-election client) and never queue behind the workers' debt. They used to
     share the bucket: the leader missed its renew deadline and exited."""
-    from operators.core.resources import NAMESPACES
+    from operators.core.api.resources import NAMESPACES
     controllers.use("none")
     namespace = f"rl-{unique}"
     await kube.create(NAMESPACES, {"metadata": {"name": namespace}})
@@ -129,7 +129,7 @@ async def test_a_renewal_answered_late_does_not_extend_the_leadership(lab, kube,
     renew deadline after the standby, seeing no renewal for a lease duration, had taken over, and
     created claims beside it. The leader talks through the lab's HTTP proxy: one renewal's answer
     is held for 90% of the renew deadline, then every Lease request of the leader fails."""
-    from operators.core.resources import NAMESPACES
+    from operators.core.api.resources import NAMESPACES
     from operators.lab.netfault import HttpFaultProxy
 
     controllers.use("none")

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from operators.core.kube import MERGE_PATCH, ApiError, Kube
-from operators.core.resources import NODES, RESOURCE_CLAIMS
+from operators.core.api.kube import MERGE_PATCH, ApiError, Kube
+from operators.core.api.resources import NODES, RESOURCE_CLAIMS
 from operators.lab import Lab, LabOptions
 
 from .labs import client_of, short_run_dir

@@ -4,7 +4,7 @@ resourceclaim-controller, with the gate on and with it off.
 Gate on: the session's lab (every DRA gate on). Gate off: a lab of this module's own whose
 kube-apiserver, kube-controller-manager and kube-scheduler run without DRAWorkloadResourceClaims
 (GenericWorkload stays on, so PodGroups are served). Our operator finds out which from the API
-server (``operators.core.featuregates``). Each scenario runs once with upstream's controller and
+server (``operators.core.api.featuregates``). Each scenario runs once with upstream's controller and
 once with ours; PodGroup statuses, claims (owner, reservations, allocation), Pod statuses and
 Events must be the same after normalising generated names and UIDs. A PodGroup's UID in a
 claim's owner or ``reservedFor`` is compared as "that PodGroup's" or "another UID".
@@ -23,8 +23,8 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from operators.core.podgroup import POD_GROUPS
-from operators.core.resources import PODS, RESOURCE_CLAIMS
+from operators.core.api.resources import POD_GROUPS
+from operators.core.api.resources import PODS, RESOURCE_CLAIMS
 from operators.lab import Lab, LabOptions
 
 from . import objects

@@ -22,9 +22,9 @@ from typing import Any, Awaitable, Callable
 
 import pytest
 
-from operators.core.kube import Kube
-from operators.core.metrics import samples
-from operators.core.resources import (DEVICE_CLASSES, DEVICE_TAINT_RULES, NAMESPACES, PODS, RESOURCE_CLAIMS,
+from operators.core.api.kube import Kube
+from operators.core.framework.metrics import samples
+from operators.core.api.resources import (DEVICE_CLASSES, DEVICE_TAINT_RULES, NAMESPACES, PODS, RESOURCE_CLAIMS,
                                       RESOURCE_POOL_STATUS_REQUESTS, RESOURCE_SLICES, SERVICE_ACCOUNTS)
 
 from . import objects

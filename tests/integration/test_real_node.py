@@ -19,12 +19,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from operators.core.kube import MERGE_PATCH, ApiError, Kube
-from operators.core.resources import (DEVICE_CLASSES, EVENTS, NAMESPACES, NODES, PODS, RESOURCE_CLAIM_TEMPLATES,
+from operators.core.api.kube import MERGE_PATCH, ApiError, Kube
+from operators.core.api.resources import (DEVICE_CLASSES, EVENTS, NAMESPACES, NODES, PODS, RESOURCE_CLAIM_TEMPLATES,
                                       RESOURCE_CLAIMS, RESOURCE_SLICES, SERVICE_ACCOUNTS)
 from operators.lab import Lab
 from operators.nodeagent.backends.simulated import HEALTH_ANNOTATION, PREPARE_FAILURE_ANNOTATION
-from operators.core.resources import Resource
+from operators.core.api.resources import Resource
 from operators.nodeagent.plugin import device_status
 from operators.nodeagent.plugin.checkpoint import PreparedDevice
 from operators.nodeagent.plugin.opaque_config import API_VERSION as CONFIG_API, KIND as CONFIG_KIND

@@ -15,8 +15,8 @@ import os
 import time
 import urllib.request
 
-from operators.core.kube import Kube
-from operators.core.resources import NAMESPACES, PODS, RESOURCE_CLAIMS, SERVICE_ACCOUNTS
+from operators.core.api.kube import Kube
+from operators.core.api.resources import NAMESPACES, PODS, RESOURCE_CLAIMS, SERVICE_ACCOUNTS
 
 from . import objects
 from .operator_process import OperatorProcess

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 
-from operators.core.resources import DEVICE_TAINT_RULES, EVENTS, PODS, RESOURCE_SLICES, Resource
+from operators.core.api.resources import DEVICE_TAINT_RULES, EVENTS, PODS, RESOURCE_SLICES, Resource
 from operators.taints import decisions as d
 
 from . import objects
@@ -350,7 +350,7 @@ def _write(path, body: dict):
 
 async def test_lab_drops_v1alpha3_class_and_cel_selectors(kube, cluster_objects, unique):
     """Why v1alpha3 rules with deviceClassName/selectors are tested without the lab
-    (tests/unit/test_taints_cel.py): API servers since 1.35 no longer have those fields, so
+    (tests/unit/taints/test_cel.py): API servers since 1.35 no longer have those fields, so
     the lab (1.37.1) drops them and such a rule selects by driver, pool and device only."""
     v1alpha3 = DEVICE_TAINT_RULES.with_version("v1alpha3")
     rule = await cluster_objects.create(v1alpha3, {

@@ -28,7 +28,7 @@ import uuid
 
 import pytest
 
-from operators.core.resources import DEVICE_TAINT_RULES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
+from operators.core.api.resources import DEVICE_TAINT_RULES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
 from operators.taints import decisions as d
 
 from .compare import differences

@@ -1,5 +1,5 @@
 """Pods without claims cost the claims and taints operators no JSON decoding: their watch lines
-are dropped before kopf parses them (core/kopflistings.py). The danger of dropping is an informer
+are dropped before kopf parses them (core/framework/kopflistings.py). The danger of dropping is an informer
 that hears nothing while the API server's resourceVersion moves on: its stale-watch check would
 fail liveness and restart the operator in any cluster busy with other Pods. Here the check looks
 every second (DRA_WATCH_SILENCE=4) while only plain Pods change, for four times that long."""
@@ -11,7 +11,7 @@ import json
 import time
 import urllib.request
 
-from operators.core.resources import PODS
+from operators.core.api.resources import PODS
 
 from . import objects
 from .claims_env import ClaimsEnv

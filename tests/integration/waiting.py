@@ -7,8 +7,8 @@ import json
 import time
 from typing import Any, Awaitable, Callable
 
-from operators.core.kube import ApiError, Kube
-from operators.core.resources import EVENTS, PODS, RESOURCE_CLAIMS, Resource
+from operators.core.api.kube import ApiError, Kube
+from operators.core.api.resources import EVENTS, PODS, RESOURCE_CLAIMS, Resource
 
 
 async def describe_namespace(kube: Kube, namespace: str) -> str:

@@ -1,4 +1,4 @@
-"""The fuzz tests' shared settings and strategies (tests/unit/test_fuzz_*.py).
+"""The fuzz tests' shared settings and strategies (tests/unit/fuzz/test_*.py).
 
 Deterministic for CI: ``derandomize`` (the same inputs every run), no example database, no
 deadline (a loaded machine must not fail a test by being slow). ``FUZZ_EXAMPLES`` sets the

@@ -15,7 +15,7 @@ import datetime
 from dataclasses import dataclass
 from typing import Any
 
-from ...core.metatime import format_time
+from ...core.dra.metatime import format_time
 
 
 @dataclass(frozen=True)

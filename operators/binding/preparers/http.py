@@ -29,7 +29,7 @@ from typing import Any
 import aiohttp
 import yarl
 
-from ...core import wirejson
+from ...core.api import wirejson
 from ...core.logging import get_logger
 from ...core.redact import Redactor, redact_url
 from .base import ConfigError, Outcome, Preparation, Preparer

@@ -41,7 +41,7 @@ from typing import Any
 
 import yaml
 
-from ...core.quantity import format_binary, parse_quantity
+from ...core.dra.quantity import format_binary, parse_quantity
 from ..health import ECC, LOST, XID, HealthEvent
 from ..plugin.cdi import env_key
 from .base import BackendError, Inventory

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ...core.resourceclaim import allocation_results, is_allocated
+from ...core.dra.resourceclaim import allocation_results, is_allocated
 from . import opaque_config
 from .checkpoint import PreparedClaim
 

@@ -21,9 +21,9 @@ from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 from grpclib.server import Server
 
-from ...core.events import WARNING, EventRecorder
-from ...core.kube import ApiError, ConnectionLost, Kube
-from ...core.resources import RESOURCE_CLAIMS
+from ...core.machinery.events import WARNING, EventRecorder
+from ...core.api.kube import ApiError, ConnectionLost, Kube
+from ...core.api.resources import RESOURCE_CLAIMS
 from ..backends.base import BackendError
 from . import (cdi, checkpoint, coexistence, device_status, durable, grpc_limits, health_service, reconcile,
                sockets, toolkit)
@@ -33,7 +33,7 @@ from .kubeletapi import (dra_v1_grpc, dra_v1_pb2, dra_v1beta1_grpc, dra_v1beta1_
 from .prepare import PrepareError, plan_claim
 
 if TYPE_CHECKING:
-    from ...core.supervisor import Supervisor
+    from ...core.machinery.supervisor import Supervisor
 
 log = structlog.stdlib.get_logger("operators.nodeagent.plugin")
 

@@ -1,0 +1,201 @@
+"""What every operator process is made of besides its controller: the API client, the supervisor
+of its long-running tasks, its informers, and the liveness answer built from them.
+
+Start-up is all-or-nothing (``start_or_undo``): a start that fails half-way stops whatever it had
+started (tasks, servers, sockets) and the process exits non-zero with the reason, instead of kopf
+retrying the start-up handler on top of the half-started one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any, Awaitable, Callable
+
+import kopf
+
+from ..api import diagnose
+from . import kopflistings
+from ..machinery.informer import Handler, Informer
+from ..api.apihealth import OUTAGE_STATUSES
+from ..api.kube import ApiError, ConnectionLost, Kube
+from ..machinery.leader import act_when_leader
+from ..logging import get_logger
+from ..api.resources import Resource
+from ..settings import Settings
+from ..machinery.store import Store
+from ..machinery.supervisor import Supervisor
+from ..machinery.workqueue import WorkQueue
+
+log = get_logger(__name__)
+
+WATCHDOG_INTERVAL = 30.0
+API_WAIT = 60.0  # the default of DRA_API_WAIT
+INITIAL_EVENTS_END = "k8s.io/initial-events-end"  # the BOOKMARK annotation that ends a watch's initial events
+
+
+class Runtime:
+    def __init__(self, name: str, kube: Kube, *, watch_silence: float = 600.0,
+                 supervisor: Supervisor | None = None):
+        self.name = name
+        self.kube = kube
+        self.watch_silence = watch_silence
+        self.supervisor = supervisor or Supervisor(name)
+        self.informers: dict[str, Informer] = {}
+        self._cleanups: list[Callable[[], Awaitable[Any]]] = []
+
+    async def wait_for_api(self, timeout: float = API_WAIT) -> None:
+        """Before starting: wait (bounded) for an API server that does not answer yet, as after a
+        node reboot or beside a restarting control plane, instead of exiting at once into
+        kubelet's growing crash-loop back-off. Any answer ends the wait, an error too: the start
+        that follows reports what is wrong."""
+        deadline = asyncio.get_running_loop().time() + timeout
+        delay = 0.5
+        while True:
+            try:
+                await self.kube.request("GET", "/version", retry=False, timeout=10)
+                return
+            except ApiError as e:
+                if e.status not in OUTAGE_STATUSES or e.reason == "BadResponse":
+                    return  # an answer (garbage from something that is no API server is one too)
+                error = f"{e.status}: {e.message[:200]}"
+            except ConnectionLost as e:
+                error = str(e)
+            left = deadline - asyncio.get_running_loop().time()
+            if left <= 0:
+                return
+            log.warning("waiting for the API server", operator=self.name, error=error, retry_in=round(delay, 1),
+                        gives_up_in=round(left))
+            await asyncio.sleep(min(delay, left))
+            delay = min(delay * 2, 5.0)
+
+    def informer(self, resource: Resource, store: Store, handler: Handler, **options: Any) -> Informer:
+        informer = Informer(self.kube, resource, store, handler, silence=self.watch_silence, **options)
+        self.informers[resource.plural] = informer
+        self.on_cleanup(lambda undo=kopflistings.listen(resource.group, resource.plural, informer.on_listed):
+                        asyncio.sleep(0, undo()))
+        self.on_cleanup(lambda undo=kopflistings.listen_bookmarks(resource.group, resource.plural, informer.on_bookmark):
+                        asyncio.sleep(0, undo()))
+        lines = informer if informer.keep_line is not None else None
+        self.on_cleanup(lambda undo=kopflistings.consume(resource.group, resource.plural, informer.on_event, lines):
+                        asyncio.sleep(0, undo()))
+        return informer
+
+    async def use_watch_list(self, settings: kopf.OperatorSettings) -> bool:
+        """Let kopf start its watches with the API server's streamed initial events (WatchList,
+        ``sendInitialEvents``) instead of a second full LIST after ours, when the server offers it:
+        a probe watch that matches (almost) nothing must end its initial events with the
+        ``k8s.io/initial-events-end`` bookmark. Servers without it keep kopf's LIST."""
+        informer = next(iter(self.informers.values()), None)
+        if informer is None:
+            return False
+        try:
+            text = await self.kube.request("GET", informer.resource.path(), params=[
+                ("watch", "true"), ("sendInitialEvents", "true"), ("resourceVersionMatch", "NotOlderThan"),
+                ("allowWatchBookmarks", "true"), ("timeoutSeconds", "1"),
+                ("fieldSelector", informer.field_selector or "metadata.name=dra-operators-watch-list-probe"),
+                # The bookmark ends the read: a server that keeps the watch open for its
+                # timeoutSeconds cost every start a second (a node agent's cold start 2.3 s).
+                ("labelSelector", informer.label_selector)], raw=True, stop_at=INITIAL_EVENTS_END, retry=False,
+                timeout=15)
+        except (ApiError, ConnectionLost) as e:
+            log.info("streamed initial events not available, kopf lists", operator=self.name, error=str(e))
+            return False
+        settings.watching.initial_streaming = INITIAL_EVENTS_END in text
+        return settings.watching.initial_streaming
+
+    async def prime(self, settings: kopf.OperatorSettings | None = None) -> dict[str, int]:
+        """The one LIST per watched resource at start-up, in the order the informers were made;
+        with kopf's ``settings``, its watches then start from streamed initial events if offered."""
+        counts = {plural: await informer.prime() for plural, informer in self.informers.items()}
+        if settings is not None:
+            await self.use_watch_list(settings)
+        return counts
+
+    async def lead(self, config: Settings, lease: str, queue: WorkQueue,
+                   stop: Callable[[], Awaitable[None]] | None = None) -> None:
+        """Start ``queue``'s workers now, or once this replica holds ``lease`` (leader election on;
+        the Lease is released at shutdown); then the watchdog."""
+        leader = await act_when_leader(self.kube, config, lease, queue, stop=stop, supervisor=self.supervisor)
+        if leader is not None:
+            self.on_cleanup(leader.release)
+        self.start_watchdog()
+
+    def on_cleanup(self, cleanup: Callable[[], Awaitable[Any]]) -> None:
+        """Run at shutdown (and after a failed start), last registered first."""
+        self._cleanups.append(cleanup)
+
+    def start_watchdog(self) -> None:
+        if self.informers:
+            self.supervisor.spawn(f"{self.name}-watchdog", self._watchdog)
+        for informer in self.informers.values():
+            self.supervisor.add_check(lambda i=informer: i.stale_reason)
+
+    async def _watchdog(self) -> None:
+        while True:
+            await asyncio.sleep(min(WATCHDOG_INTERVAL, self.watch_silence / 4))
+            for informer in self.informers.values():
+                try:
+                    if reason := await informer.check_stale():
+                        log.error("watch is stuck, liveness fails", operator=self.name, reason=reason)
+                except (ApiError, ConnectionLost) as e:
+                    if isinstance(e, ApiError) and e.status not in OUTAGE_STATUSES:
+                        raise
+                    # An outage (no answer, 5xx, 429): nothing to judge the watch by, and nothing
+                    # a restart could mend; /healthz and the metrics report it (kube.health).
+                    log.info("watchdog cannot reach the API server", operator=self.name, error=str(e))
+
+    def problems(self) -> list[str]:
+        return self.supervisor.problems()
+
+    def liveness(self) -> dict[str, Any]:
+        """For kopf's probe: raises (HTTP 500 on /healthz) when something is dead or stuck."""
+        problems = self.problems()
+        if problems:
+            raise kopf.PermanentError(f"{self.name}: " + "; ".join(problems))
+        return {"tasks": len(self.supervisor.running()), "watches": len(self.informers),
+                "api": health.details() if (health := getattr(self.kube, "health", None)) else {},
+                "relists": sum(i.relists for i in self.informers.values()),
+                "deletions_found_by_relist": sum(i.deletions_found for i in self.informers.values()),
+                "watch_lines_skipped": sum(i.lines_skipped for i in self.informers.values()),
+                "watch_bookmarks": sum(i.bookmarks for i in self.informers.values())}
+
+    async def stop(self) -> None:
+        for informer in self.informers.values():
+            informer.stop()
+        await self.supervisor.stop()
+        for cleanup in reversed(self._cleanups):
+            try:
+                await cleanup()
+            except Exception as e:  # noqa: BLE001 - the other cleanups still run
+                log.warning("cleanup failed", operator=self.name, error=f"{type(e).__name__}: {e}")
+        self._cleanups.clear()
+
+
+async def start_or_undo(runtime: Runtime, start: Callable[[], Awaitable[None]]) -> None:
+    """Run ``start``; if it fails, stop what it started and end the operator with the reason."""
+    try:
+        await runtime.wait_for_api(Settings.from_env().api_wait)
+        await start()
+    except asyncio.CancelledError:
+        await runtime.stop()
+        raise
+    except Exception as e:  # noqa: BLE001 - any failure: undo, then exit non-zero with the reason
+        log.error("start-up failed, stopping what was started", operator=runtime.name,
+                  error=f"{type(e).__name__}: {e}")
+        await runtime.stop()
+        message = diagnose.start_failure(runtime.name, e, getattr(runtime.kube, "host", None),
+                                         os.environ.get("KUBECONFIG"))
+        raise kopf.PermanentError(message) from e
+
+
+# For the kopf handlers each operator registers (operator.py registers; this only serves them).
+async def stop_runtime(memo: kopf.Memo, attr: str) -> None:
+    runtime: Runtime | None = getattr(memo, attr, None)
+    if runtime is not None:
+        await runtime.stop()
+
+
+def runtime_liveness(memo: kopf.Memo, attr: str) -> dict[str, Any]:
+    runtime: Runtime | None = getattr(memo, attr, None)
+    return runtime.liveness() if runtime is not None else {}

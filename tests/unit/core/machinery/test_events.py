@@ -1,0 +1,60 @@
+"""EventRecorder.post: a sync does not wait for its Event; Events go out in order, a failing one
+does not stop the others, and a full queue drops new ones (as client-go's broadcaster)."""
+
+import asyncio
+
+
+from operators.core.machinery import events
+from operators.core.machinery.events import NORMAL, EventRecorder
+
+
+class SlowKube:
+    """Answers each create only when the test lets it; the third create fails."""
+
+    def __init__(self):
+        self.created: list[str] = []
+        self.gate = asyncio.Event()
+
+    async def create(self, resource, body):
+        await self.gate.wait()
+        if len(self.created) == 2 and body["reason"] == "Third":
+            self.created.append("failed")
+            raise RuntimeError("API server said no")
+        self.created.append(body["reason"])
+        return body
+
+    async def patch(self, *args, **kwargs):
+        raise AssertionError("no repeat in these tests")
+
+
+def pod(name: str) -> dict:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}"}}
+
+
+async def test_post_returns_before_the_request_and_events_go_out_in_order():
+    kube = SlowKube()
+    recorder = EventRecorder(kube, "test")
+    for i, reason in enumerate(("First", "Second", "Third", "Fourth")):
+        recorder.post(pod(f"p{i}"), NORMAL, reason, "message")
+    await asyncio.sleep(0)
+    assert kube.created == []  # nobody waited for an answer
+    kube.gate.set()
+    await recorder.flush()
+    assert kube.created == ["First", "Second", "failed", "Fourth"]
+    # A later post starts a new sender.
+    recorder.post(pod("p9"), NORMAL, "Fifth", "message")
+    await recorder.flush()
+    assert kube.created[-1] == "Fifth"
+
+
+async def test_a_full_queue_drops_new_events(monkeypatch):
+    monkeypatch.setattr(events, "MAX_QUEUED", 3)
+    kube = SlowKube()
+    recorder = EventRecorder(kube, "test")
+    for i in range(5):
+        recorder.post(pod(f"p{i}"), NORMAL, f"R{i}", "message")
+    # The sender took the first one off the queue only once it ran: three queued, two dropped.
+    assert recorder.dropped == 2
+    kube.gate.set()
+    await recorder.flush()
+    assert kube.created == ["R0", "R1", "R2"]

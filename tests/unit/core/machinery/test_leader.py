@@ -1,0 +1,202 @@
+"""Leader election against an API that fails in every way a real one does; the lab tests show
+the same with a restarted kube-apiserver and a cut connection."""
+
+import asyncio
+
+import aiohttp
+
+from operators.core.api.kube import ApiError, ConnectionLost
+from operators.core.machinery.leader import LeaderElector
+
+FAILURES = [ApiError(500, {"reason": "InternalError"}), ApiError(429, {"reason": "TooManyRequests"}),
+            ConnectionLost("GET", "/", ConnectionRefusedError()), aiohttp.ServerDisconnectedError(),
+            aiohttp.ClientPayloadError("cut"), asyncio.TimeoutError(), OSError("unreachable"),
+            ValueError("garbage"), KeyError("spec")]
+
+
+class LeaseApi:
+    """One Lease with resourceVersion semantics; ``fail`` makes the next calls raise."""
+
+    def __init__(self):
+        self.lease = None
+        self.version = 0
+        self.fail: list[BaseException] = []
+        self.hang = False
+        self.late_answer = 0.0  # the next write is answered this late; later calls hang
+        self.written_at = 0.0
+
+    async def _call(self):
+        if self.hang:
+            await asyncio.Event().wait()
+        if self.fail:
+            raise self.fail.pop(0)
+
+    async def get_or_none(self, res, name, namespace=None):
+        await self._call()
+        return self.lease
+
+    async def create(self, res, body, namespace=None):
+        await self._call()
+        if self.lease is not None:
+            raise ApiError(409, {"reason": "AlreadyExists"})
+        self.version += 1
+        body["metadata"]["resourceVersion"] = str(self.version)
+        self.lease = body
+        return body
+
+    async def replace(self, res, body, **_):
+        await self._call()
+        if body["metadata"].get("resourceVersion") != self.lease["metadata"]["resourceVersion"]:
+            raise ApiError(409, {"reason": "Conflict"})
+        self.version += 1
+        body = {**body, "metadata": {**body["metadata"], "resourceVersion": str(self.version)}}
+        self.lease = body
+        self.written_at = asyncio.get_running_loop().time()
+        if self.late_answer:
+            delay, self.late_answer, self.hang = self.late_answer, 0.0, True
+            await asyncio.sleep(delay)
+        return body
+
+
+def elector(api, name="a"):
+    return LeaderElector(api, "l", "ns", identity=name, lease_duration=1.0, renew_deadline=0.6, retry_period=0.05)
+
+
+async def test_campaign_survives_every_kind_of_failure_and_becomes_leader():
+    api = LeaseApi()
+    api.fail = list(FAILURES)
+    e = elector(api)
+    started = asyncio.Event()
+
+    async def on_started():
+        started.set()
+
+    task = asyncio.create_task(e.run(on_started, lambda: asyncio.sleep(0)))
+    await asyncio.wait_for(started.wait(), 5)
+    assert e.may_act() and api.fail == []
+    task.cancel()
+
+
+async def test_renewal_survives_failures_shorter_than_the_deadline():
+    api = LeaseApi()
+    e = elector(api)
+    lost = asyncio.Event()
+    started = asyncio.Event()
+
+    async def on_started():
+        started.set()
+
+    async def on_lost():
+        lost.set()
+
+    task = asyncio.create_task(e.run(on_started, on_lost))
+    await asyncio.wait_for(started.wait(), 5)
+    for error in FAILURES:
+        api.fail = [error]
+        await asyncio.sleep(0.1)
+    await asyncio.sleep(0.3)
+    assert not lost.is_set() and e.may_act()
+    task.cancel()
+
+
+async def test_a_leader_cut_off_stops_acting_before_its_lease_ends_and_gives_up():
+    api = LeaseApi()
+    e = elector(api)
+    lost = asyncio.Event()
+    started = asyncio.Event()
+
+    async def on_started():
+        started.set()
+
+    async def on_lost():
+        lost.set()
+
+    task = asyncio.create_task(e.run(on_started, on_lost))
+    await asyncio.wait_for(started.wait(), 5)
+    api.hang = True  # black-holed: requests never answer
+    cut_at = asyncio.get_running_loop().time()
+    while e.may_act():
+        await asyncio.sleep(0.01)
+    stopped_acting = asyncio.get_running_loop().time() - cut_at
+    assert stopped_acting < e.lease_duration  # nobody else can hold the Lease yet
+    await asyncio.wait_for(lost.wait(), 5)
+    await task
+
+
+async def test_a_renewal_answered_late_counts_from_when_it_was_sent():
+    """The server wrote the Lease, the answer came late (a GC pause, SIGSTOP, a slow proxy), then
+    the API went away: the leader must stop acting before the Lease can expire for anyone else,
+    who counts from the write, not from when our answer arrived."""
+    api = LeaseApi()
+    e = elector(api)
+    started = asyncio.Event()
+
+    async def on_started():
+        started.set()
+
+    task = asyncio.create_task(e.run(on_started, lambda: asyncio.sleep(0)))
+    await asyncio.wait_for(started.wait(), 5)
+    api.late_answer = 0.5  # under the renew deadline (0.6): the renewal succeeds
+    loop = asyncio.get_running_loop()
+    while not api.hang:
+        await asyncio.sleep(0.01)
+    while e.may_act():
+        await asyncio.sleep(0.01)
+    assert loop.time() < api.written_at + e.lease_duration, "acted while another replica could hold the Lease"
+    task.cancel()
+
+
+async def test_release_stops_renewal_first_so_the_lease_stays_free():
+    api = LeaseApi()
+    e = elector(api)
+    started = asyncio.Event()
+
+    async def on_started():
+        started.set()
+
+    e.task = asyncio.create_task(e.run(on_started, lambda: asyncio.sleep(0)))
+    await asyncio.wait_for(started.wait(), 5)
+    await e.release()
+    assert e.task.done() and api.lease["spec"]["holderIdentity"] == ""
+    await asyncio.sleep(0.2)  # a renewal still running would have taken it back by now
+    assert api.lease["spec"]["holderIdentity"] == ""
+
+
+async def test_release_that_cannot_reach_the_api_does_not_raise():
+    api = LeaseApi()
+    e = elector(api)
+    started = asyncio.Event()
+
+    async def on_started():
+        started.set()
+
+    e.task = asyncio.create_task(e.run(on_started, lambda: asyncio.sleep(0)))
+    await asyncio.wait_for(started.wait(), 5)
+    api.fail = [ConnectionLost("GET", "/", ConnectionRefusedError())] * 3
+    await e.release()
+    assert not e.is_leader
+
+
+async def test_the_elector_has_a_client_of_its_own_without_the_workers_rate_limit():
+    """kube-controller-manager's separate leader-election client: a renewal never waits for the
+    workers' DRA_API_QPS tokens nor for a connection of their pool; it is closed at release."""
+    from kubernetes_asyncio.client import Configuration
+
+    from operators.core.api.kube import Kube, _ApiClient
+    from operators.core.machinery.leader import act_when_leader
+    from operators.core.api.ratelimit import TokenBucket
+    from operators.core.settings import Settings
+    from operators.core.machinery.workqueue import WorkQueue
+
+    workers = Kube(_ApiClient(Configuration(host="https://127.0.0.1:9")), limiter=TokenBucket(1))
+    for _ in range(100):
+        workers.limiter.reserve()  # the workers are 100 s in debt
+    settings = Settings(leader_election=True, leader_election_namespace="ns", leader_election_lease_duration=3)
+    e = await act_when_leader(workers, settings, "l", WorkQueue("q", lambda key: asyncio.sleep(0)))
+    try:
+        assert e.kube.limiter is None and e.kube._api is not workers._api
+        assert e.kube.retry.attempts == 1
+    finally:
+        await e.release()
+        await workers.close()
+    assert e.kube._api.rest_client.pool_manager.closed
