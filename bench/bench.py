@@ -50,7 +50,6 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import yaml  # noqa: E402
-from kubernetes_asyncio import client as k8s_client, config as k8s_config  # noqa: E402
 
 from operators.core.api.kube import ApiError, ConnectionLost, Kube  # noqa: E402
 from operators.core.api.resources import (DEVICE_CLASSES, DEVICE_TAINT_RULES, NAMESPACES, PODS,  # noqa: E402
@@ -190,10 +189,7 @@ def interrupted() -> bool:
 
 async def connect(kubeconfig: Path) -> Kube:
     """The bench's own client: a connection pool larger than the requests it keeps in flight."""
-    configuration = k8s_client.Configuration()
-    await k8s_config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
-    configuration.connection_pool_maxsize = 400
-    return Kube(k8s_client.ApiClient(configuration))
+    return await Kube.connect(str(kubeconfig), connections=400)
 
 
 class StatusWatch:
@@ -215,16 +211,10 @@ class StatusWatch:
             await asyncio.gather(self._task, return_exceptions=True)
 
     async def _run(self, rv: str) -> None:
-        api = self.kube._api
         while True:
-            response = await api.call_api(
-                PODS.path(self.namespace), "GET",
-                query_params=[("watch", "1"), ("resourceVersion", rv), ("allowWatchBookmarks", "true"),
-                              ("timeoutSeconds", "600")],
-                header_params={"Accept": "application/json"}, auth_settings=["BearerToken"],
-                _preload_content=False, _request_timeout=k8s_timeout())
-            try:
-                while line := await response.content.readline():
+            params = [("watch", "1"), ("resourceVersion", rv), ("allowWatchBookmarks", "true"), ("timeoutSeconds", "600")]
+            async with self.kube.stream(PODS.path(self.namespace), params, read_timeout=700) as lines:
+                async for line in lines:
                     now = time.monotonic()
                     if b'"resourceClaimStatuses"' not in line and b'"BOOKMARK"' not in line \
                             and b'"ERROR"' not in line:
@@ -236,13 +226,6 @@ class StatusWatch:
                     rv = pod["metadata"]["resourceVersion"]
                     if (pod.get("status") or {}).get("resourceClaimStatuses"):
                         self.seen.setdefault(pod["metadata"]["name"], now)
-            finally:
-                response.release()
-
-
-def k8s_timeout():
-    import aiohttp
-    return aiohttp.ClientTimeout(total=None, sock_read=700)
 
 
 # -- results -----------------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import sys
 
 import click
 
@@ -49,12 +50,10 @@ def run(names: tuple[str, ...], liveness: str) -> None:
     """Run one or more operators in this process (cluster-wide), with the suite's logging."""
     import warnings
 
-    from .core import leanimports
-
-    # Before kopf, structlog or our client import anything: an operator's process loads only
-    # what it uses (about 60 MiB less RSS each; core/leanimports.py says what and why).
-    leanimports.lazy_kubernetes_client()
-    leanimports.without_rich()
+    # structlog imports rich (about 16 MiB) for its console renderer when rich is installed (the
+    # kubectl plugin's tables use it); an operator's process logs JSON or plain lines and never
+    # renders with it. None in sys.modules is the import system's own "not importable".
+    sys.modules.setdefault("rich", None)  # type: ignore[arg-type]
     from .core.logging import configure_logging, debug_logger_names
 
     # Settings first: a value that cannot work ends the process before anything heavy is loaded.

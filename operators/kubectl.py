@@ -56,16 +56,15 @@ def run_with_kube(kubeconfig: str | None, context: str | None, work: Callable[[A
     except click.ClickException:
         raise
     except Exception as e:  # noqa: BLE001 - one line, as kubectl reports a failed request
-        from kubernetes_asyncio.config import ConfigException
-
         from .core.api.diagnose import kubeconfig_problem
-        if isinstance(e, ConfigException):
+        from .core.api.kubeconfig import KubeconfigError
+        if isinstance(e, KubeconfigError):
             raise click.ClickException(kubeconfig_problem(kubeconfig or "~/.kube/config", e, [])) from None
         raise click.ClickException(f"{type(e).__name__}: {e}") from None
 
 
 def resolve_namespace(kubeconfig: str | None, context: str | None, namespace: str | None) -> str:
-    from .kubeconfig import context_namespace
+    from .core.api.kubeconfig import context_namespace
     return namespace or context_namespace(kubeconfig, context)
 
 

@@ -1,4 +1,4 @@
-"""kopf wiring of the node agent: standalone, watching only its own Node and its own slices."""
+"""The node agent's start-up: it watches only its own Node and its own slices."""
 
 from __future__ import annotations
 
@@ -6,11 +6,10 @@ import datetime
 
 import kopf
 
-from ..core.framework.kopfsettings import quiet
-from ..core.api.kube import Kube
 from ..core.framework.metrics import serve
 from ..core.api.resources import NODES, RESOURCE_SLICES
-from ..core.framework.runtime import Runtime, runtime_liveness, start_or_undo, stop_runtime
+from ..core.framework.operator import ConfigurationError, OperatorSpec, register
+from ..core.framework.runtime import Runtime
 from ..core.settings import Settings
 from .agent import NodeAgent
 from .backends import BackendError, create_backend
@@ -46,54 +45,46 @@ def preflight(config: Settings, memo: kopf.Memo) -> None:
                                             refresh_interval=config.nodeagent_nvml_refresh)
 
 
-@kopf.on.startup(errors=kopf.ErrorsMode.PERMANENT)  # start-up is all-or-nothing: any failure ends the process
-async def start_nodeagent(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None:
-    quiet(settings)
-    config = Settings.from_env()
-    driver = driver_name(config)
-    settings.watching.field_selectors["v1", "nodes"] = f"metadata.name={config.node_name}"
-    settings.watching.field_selectors["resource.k8s.io", "resourceslices"] = \
-        f"spec.nodeName={config.node_name},spec.driver={driver}"
+def check(config: Settings, memo: kopf.Memo) -> None:
+    """``kopf run -m`` has not called ``preflight``; ``dra-operators run`` has."""
     if getattr(memo, "nodeagent_backend", None) is None:
         try:
             preflight(config, memo)
         except BackendError as e:
-            raise kopf.PermanentError(str(e)) from e
-    kube = await Kube.connect(config.kubeconfig)
-    runtime = memo.nodeagent_runtime = Runtime("nodeagent", kube, watch_silence=config.watch_silence)
-    runtime.on_cleanup(kube.close)
+            raise ConfigurationError(str(e)) from e
 
-    async def start() -> None:
-        metrics = Metrics()
-        ignored = tuple(int(x) for x in config.nodeagent_ignored_xids.split(",") if x.strip())
-        agent = NodeAgent(kube, memo.nodeagent_backend, node_name=config.node_name, driver=driver,
-                          sync_delay=config.nodeagent_sync_delay, metrics=metrics,
-                          health=HealthTracker(driver, ignored, config.nodeagent_health_quiet_period,
-                                               booted_at=boot_time()))
-        runtime.on_cleanup(agent.stop)
-        runtime.informer(NODES, agent.nodes, agent.on_node, field_selector=f"metadata.name={config.node_name}",
-                         kind="Node")
-        runtime.informer(RESOURCE_SLICES, agent.slices, agent.on_slice, field_selector=agent.slice_selector,
-                         kind="ResourceSlice")
-        await runtime.prime(settings)
-        await agent.start(runtime.supervisor, primed=True)
-        memo.nodeagent = agent
-        if config.nodeagent_kubelet_plugin:
-            from .plugin.server import KubeletPlugin  # gRPC is loaded only by an agent that serves it
 
-            plugin = KubeletPlugin(
-                agent, kube, registry_dir=config.nodeagent_registry_dir, plugins_dir=config.nodeagent_plugins_dir,
-                cdi_root=config.nodeagent_cdi_root,
-                toolkit_cdi_dirs=tuple(d.strip() for d in config.nodeagent_toolkit_cdi_dirs.split(",") if d.strip()),
-                nvidia_runtime=config.nodeagent_nvidia_container_runtime, pod_uid=config.pod_uid)
-            runtime.on_cleanup(plugin.stop)
-            await plugin.start(runtime.supervisor)
-            memo.nodeagent_plugin = plugin
-        await check_itself(runtime, config, memo)
-        serve(metrics.registry, config.metrics_port)
-        runtime.start_watchdog()
+async def start(runtime: Runtime, config: Settings, memo: kopf.Memo) -> None:
+    kube = runtime.kube
+    driver = driver_name(config)
+    metrics = Metrics()
+    ignored = tuple(int(x) for x in config.nodeagent_ignored_xids.split(",") if x.strip())
+    agent = NodeAgent(kube, memo.nodeagent_backend, node_name=config.node_name, driver=driver,
+                      sync_delay=config.nodeagent_sync_delay, metrics=metrics,
+                      health=HealthTracker(driver, ignored, config.nodeagent_health_quiet_period,
+                                           booted_at=boot_time()))
+    runtime.on_cleanup(agent.stop)
+    runtime.informer(NODES, agent.nodes, agent.on_node, field_selector=f"metadata.name={config.node_name}",
+                     kind="Node")
+    runtime.informer(RESOURCE_SLICES, agent.slices, agent.on_slice, field_selector=agent.slice_selector,
+                     kind="ResourceSlice")
+    await runtime.prime()
+    await agent.start(runtime.supervisor, primed=True)
+    memo.nodeagent = agent
+    if config.nodeagent_kubelet_plugin:
+        from .plugin.server import KubeletPlugin  # gRPC is loaded only by an agent that serves it
 
-    await start_or_undo(runtime, start)
+        plugin = KubeletPlugin(
+            agent, kube, registry_dir=config.nodeagent_registry_dir, plugins_dir=config.nodeagent_plugins_dir,
+            cdi_root=config.nodeagent_cdi_root,
+            toolkit_cdi_dirs=tuple(d.strip() for d in config.nodeagent_toolkit_cdi_dirs.split(",") if d.strip()),
+            nvidia_runtime=config.nodeagent_nvidia_container_runtime, pod_uid=config.pod_uid)
+        runtime.on_cleanup(plugin.stop)
+        await plugin.start(runtime.supervisor)
+        memo.nodeagent_plugin = plugin
+    await check_itself(runtime, config, memo)
+    serve(metrics.registry, config.metrics_port)
+    runtime.start_watchdog()
 
 
 async def check_itself(runtime: Runtime, config: Settings, memo: kopf.Memo) -> None:
@@ -116,21 +107,4 @@ async def check_itself(runtime: Runtime, config: Settings, memo: kopf.Memo) -> N
         runtime.supervisor.spawn("kubelet-plugin-self-check", check.run)
 
 
-@kopf.on.cleanup()
-async def stop_nodeagent(memo: kopf.Memo, **_) -> None:
-    await stop_runtime(memo, "nodeagent_runtime")
-
-
-@kopf.on.probe(id="nodeagent")
-def nodeagent_liveness(memo: kopf.Memo, **_) -> dict:
-    return runtime_liveness(memo, "nodeagent_runtime")
-
-
-@kopf.on.event("v1", "nodes")
-async def node_event(event: kopf.RawEvent, memo: kopf.Memo, **_) -> None:
-    memo.nodeagent_runtime.informers["nodes"].on_event(event)
-
-
-@kopf.on.event("resource.k8s.io", "v1", "resourceslices")
-async def slice_event(event: kopf.RawEvent, memo: kopf.Memo, **_) -> None:
-    memo.nodeagent_runtime.informers["resourceslices"].on_event(event)
+register(OperatorSpec("nodeagent", start, check=check, rate_limited=False))

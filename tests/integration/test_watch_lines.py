@@ -11,7 +11,7 @@ import json
 import time
 import urllib.request
 
-from operators.core.api.resources import PODS
+from operators.core.api.resources import NAMESPACES, PODS, RESOURCE_CLAIMS
 
 from . import objects
 from .claims_env import ClaimsEnv
@@ -31,6 +31,12 @@ def _health(op: OperatorProcess) -> tuple[int, dict]:
 
 def _total(health: dict, key: str) -> int:
     return sum(v.get(key, 0) for v in health.values() if isinstance(v, dict))
+
+
+def _cached_claims(op: OperatorProcess) -> int:
+    """The claims the operator has cached (its dynamic_resource_allocation_resource_claims gauge)."""
+    return int(sum(float(line.rsplit(" ", 1)[1]) for line in op.metrics().splitlines()
+                   if line.startswith("dynamic_resource_allocation_resource_claims{")))
 
 
 def _skipped(health: dict) -> int:
@@ -74,24 +80,33 @@ async def test_plain_pods_are_not_parsed_and_the_watch_stays_alive(lab, kube, co
         op.stop()
 
 
-async def test_every_watch_is_heard_up_to_its_bookmarks(lab, kube, controllers, tmp_path):
-    """Each watch starts with the API server's streamed initial events, which end with a
-    BOOKMARK (k8s.io/initial-events-end); its resourceVersion reaches the informer, so a change
-    made between the start-up LIST and the watch's own listing (a PodGroup deleted by another
-    test, in a full run) is not mistaken for an event the watch failed to deliver."""
+async def test_every_watch_starts_where_its_list_ended(lab, kube, controllers, tmp_path, unique):
+    """Each informer's reflector opens its watch at the resourceVersion of the start-up LIST
+    (core/machinery/watch.py): every watch is open soon after start, and a claim deleted right
+    after the operator listed it is seen to go (no second listing, no gap between the two)."""
     controllers.use("none")
+    namespace = f"watch-start-{unique}"
+    await kube.create(NAMESPACES, {"metadata": {"name": namespace}})
     op = OperatorProcess(["claims"], lab.kubeconfig, tmp_path)
-    op.start()
     try:
+        await kube.create(RESOURCE_CLAIMS, objects.resource_claim("early", "watch-start.example.com"), namespace)
+        op.start()
         watches = 4  # resourceclaims, resourceclaimtemplates, podgroups, pods
 
-        async def heard() -> bool:
+        async def open_() -> bool:
             status, health = _health(op)
-            return status == 200 and _total(health, "watch_bookmarks") >= watches
+            return status == 200 and _total(health, "watching") >= watches
 
         async def describe() -> str:
             return f"healthz {_health(op)}"
-        await wait_for(heard, timeout=60, what=f"a bookmark from each of the claims operator's {watches} watches",
-                       describe=describe)
+        await wait_for(open_, timeout=60, what=f"the claims operator's {watches} watches open", describe=describe)
+        cached = _cached_claims(op)
+        await kube.delete(RESOURCE_CLAIMS, "early", namespace)
+
+        async def gone() -> bool:
+            return _cached_claims(op) == cached - 1
+        await wait_for(gone, timeout=30, what="the deleted claim gone from the cache", describe=describe)
+        assert not op.errors(), op.errors()[:5]
     finally:
         op.stop()
+        await kube.delete(NAMESPACES, namespace)

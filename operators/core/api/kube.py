@@ -1,7 +1,8 @@
-"""Plain-dict access to the Kubernetes API over kubernetes-asyncio's connection handling.
+"""Plain-dict access to the Kubernetes API over an aiohttp session of its own.
 
-kubernetes-asyncio brings kubeconfig/in-cluster loading, TLS and token refresh; the typed API
-classes are not used because they drop unknown fields. Every call returns the decoded JSON.
+Where the server is and how to authenticate come from ``kubeconfig`` (a kubeconfig file or the
+Pod's ServiceAccount, tokens re-read and exec credentials refreshed). Typed models are never
+used: they drop fields they do not know. Every call returns the decoded JSON.
 
 Transient failures are retried here, as client-go's rest client does, so that no caller has to:
 429 (any verb: the server refused it before doing anything) after its Retry-After; 5xx,
@@ -15,17 +16,20 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import ssl
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
-from urllib.parse import urlencode
+from contextlib import asynccontextmanager
+from typing import AsyncIterator
 
 import aiohttp
 import tenacity
-from kubernetes_asyncio import client, config
 
+from . import kubeconfig as kubeconfig_loader
 from . import wirejson
 from . import apihealth
 from .apihealth import OUTAGE_STATUSES, ApiHealth
+from .kubeconfig import ClusterConfig
 from ..logging import get_logger
 from .ratelimit import TokenBucket
 from .resources import Resource
@@ -134,44 +138,49 @@ class _Wait(tenacity.wait.wait_base):
         return self.backoff(retry_state)
 
 
-class Kube:
-    """One connection pool to one API server."""
+PROXY_VARIABLES = ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "NO_PROXY", "NETRC")
+CONNECTIONS = 100  # concurrent connections to the API server (as kubernetes-asyncio's pool)
 
-    def __init__(self, api_client: client.ApiClient, retry: RetryPolicy = RetryPolicy(),
-                 limiter: TokenBucket | None = None, health: ApiHealth | None = None):
-        self._api = api_client
+
+def proxy_variables_set() -> bool:
+    return any(os.environ.get(v) or os.environ.get(v.lower()) for v in PROXY_VARIABLES)
+
+
+class Kube:
+    """One connection pool to one API server (an aiohttp session of its own)."""
+
+    def __init__(self, cluster: ClusterConfig, retry: RetryPolicy = RetryPolicy(),
+                 limiter: TokenBucket | None = None, health: ApiHealth | None = None, *,
+                 session: aiohttp.ClientSession | None = None, connections: int = CONNECTIONS):
+        self.cluster = cluster
+        self.connections = connections
         self.retry = retry
         self.limiter = limiter
         self.health = health or apihealth.PROCESS
+        self._session = session
+        self._owns_session = session is None
 
     @classmethod
     async def connect(cls, kubeconfig: str | None = None, context: str | None = None, *,
-                      qps: float = 0.0, burst: int = 0) -> "Kube":
-        """From a kubeconfig (KUBECONFIG or the path given), else the in-cluster ServiceAccount.
-        ``qps`` > 0: at most that many requests a second, ``burst`` at once (client-go's
-        client-side limit; DRA_API_QPS, DRA_API_BURST); watches are kopf's and not limited."""
-        configuration = client.Configuration()
-        try:
-            await config.load_kube_config(
-                config_file=kubeconfig, context=context, client_configuration=configuration
-            )
-        except config.ConfigException:
-            if kubeconfig:
-                raise
-            config.load_incluster_config(client_configuration=configuration)
+                      qps: float = 0.0, burst: int = 0, connections: int = CONNECTIONS) -> "Kube":
+        """From a kubeconfig (KUBECONFIG or the path given), else the in-cluster ServiceAccount
+        (``kubeconfig.load``). ``qps`` > 0: at most that many requests a second, ``burst`` at once
+        (client-go's client-side limit; DRA_API_QPS, DRA_API_BURST); watches are not limited."""
         limiter = TokenBucket(qps, max(1, burst or int(qps))) if qps > 0 else None
-        api = _ApiClient(configuration)
-        _trust_env_only_for_proxies(api)
-        return cls(api, limiter=limiter)
+        return cls(kubeconfig_loader.load(kubeconfig, context), limiter=limiter, connections=connections)
+
+    @classmethod
+    def for_host(cls, host: str, *, token: str | None = None, ca_file: str | None = None,
+                 retry: RetryPolicy = RetryPolicy()) -> "Kube":
+        """A client of ``host`` with an optional bearer token (tests, ServiceAccount-token checks)."""
+        context = ssl.create_default_context(cafile=ca_file) if host.startswith("https://") else None
+        credentials = kubeconfig_loader.StaticToken(token) if token else kubeconfig_loader.Credentials()
+        return cls(ClusterConfig(host=host.rstrip("/"), ssl_context=context, credentials=credentials), retry)
 
     @classmethod
     def with_token(cls, host: str, token: str, ca_file: str) -> "Kube":
         """A client that authenticates with a bearer token (for ServiceAccount-token tests)."""
-        configuration = client.Configuration(host=host)
-        configuration.api_key = {"BearerToken": token}
-        configuration.api_key_prefix = {"BearerToken": "Bearer"}
-        configuration.ssl_ca_cert = ca_file
-        return cls(_ApiClient(configuration))
+        return cls.for_host(host, token=token, ca_file=ca_file)
 
     def for_leader_election(self) -> "Kube":
         """A client of its own for leader election, as kube-controller-manager builds its
@@ -179,21 +188,37 @@ class Kube:
         controllermanager.go): its own connection pool and no client-side rate limit, so a renewal
         never queues behind the workers' requests (DRA_API_QPS) or connections. Each request is
         tried once (see ``without_retries``). Close it when done."""
-        api = _ApiClient(self._api.configuration)
-        _trust_env_only_for_proxies(api)
-        return Kube(api, RetryPolicy(attempts=1), None, self.health)
+        return Kube(self.cluster, RetryPolicy(attempts=1), None, self.health, connections=self.connections)
 
     def without_retries(self) -> "Kube":
         """The same connection pool, each request tried once (for callers with their own
         schedule, such as leader election, whose every try must fit in its renew deadline)."""
-        return Kube(self._api, RetryPolicy(attempts=1), self.limiter, self.health)
+        return Kube(self.cluster, RetryPolicy(attempts=1), self.limiter, self.health, session=self.session)
 
     @property
     def host(self) -> str:
-        return self._api.configuration.host
+        return self.cluster.host
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        """Made on first use, inside the event loop that will use it."""
+        if self._session is None:
+            connector = aiohttp.TCPConnector(limit=self.connections, ssl=self.cluster.ssl_context or False)
+            # Without a proxy variable there is nothing to find in the environment: a session that
+            # trusts it reads ~/.netrc for every request, in a thread (a tenth of the taints
+            # operator's CPU while it evicts: bench/RESULTS.md). With one, as client-go honours
+            # HTTPS_PROXY, it does.
+            self._session = aiohttp.ClientSession(connector=connector, trust_env=proxy_variables_set(),
+                                                  auto_decompress=True)
+        return self._session
+
+    @property
+    def closed(self) -> bool:
+        return self._session is not None and self._session.closed
 
     async def close(self) -> None:
-        await self._api.close()
+        if self._session is not None and self._owns_session:
+            await self._session.close()
 
     async def __aenter__(self) -> "Kube":
         return self
@@ -243,17 +268,8 @@ class Kube:
                 f"client-side rate limit (DRA_API_QPS={self.limiter.rate:g}): the request would wait "
                 f"longer than its timeout of {timeout or RATE_LIMIT_WAIT:g}s")}, method, path)
         try:
-            response = await self._api.call_api(
-                path,
-                method,
-                query_params=query,
-                header_params={"Accept": "application/json", "Content-Type": content_type},
-                body=body,
-                auth_settings=["BearerToken"],
-                _preload_content=False,
-                _request_timeout=aiohttp.ClientTimeout(total=timeout, connect=min(
-                    self.retry.connect_timeout, timeout or self.retry.connect_timeout)),
-            )
+            response = await self._send(method, path, query, body, content_type, aiohttp.ClientTimeout(
+                total=timeout, connect=min(self.retry.connect_timeout, timeout or self.retry.connect_timeout)))
             try:
                 if raw_text and stop_at and 200 <= response.status <= 299:
                     raw = await _read_until(response, stop_at.encode())
@@ -283,6 +299,55 @@ class Kube:
             # A proxy or a broken server answering 2xx with something that is not JSON.
             raise ApiError(502, {"reason": "BadResponse", "message": f"not JSON: {text[:200]!r}"}, method, path)
         return data
+
+    async def _send(self, method: str, path: str, query: list[tuple[str, Any]], body: Any, content_type: str,
+                    timeout: aiohttp.ClientTimeout) -> aiohttp.ClientResponse:
+        """One HTTP exchange; after a 401 the credentials are fetched afresh and it is sent once
+        more (a rotated token file, an expired exec credential: client-go does the same)."""
+        data = None if body is None else wirejson.dumps(body)
+        for attempt in range(2):
+            headers = {"Accept": "application/json", **await self.cluster.credentials.headers()}
+            if data is not None:
+                headers["Content-Type"] = content_type
+            response = await self.session.request(
+                method, self.cluster.host + path, params=[(k, str(v)) for k, v in query], headers=headers,
+                data=data, timeout=timeout, proxy=self.cluster.proxy, server_hostname=self.cluster.tls_server_name)
+            if response.status != 401 or attempt:
+                return response
+            response.release()
+            self.cluster.credentials.refresh()
+        raise AssertionError("unreachable")
+
+    @asynccontextmanager
+    async def stream(self, path: str, params: Iterable[tuple[str, Any]], *, read_timeout: float,
+                     ) -> AsyncIterator[AsyncIterator[bytes]]:
+        """A watch: the response's lines as they come (each one event, JSON), for as long as the
+        server keeps the request open. Non-2xx answers raise ``ApiError``; a connection that
+        breaks or stays silent for ``read_timeout`` seconds raises ``ConnectionLost``. Not rate
+        limited and not retried: the reflector decides what follows."""
+        query = [(k, v) for k, v in params if v is not None]
+        timeout = aiohttp.ClientTimeout(total=None, connect=self.retry.connect_timeout, sock_read=read_timeout)
+        try:
+            response = await self._send("GET", path, query, None, "application/json", timeout)
+        except TRANSPORT_ERRORS as e:
+            self.health.failed(f"WATCH {path}: {type(e).__name__}: {e}")
+            raise ConnectionLost("WATCH", path, e) from e
+        try:
+            if not 200 <= response.status <= 299:
+                text = (await response.read()).decode(errors="replace")
+                try:
+                    body = json.loads(text) if text else {}
+                except json.JSONDecodeError:
+                    body = text
+                if response.status in OUTAGE_STATUSES:
+                    self.health.failed(f"WATCH {path}: HTTP {response.status}")
+                raise ApiError(response.status, body, "WATCH", path)
+            self.health.answered()
+            yield _lines(response, path)
+        except TRANSPORT_ERRORS as e:
+            raise ConnectionLost("WATCH", path, e) from e
+        finally:
+            response.close()  # a watch left early: its connection is not reused
 
     # -- verbs over Resource descriptors -----------------------------------------------------
 
@@ -416,61 +481,23 @@ class Kube:
         return res.with_version(versions[0]) if versions else None
 
 
-class _ApiClient(client.ApiClient):
-    """kubernetes-asyncio's client, with bodies written as Go clients write them (``wirejson``):
-    its own ``json.dumps`` puts spaces into raw-extension fields, which the API server then sees
-    as changed. And without its deep copy of every body (``sanitize_for_serialization`` walks a
-    dict in Python to turn typed models into JSON types; the suite sends plain dicts, and the copy
-    was a seventh of the claims operator's CPU while it created claims: py-spy, bench). A body
-    that is not plain JSON (a datetime, a model) still goes the long way. Every request of
-    ``Kube`` reads its response itself (``_preload_content=False``)."""
-
-    def sanitize_for_serialization(self, obj: Any) -> Any:
-        return obj if isinstance(obj, (dict, list)) else super().sanitize_for_serialization(obj)
-
-    def request(self, method, url, query_params=None, headers=None, post_params=None, body=None,
-                _preload_content=True, _request_timeout=None):
-        if body is None or _preload_content:
-            return super().request(method, url, query_params=query_params, headers=headers,
-                                   post_params=post_params, body=body, _preload_content=_preload_content,
-                                   _request_timeout=_request_timeout)
-        try:
-            data = wirejson.dumps(body)
-        except TypeError:
-            data = wirejson.dumps(super().sanitize_for_serialization(body))
-        return self._send(method, url, query_params, headers or {}, data, _request_timeout)
-
-    async def _send(self, method: str, url: str, query_params: Any, headers: dict, data: bytes,
-                    timeout: Any) -> aiohttp.ClientResponse:
-        rest = self.rest_client
-        if query_params:
-            url += "?" + urlencode(query_params)
-        args: dict[str, Any] = {
-            "method": method, "url": url, "headers": headers, "data": data,
-            "timeout": timeout if isinstance(timeout, aiohttp.ClientTimeout) else aiohttp.ClientTimeout(total=timeout)}
-        if rest.proxy:
-            args["proxy"] = rest.proxy
-        if rest.proxy_headers:
-            args["proxy_headers"] = rest.proxy_headers
-        if rest.server_hostname:
-            args["server_hostname"] = rest.server_hostname
-        return await rest.pool_manager.request(**args)
-
-
-PROXY_VARIABLES = ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "NO_PROXY", "NETRC")
-
-
-def _trust_env_only_for_proxies(api: client.ApiClient) -> None:
-    """kubernetes-asyncio's aiohttp session trusts the environment, so every request looks for
-    proxy variables and reads ~/.netrc in a thread of the default executor: a tenth of the
-    taints operator's CPU while it evicts (bench/RESULTS.md, profile). Without any proxy or
-    NETRC variable there is nothing to find; then the session stops looking. With one, as
-    client-go honours HTTPS_PROXY, it keeps looking."""
-    if any(os.environ.get(v) or os.environ.get(v.lower()) for v in PROXY_VARIABLES):
-        return
-    session = getattr(api.rest_client, "pool_manager", None)
-    if session is not None and hasattr(session, "_trust_env"):
-        session._trust_env = False
+async def _lines(response: aiohttp.ClientResponse, path: str) -> AsyncIterator[bytes]:
+    """Split the body into lines by hand: aiohttp's ``readline`` fails on a line longer than its
+    buffer, and one ResourceSlice can be hundreds of KiB."""
+    pending = b""
+    try:
+        async for chunk in response.content.iter_any():
+            pending += chunk
+            if b"\n" not in chunk:
+                continue
+            *lines, pending = pending.split(b"\n")
+            for line in lines:
+                if line.strip():
+                    yield line
+    except TRANSPORT_ERRORS as e:
+        raise ConnectionLost("WATCH", path, e) from e
+    if pending.strip():
+        yield pending
 
 
 async def _read_until(response: aiohttp.ClientResponse, marker: bytes) -> bytes:

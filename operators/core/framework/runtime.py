@@ -15,8 +15,8 @@ from typing import Any, Awaitable, Callable
 import kopf
 
 from ..api import diagnose
-from . import kopflistings
 from ..machinery.informer import Handler, Informer
+from ..machinery.watch import INITIAL_EVENTS_END, Reflector
 from ..api.apihealth import OUTAGE_STATUSES
 from ..api.kube import ApiError, ConnectionLost, Kube
 from ..machinery.leader import act_when_leader
@@ -31,7 +31,6 @@ log = get_logger(__name__)
 
 WATCHDOG_INTERVAL = 30.0
 API_WAIT = 60.0  # the default of DRA_API_WAIT
-INITIAL_EVENTS_END = "k8s.io/initial-events-end"  # the BOOKMARK annotation that ends a watch's initial events
 
 
 class Runtime:
@@ -42,6 +41,7 @@ class Runtime:
         self.watch_silence = watch_silence
         self.supervisor = supervisor or Supervisor(name)
         self.informers: dict[str, Informer] = {}
+        self.reflectors: list[Reflector] = []
         self._cleanups: list[Callable[[], Awaitable[Any]]] = []
 
     async def wait_for_api(self, timeout: float = API_WAIT) -> None:
@@ -70,22 +70,15 @@ class Runtime:
             delay = min(delay * 2, 5.0)
 
     def informer(self, resource: Resource, store: Store, handler: Handler, **options: Any) -> Informer:
+        """A cache of ``resource``; it is filled by ``prime`` and then kept by its reflector."""
         informer = Informer(self.kube, resource, store, handler, silence=self.watch_silence, **options)
         self.informers[resource.plural] = informer
-        self.on_cleanup(lambda undo=kopflistings.listen(resource.group, resource.plural, informer.on_listed):
-                        asyncio.sleep(0, undo()))
-        self.on_cleanup(lambda undo=kopflistings.listen_bookmarks(resource.group, resource.plural, informer.on_bookmark):
-                        asyncio.sleep(0, undo()))
-        lines = informer if informer.keep_line is not None else None
-        self.on_cleanup(lambda undo=kopflistings.consume(resource.group, resource.plural, informer.on_event, lines):
-                        asyncio.sleep(0, undo()))
         return informer
 
-    async def use_watch_list(self, settings: kopf.OperatorSettings) -> bool:
-        """Let kopf start its watches with the API server's streamed initial events (WatchList,
-        ``sendInitialEvents``) instead of a second full LIST after ours, when the server offers it:
-        a probe watch that matches (almost) nothing must end its initial events with the
-        ``k8s.io/initial-events-end`` bookmark. Servers without it keep kopf's LIST."""
+    async def streams_initial_events(self) -> bool:
+        """Whether the API server offers streamed initial events (WatchList, ``sendInitialEvents``)
+        for relists: a probe watch that matches (almost) nothing must end its initial events with
+        the ``k8s.io/initial-events-end`` bookmark. Servers without them are relisted with LIST."""
         informer = next(iter(self.informers.values()), None)
         if informer is None:
             return False
@@ -99,17 +92,19 @@ class Runtime:
                 ("labelSelector", informer.label_selector)], raw=True, stop_at=INITIAL_EVENTS_END, retry=False,
                 timeout=15)
         except (ApiError, ConnectionLost) as e:
-            log.info("streamed initial events not available, kopf lists", operator=self.name, error=str(e))
+            log.info("streamed initial events not available, relists use LIST", operator=self.name, error=str(e))
             return False
-        settings.watching.initial_streaming = INITIAL_EVENTS_END in text
-        return settings.watching.initial_streaming
+        return INITIAL_EVENTS_END in text
 
-    async def prime(self, settings: kopf.OperatorSettings | None = None) -> dict[str, int]:
+    async def prime(self) -> dict[str, int]:
         """The one LIST per watched resource at start-up, in the order the informers were made;
-        with kopf's ``settings``, its watches then start from streamed initial events if offered."""
+        then each informer's reflector watches from its LIST's resourceVersion."""
         counts = {plural: await informer.prime() for plural, informer in self.informers.items()}
-        if settings is not None:
-            await self.use_watch_list(settings)
+        watch_list = await self.streams_initial_events()
+        for plural, informer in self.informers.items():
+            reflector = Reflector(self.kube, informer, watch_list=watch_list)
+            self.reflectors.append(reflector)
+            self.supervisor.spawn(f"{self.name}-watch-{plural}", reflector.run)
         return counts
 
     async def lead(self, config: Settings, lease: str, queue: WorkQueue,
@@ -154,6 +149,7 @@ class Runtime:
         if problems:
             raise kopf.PermanentError(f"{self.name}: " + "; ".join(problems))
         return {"tasks": len(self.supervisor.running()), "watches": len(self.informers),
+                "watching": sum(r.watching for r in self.reflectors),
                 "api": health.details() if (health := getattr(self.kube, "health", None)) else {},
                 "relists": sum(i.relists for i in self.informers.values()),
                 "deletions_found_by_relist": sum(i.deletions_found for i in self.informers.values()),

@@ -4,7 +4,6 @@ restarts the list from its first page (the lab test test_startup_memory measures
 
 import pytest
 from aiohttp import web
-from kubernetes_asyncio import client
 
 from operators.core.api.kube import ApiError, Kube, RetryPolicy
 from operators.core.api.resources import PODS
@@ -42,8 +41,7 @@ async def server():
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     port = site._server.sockets[0].getsockname()[1]
-    kube = Kube(client.ApiClient(client.Configuration(host=f"http://127.0.0.1:{port}")),
-                RetryPolicy(attempts=1))
+    kube = Kube.for_host(f"http://127.0.0.1:{port}", retry=RetryPolicy(attempts=1))
     yield kube, state
     await kube.close()
     await runner.cleanup()

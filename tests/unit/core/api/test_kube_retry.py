@@ -6,7 +6,6 @@ import time
 
 import pytest
 from aiohttp import web
-from kubernetes_asyncio import client
 
 from operators.core.api.kube import APPLY_PATCH, JSON_PATCH, ApiError, ConnectionLost, Kube, RetryPolicy, should_retry
 
@@ -14,11 +13,12 @@ from operators.core.api.kube import APPLY_PATCH, JSON_PATCH, ApiError, Connectio
 @pytest.fixture
 async def server():
     """``script`` is a list of behaviours, one per request: an int status, "drop", "hang", "garbage"."""
-    state = {"script": [], "calls": []}
+    state = {"script": [], "calls": [], "bodies": []}
     release = asyncio.Event()  # ends hung and dropped handlers at teardown
 
     async def handle(request: web.Request) -> web.StreamResponse:
         state["calls"].append(request.method)
+        state["bodies"].append(await request.read())
         what = state["script"].pop(0) if state["script"] else 200
         if what == "drop":
             request.transport.close()
@@ -41,8 +41,7 @@ async def server():
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     port = site._server.sockets[0].getsockname()[1]
-    kube = Kube(client.ApiClient(client.Configuration(host=f"http://127.0.0.1:{port}")),
-                RetryPolicy(attempts=4, initial=0.01, maximum=0.05))
+    kube = Kube.for_host(f"http://127.0.0.1:{port}", retry=RetryPolicy(attempts=4, initial=0.01, maximum=0.05))
     yield kube, state
     release.set()
     await kube.close()
@@ -121,49 +120,36 @@ def test_should_retry_rules():
 async def test_a_client_side_limit_spaces_requests_after_the_burst(server):
     kube, state = server
     from operators.core.api.ratelimit import TokenBucket
-    limited = Kube(kube._api, kube.retry, TokenBucket(20, 2))  # DRA_API_QPS=20, DRA_API_BURST=2
+    limited = Kube(kube.cluster, kube.retry, TokenBucket(20, 2), session=kube.session)  # DRA_API_QPS=20, DRA_API_BURST=2
     started = time.monotonic()
     await asyncio.gather(*(limited.request("GET", "/api/v1/pods") for _ in range(6)))
     assert len(state["calls"]) == 6 and time.monotonic() - started >= 4 / 20 - 0.01
     assert limited.without_retries().limiter is limited.limiter
 
 
-async def test_the_session_stops_reading_netrc_and_proxies_only_when_none_is_set(monkeypatch):
+async def test_the_session_trusts_the_environment_only_when_a_proxy_variable_is_set(monkeypatch):
+    """Without a proxy variable there is nothing to find: an aiohttp session that trusts the
+    environment reads ~/.netrc for every request (bench/RESULTS.md)."""
     from operators.core.api import kube as kube_module
     for name in kube_module.PROXY_VARIABLES:
         monkeypatch.delenv(name, raising=False)
         monkeypatch.delenv(name.lower(), raising=False)
-    api = client.ApiClient(client.Configuration(host="http://127.0.0.1:1"))
-    assert api.rest_client.pool_manager._trust_env  # kubernetes-asyncio's choice, private in aiohttp
-    kube_module._trust_env_only_for_proxies(api)
-    assert not api.rest_client.pool_manager._trust_env
+    plain = Kube.for_host("http://127.0.0.1:1")
+    assert not plain.session.trust_env
     monkeypatch.setenv("HTTPS_PROXY", "http://proxy:3128")
-    with_proxy = client.ApiClient(client.Configuration(host="http://127.0.0.1:1"))
-    kube_module._trust_env_only_for_proxies(with_proxy)
-    assert with_proxy.rest_client.pool_manager._trust_env
-    await api.close()
+    with_proxy = Kube.for_host("http://127.0.0.1:1")
+    assert with_proxy.session.trust_env
+    await plain.close()
     await with_proxy.close()
 
 
-async def test_plain_bodies_are_sent_as_they_are_and_others_still_converted():
-    """No deep copy of plain bodies; bodies go out as Go writes JSON (compact); a body json cannot
-    take (a datetime) is converted by kubernetes-asyncio's walk first."""
-    import datetime
-    from operators.core.api.kube import _ApiClient
-    api = _ApiClient(client.Configuration(host="http://127.0.0.1:1"))
+async def test_bodies_go_out_as_go_writes_json(server):
+    """Compact, as Go's encoding/json: kubernetes-asyncio's json.dumps put spaces into raw-extension
+    fields, which the API server then saw as changed."""
+    kube, state = server
     body = {"metadata": {"name": "a", "labels": {"x": "y"}}, "spec": {"n": [1, 2.5, True, None]}}
-    assert api.sanitize_for_serialization(body) is body
-    sent = []
-
-    async def capture(method, url, query_params, headers, data, timeout):
-        sent.append(data)
-    api._send = capture
-    await api.request("PUT", "http://127.0.0.1:1/x", body=body, _preload_content=False)
-    when = datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.timezone.utc)
-    await api.request("PUT", "http://127.0.0.1:1/x", body={"t": when}, _preload_content=False)
-    assert sent == [b'{"metadata":{"name":"a","labels":{"x":"y"}},"spec":{"n":[1,2.5,true,null]}}',
-                    b'{"t":"2026-01-02T03:04:05+00:00"}']
-    await api.close()
+    await kube.request("PUT", "/api/v1/namespaces/ns/pods/a", body=body)
+    assert state["bodies"][-1] == b'{"metadata":{"name":"a","labels":{"x":"y"}},"spec":{"n":[1,2.5,true,null]}}'
 
 
 @pytest.fixture
@@ -189,7 +175,7 @@ async def watch_server():
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     port = site._server.sockets[0].getsockname()[1]
-    kube = Kube(client.ApiClient(client.Configuration(host=f"http://127.0.0.1:{port}")), RetryPolicy(attempts=1))
+    kube = Kube.for_host(f"http://127.0.0.1:{port}", retry=RetryPolicy(attempts=1))
     yield kube
     release.set()
     await kube.close()

@@ -5,14 +5,14 @@ import json
 import subprocess
 import sys
 
-# Every kopf handler in the default registry, named by the module of its function.
+# Every kopf handler in the default registry: (the module of its function, its id).
 _COUNT = """
 import importlib, json, sys
 import kopf
 for name in sys.argv[1:]:
     importlib.import_module(name)
 registry = kopf.get_default_registry()
-modules = [h.fn.__module__ for part in vars(registry).values() if hasattr(part, "get_all_handlers")
+modules = [[h.fn.__module__, h.id] for part in vars(registry).values() if hasattr(part, "get_all_handlers")
            for h in part.get_all_handlers()]
 print(json.dumps(modules))
 """
@@ -23,8 +23,8 @@ def _handler_modules(*modules: str) -> list[str]:
     return json.loads(out.stdout)
 
 
-def _ours(modules: list[str]) -> list[str]:
-    return [m for m in modules if m.split(".")[0] == "operators"]
+def _ours(handlers: list[list[str]]) -> list[str]:
+    return [handler_id for module, handler_id in handlers if module.split(".")[0] == "operators"]
 
 
 # Packages, and the modules other code imports from them (tools, controllers, decisions).
@@ -41,6 +41,7 @@ def test_importing_packages_registers_no_handler():
 
 def test_the_operator_modules_register_their_handlers():
     # Shows that the check above would see a handler: kopf run -m operators.<name>.operator.
-    names = ("claims", "taints", "binding", "nodeagent")
+    names = ("claims", "taints", "binding", "nodeagent", "poolstatus")
     found = set(_ours(_handler_modules(*(f"operators.{n}.operator" for n in names))))
-    assert found == {f"operators.{n}.operator" for n in names}
+    # Each through the one declarative start-up (core/framework/operator.py): start, stop, probe.
+    assert found == {f"{n}{suffix}" for n in names for suffix in ("-start", "-stop", "")}

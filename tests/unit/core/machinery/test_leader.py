@@ -180,23 +180,22 @@ async def test_release_that_cannot_reach_the_api_does_not_raise():
 async def test_the_elector_has_a_client_of_its_own_without_the_workers_rate_limit():
     """kube-controller-manager's separate leader-election client: a renewal never waits for the
     workers' DRA_API_QPS tokens nor for a connection of their pool; it is closed at release."""
-    from kubernetes_asyncio.client import Configuration
-
-    from operators.core.api.kube import Kube, _ApiClient
+    from operators.core.api.kube import Kube
     from operators.core.machinery.leader import act_when_leader
     from operators.core.api.ratelimit import TokenBucket
     from operators.core.settings import Settings
     from operators.core.machinery.workqueue import WorkQueue
 
-    workers = Kube(_ApiClient(Configuration(host="https://127.0.0.1:9")), limiter=TokenBucket(1))
+    workers = Kube.for_host("https://127.0.0.1:9")
+    workers.limiter = TokenBucket(1)
     for _ in range(100):
         workers.limiter.reserve()  # the workers are 100 s in debt
     settings = Settings(leader_election=True, leader_election_namespace="ns", leader_election_lease_duration=3)
     e = await act_when_leader(workers, settings, "l", WorkQueue("q", lambda key: asyncio.sleep(0)))
     try:
-        assert e.kube.limiter is None and e.kube._api is not workers._api
+        assert e.kube.limiter is None and e.kube.session is not workers.session
         assert e.kube.retry.attempts == 1
     finally:
         await e.release()
         await workers.close()
-    assert e.kube._api.rest_client.pool_manager.closed
+    assert e.kube.closed

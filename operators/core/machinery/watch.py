@@ -1,0 +1,209 @@
+"""client-go's reflector for one informer: WATCH from the start-up LIST's resourceVersion with
+bookmarks, resume from the last resourceVersion heard, relist after 410 Gone.
+
+- The watch starts where the informer's LIST ended (``Informer.prime``): nothing is listed
+  twice and nothing between the two is missed.
+- Each watch asks the server to end it after a random 5 to 10 minutes (client-go's
+  ``minWatchTimeout`` times one plus a random fraction, so that many clients do not reconnect
+  at once); the next one resumes from the newest resourceVersion heard: an event's, or a
+  BOOKMARK's (the API server sends them about once a minute, so a quiet watch still advances).
+- 410 Gone (the answer, or an ERROR event in the stream: etcd compacted past our
+  resourceVersion) means a relist: with the API server's streamed initial events where served
+  (``sendInitialEvents``, KEP-3157: the snapshot arrives as events ending with a BOOKMARK
+  annotated ``k8s.io/initial-events-end``, and the same request then goes on as the watch),
+  else a paged LIST. Either way the informer applies client-go's ``Replace`` semantics.
+- Any other failure (the connection breaks, 5xx, 429, a timeout) waits a moment and resumes
+  from the same resourceVersion; client-go's reflector never gives up either.
+- ``Informer.keep_line`` drops the raw lines of objects the informer never keeps (Pods without
+  claims) before they are decoded; their resourceVersion still counts as heard.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import random
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from ..api.kube import ApiError, ConnectionLost, Kube
+from ..logging import get_logger
+from .informer import Informer
+from .store import key_of
+
+log = get_logger(__name__)
+
+MIN_WATCH_TIMEOUT = 300      # client-go's reflector: minWatchTimeout = 5 minutes
+READ_MARGIN = 30.0           # a watch silent this long past its timeout is a dead connection
+INITIAL_EVENTS_END = "k8s.io/initial-events-end"
+# Only object events may be dropped unparsed; their line starts with the type (metav1.WatchEvent's order).
+OBJECT_EVENTS = (b'{"type":"ADDED"', b'{"type":"MODIFIED"', b'{"type":"DELETED"')
+# The object's own metadata comes first in its JSON: its first name, namespace and resourceVersion.
+_RESOURCE_VERSION = re.compile(rb'"resourceVersion":"(\d+)"')
+_NAME = re.compile(rb'"metadata":\{"name":"([^"]*)"')
+_NAMESPACE = re.compile(rb'"namespace":"([^"]*)"')
+
+
+def backoff() -> Iterator[float]:
+    """0.5, 1, 1, then 2 s for ever: back within 2 s of an API server that returns (the chaos
+    tests' bound), and never given up."""
+    return itertools.chain((0.5, 1.0, 1.0), itertools.repeat(2.0))
+
+
+class Gone(Exception):
+    """410: the resourceVersion to resume from is compacted away; only a relist helps."""
+
+
+class Reflector:
+    def __init__(self, kube: Kube, informer: Informer, *, watch_list: bool = False):
+        """``watch_list``: relist with streamed initial events (the server offers them)."""
+        self.kube = kube
+        self.informer = informer
+        self.watch_list = watch_list
+        self.watching = False
+        self.version: str | None = None  # where the next watch starts; None: relist first
+        self.log = log.bind(resource=informer.resource.plural)
+
+    def _params(self, version: str | None, timeout: int) -> list[tuple[str, Any]]:
+        params: list[tuple[str, Any]] = [
+            ("watch", "true"), ("allowWatchBookmarks", "true"), ("timeoutSeconds", timeout),
+            ("fieldSelector", self.informer.field_selector), ("labelSelector", self.informer.label_selector)]
+        if version is None:  # a relist through the watch: the snapshot first
+            params += [("sendInitialEvents", "true"), ("resourceVersionMatch", "NotOlderThan")]
+        else:
+            params.append(("resourceVersion", version))
+        return params
+
+    async def run(self) -> None:
+        """Until cancelled. The informer must have been primed (its LIST gives the start)."""
+        self.version = self.informer.list_version
+        delays = backoff()
+        while True:
+            try:
+                if self.version is None:
+                    await self._relist()
+                else:
+                    await self._watch(listing=False)
+                delays = backoff()
+            except Gone:
+                self.log.info("watch resourceVersion expired (410 Gone), relisting")
+                self._restart_listing()
+            except (ApiError, ConnectionLost) as e:
+                self.watching = False
+                if isinstance(e, ApiError) and e.status == 410:
+                    self._restart_listing()
+                    continue
+                if isinstance(e, ApiError) and self.version is None and self.watch_list and e.status in (400, 422):
+                    self.log.info("streamed initial events refused, relisting with LIST", error=str(e))
+                    self.watch_list = False
+                    self._restart_listing()
+                    continue
+                if self.version is None:
+                    self.informer.abort_relist()
+                delay = next(delays)
+                self.log.info("watch failed, retrying", error=str(e), retry_in=delay)
+                await asyncio.sleep(delay)
+
+    def _restart_listing(self) -> None:
+        self.watching = False
+        self.informer.abort_relist()
+        self.version = None
+
+    async def _relist(self) -> None:
+        """client-go's ``Replace``; afterwards ``version`` is where the watch goes on."""
+        informer = self.informer
+        informer.begin_relist()
+        if self.watch_list:
+            await self._watch(listing=True)
+            return
+        keep = informer.keep
+        items, version = await self.kube.list_with_version(
+            informer.resource, field_selector=informer.field_selector, label_selector=informer.label_selector,
+            keep=None if keep is None else (lambda obj: keep(obj) or key_of(obj) in informer.store))
+        for obj in items:
+            informer.listed(obj)
+        informer.end_relist()
+        self.version = version
+
+    async def _watch(self, *, listing: bool) -> None:
+        """One watch request until the server ends it. ``version`` follows every event and
+        BOOKMARK, so whatever breaks the request, the next one resumes where this one got to; a
+        streamed relist sets it only at its end (until then a break starts the relist over)."""
+        timeout = int(MIN_WATCH_TIMEOUT * (1 + random.random()))
+        informer = self.informer
+        async with self.kube.stream(informer.resource.path(), self._params(None if listing else self.version, timeout),
+                                    read_timeout=timeout + READ_MARGIN) as lines:
+            self.watching = True
+            version = self.version
+            async for line in lines:
+                if line.startswith(OBJECT_EVENTS) and not informer.wants(line):
+                    seen = _line_version(line)
+                    version = str(seen) if seen else version
+                    informer.skipped(seen)
+                    if listing:
+                        informer.listed_key(_line_key(line))
+                    else:
+                        self.version = version
+                    continue
+                event = _decode(line)
+                kind, obj = event.get("type"), event.get("object") or {}
+                meta = obj.get("metadata") or {}
+                if kind == "ERROR":
+                    _raise(obj)
+                if kind == "BOOKMARK":
+                    version = meta.get("resourceVersion") or version
+                    informer.on_bookmark(_int(version))
+                    if listing and (meta.get("annotations") or {}).get(INITIAL_EVENTS_END) == "true":
+                        informer.end_relist()
+                        listing = False
+                    if not listing:
+                        self.version = version
+                    continue
+                if kind not in ("ADDED", "MODIFIED", "DELETED"):
+                    continue
+                version = meta.get("resourceVersion") or version
+                if listing and kind == "ADDED":
+                    informer.listed(obj)
+                    continue
+                informer.on_event(event)
+                if not listing:
+                    self.version = version
+        self.watching = False
+
+
+def _decode(line: bytes) -> dict[str, Any]:
+    try:
+        event = json.loads(line)
+    except ValueError as e:
+        raise ConnectionLost("WATCH", "", e) from e  # a torn line: the connection broke mid-event
+    return event if isinstance(event, dict) else {}
+
+
+def _raise(status: dict[str, Any]) -> None:
+    code = status.get("code") or 500
+    if code == 410:
+        raise Gone()
+    raise ApiError(int(code), status, "WATCH")
+
+
+def _line_version(line: bytes) -> int:
+    match = _RESOURCE_VERSION.search(line)
+    return int(match.group(1)) if match else 0
+
+
+def _line_key(line: bytes) -> str:
+    name = _NAME.search(line)
+    namespace = _NAMESPACE.search(line)
+    if name is None:
+        return ""
+    return (f"{namespace.group(1).decode()}/" if namespace else "") + name.group(1).decode()
+
+
+def _int(version: str | None) -> int:
+    try:
+        return int(version or 0)
+    except ValueError:
+        return 0
+

@@ -1,0 +1,204 @@
+"""The reflector over real HTTP: a scripted API server on loopback answers each request as the
+case needs (watch streams, 410 Gone, broken connections, streamed initial events), and the
+informer's cache must end as client-go's would. The same against a real kube-apiserver with a
+compacted etcd and a cut network: tests/integration/test_chaos.py."""
+
+import asyncio
+import json
+
+import pytest
+from aiohttp import web
+
+from operators.core.api.kube import Kube, RetryPolicy
+from operators.core.api.resources import PODS
+from operators.core.machinery import watch as watch_module
+from operators.core.machinery.informer import Informer
+from operators.core.machinery.store import Store
+from operators.core.machinery.watch import Reflector
+
+
+def pod(name, uid, rv, claims=True):
+    obj = {"metadata": {"name": name, "namespace": "ns", "uid": uid, "resourceVersion": str(rv)}}
+    if claims:
+        obj["spec"] = {"resourceClaims": [{"name": "gpu"}]}
+    return obj
+
+
+def event(kind, obj):
+    return (json.dumps({"type": kind, "object": obj}, separators=(",", ":")) + "\n").encode()
+
+
+def bookmark(rv, end=False):
+    meta = {"resourceVersion": str(rv)}
+    if end:
+        meta["annotations"] = {"k8s.io/initial-events-end": "true"}
+    return event("BOOKMARK", {"metadata": meta})
+
+
+class Server:
+    """Each request takes the next script entry: ("list", items, rv), ("watch", [lines], then)
+    where then is "end" (the server closes the watch), "drop" (the connection breaks) or "hang",
+    or ("status", code)."""
+
+    def __init__(self):
+        self.script: list = []
+        self.requests: list[dict] = []
+        self.done = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        self.requests.append(dict(request.query))
+        if not self.script:
+            self.done.set()
+            await self.release.wait()
+            return web.Response(status=503)
+        what = self.script.pop(0)
+        if what[0] == "list":
+            return web.json_response({"kind": "PodList", "metadata": {"resourceVersion": str(what[2])},
+                                      "items": what[1]})
+        if what[0] == "status":
+            return web.json_response({"kind": "Status", "code": what[1], "reason": "Expired"}, status=what[1])
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        await response.prepare(request)
+        for line in what[1]:
+            await response.write(line)
+        if what[2] == "drop":
+            await response.write(b'{"type":"MODIFIED","obj')  # torn mid-event
+            request.transport.close()
+        elif what[2] == "hang":
+            await self.release.wait()
+        return response
+
+
+@pytest.fixture
+async def api(monkeypatch):
+    monkeypatch.setattr(watch_module, "backoff", lambda: iter([0.0] * 100))
+    server = Server()
+    app = web.Application()
+    app.router.add_get("/{tail:.*}", server.handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]
+    kube = Kube.for_host(f"http://127.0.0.1:{port}", retry=RetryPolicy(attempts=1))
+    yield server, kube
+    server.release.set()
+    await kube.close()
+    await runner.cleanup()
+
+
+async def run(server, kube, initial, *, watch_list=False, keep=None, keep_line=None):
+    """Prime with ``initial`` at rv 10, run the reflector until the script is used up."""
+    store = Store()
+    calls = []
+
+    def handler(obj, deleted):
+        calls.append((obj["metadata"]["name"], deleted))
+        store.delete(obj) if deleted else store.upsert(obj)
+
+    informer = Informer(kube, PODS, store, handler, keep=keep, keep_line=keep_line)
+    server.script.insert(0, ("list", initial, 10))
+    await informer.prime()
+    reflector = Reflector(kube, informer, watch_list=watch_list)
+    task = asyncio.create_task(reflector.run())
+    try:
+        await asyncio.wait_for(server.done.wait(), 10)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    return store, informer, calls
+
+
+async def test_the_watch_starts_at_the_lists_version_and_resumes_from_the_last_one_heard(api):
+    server, kube = api
+    server.script = [("watch", [event("ADDED", pod("b", "2", 11))], "end"),
+                     ("watch", [bookmark(20)], "end"),
+                     ("watch", [event("DELETED", pod("a", "1", 21))], "end")]
+    store, informer, _ = await run(server, kube, [pod("a", "1", 5)])
+    watches = [r for r in server.requests if r.get("watch")]
+    assert [w["resourceVersion"] for w in watches[:3]] == ["10", "11", "20"]
+    assert all(w["allowWatchBookmarks"] == "true" and 300 <= int(w["timeoutSeconds"]) < 600 for w in watches)
+    assert store.keys() == ["ns/b"] and informer.bookmarks == 1 and informer.relists == 0
+    assert watches[3]["resourceVersion"] == "21"
+
+
+async def test_a_broken_connection_resumes_from_the_same_version_without_a_relist(api):
+    server, kube = api
+    server.script = [("watch", [event("ADDED", pod("b", "2", 11))], "drop"),
+                     ("watch", [event("ADDED", pod("c", "3", 12))], "end")]
+    store, informer, _ = await run(server, kube, [])
+    watches = [r for r in server.requests if r.get("watch")]
+    assert [w["resourceVersion"] for w in watches[:3]] == ["10", "11", "12"]
+    assert store.keys() == ["ns/b", "ns/c"] and informer.relists == 0
+
+
+@pytest.mark.parametrize("gone", ["answer", "event"])
+async def test_gone_relists_with_list_and_reports_what_was_deleted_meanwhile(api, gone):
+    server, kube = api
+    expired = ("status", 410) if gone == "answer" else ("watch", [event("ERROR", {"code": 410})], "hang")
+    server.script = [("watch", [], "end"), expired,
+                     ("list", [pod("a", "1", 30), pod("c", "3", 31)], 40),
+                     ("watch", [event("ADDED", pod("d", "4", 41))], "end")]
+    store, informer, calls = await run(server, kube, [pod("a", "1", 5), pod("b", "2", 6)])
+    assert store.keys() == ["ns/a", "ns/c", "ns/d"] and ("b", True) in calls
+    assert informer.relists == 1 and informer.deletions_found == 1
+    watches = [r for r in server.requests if r.get("watch")]
+    assert watches[-2]["resourceVersion"] == "40"  # after the relist, from the list's version
+
+
+async def test_a_streamed_relist_replaces_at_its_bookmark_and_the_same_request_goes_on(api):
+    server, kube = api
+    server.script = [("status", 410),
+                     ("watch", [event("ADDED", pod("a", "1", 30)), bookmark(40, end=True),
+                                event("ADDED", pod("e", "5", 41))], "end"),
+                     ("watch", [], "end")]
+    store, informer, calls = await run(server, kube, [pod("a", "1", 5), pod("b", "2", 6)], watch_list=True)
+    relist = server.requests[2]
+    assert relist["sendInitialEvents"] == "true" and relist["resourceVersionMatch"] == "NotOlderThan"
+    assert "resourceVersion" not in relist
+    assert store.keys() == ["ns/a", "ns/e"] and ("b", True) in calls and informer.deletions_found == 1
+    assert server.requests[3]["resourceVersion"] == "41"
+
+
+async def test_a_streamed_relist_that_breaks_before_its_end_concludes_nothing(api):
+    server, kube = api
+    server.script = [("status", 410),
+                     ("watch", [event("ADDED", pod("a", "1", 30))], "drop"),
+                     ("watch", [event("ADDED", pod("a", "1", 30)), event("ADDED", pod("b", "2", 31)),
+                                bookmark(40, end=True)], "end")]
+    store, informer, calls = await run(server, kube, [pod("a", "1", 5), pod("b", "2", 6)], watch_list=True)
+    assert store.keys() == ["ns/a", "ns/b"] and not any(deleted for _, deleted in calls)
+    assert informer.relists == 2 and informer.deletions_found == 0
+
+
+async def test_a_server_refusing_streamed_initial_events_is_relisted_with_list(api):
+    server, kube = api
+    server.script = [("status", 410), ("status", 422), ("list", [], 40), ("watch", [], "end")]
+    store, informer, _ = await run(server, kube, [pod("a", "1", 5)], watch_list=True)
+    assert len(store) == 0 and informer.deletions_found == 1
+
+
+async def test_lines_nobody_keeps_are_not_parsed_but_advance_the_version(api):
+    server, kube = api
+    uses = lambda obj: bool((obj.get("spec") or {}).get("resourceClaims"))  # noqa: E731
+    line = lambda raw: b"resourceClaims" in raw  # noqa: E731
+    server.script = [("watch", [event("ADDED", pod("plain", "9", 11, claims=False)),
+                                event("ADDED", pod("b", "2", 12))], "end"),
+                     ("watch", [event("MODIFIED", pod("plain", "9", 13, claims=False))], "end")]
+    store, informer, _ = await run(server, kube, [], keep=uses, keep_line=line)
+    watches = [r for r in server.requests if r.get("watch")]
+    assert [w["resourceVersion"] for w in watches[:3]] == ["10", "12", "13"]
+    assert store.keys() == ["ns/b"] and informer.lines_skipped == 2
+
+
+async def test_a_cached_object_whose_line_is_skipped_in_a_streamed_relist_stays(api):
+    """keep_line may refuse a line of an object already cached (kept when it changed to one keep
+    refuses): its key still counts as listed."""
+    server, kube = api
+    uses = lambda obj: bool((obj.get("spec") or {}).get("resourceClaims"))  # noqa: E731
+    line = lambda raw: b"resourceClaims" in raw  # noqa: E731
+    server.script = [("status", 410),
+                     ("watch", [event("ADDED", pod("a", "1", 30, claims=False)), bookmark(40, end=True)], "end")]
+    store, informer, _ = await run(server, kube, [pod("a", "1", 5)], watch_list=True, keep=uses, keep_line=line)
+    assert store.keys() == ["ns/a"] and informer.deletions_found == 0
