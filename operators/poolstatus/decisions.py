@@ -21,6 +21,8 @@ from typing import Any
 
 from ..core.dra.counters import Counters, capacities, copy_counters, counters_left, deduct, shortfall
 from ..core.dra.quantity import Quantity, non_negative_diff
+from ..core.dra.resourceclaim import allocation_results
+from ..core.dra.tolerations import FILTERING_EFFECTS, device_selector_matches
 
 Obj = dict[str, Any]
 
@@ -38,7 +40,7 @@ PREFIX_PARTITION_COST_MISMATCH = "PartitionCostMismatch:"
 PREFIX_PARTITION_SUMMARY_OVER_CAP = "PartitionSummaryOverCap:"
 PREFIX_SHAREABLE_OVER_CAP = "ShareableSummaryOverCap:"
 
-UNAVAILABLE_EFFECTS = ("NoSchedule", "NoExecute")
+UNAVAILABLE_EFFECTS = FILTERING_EFFECTS   # NoSchedule, NoExecute
 
 
 # -- which devices count how ----------------------------------------------------------------------
@@ -54,11 +56,7 @@ def rule_makes_device_unavailable(rule: Obj, driver: str, pool: str, device: str
     spec = rule.get("spec") or {}
     if (spec.get("taint") or {}).get("effect") not in UNAVAILABLE_EFFECTS:
         return False
-    selector = spec.get("deviceSelector")
-    if selector is None:
-        return False
-    return all(selector.get(k) is None or selector.get(k) == v
-               for k, v in (("driver", driver), ("pool", pool), ("device", device)))
+    return device_selector_matches(spec.get("deviceSelector"), driver, pool, device)
 
 
 def device_unavailable(driver: str, pool: str, device: Obj, rules: Iterable[Obj]) -> bool:
@@ -301,10 +299,7 @@ def calculate_pool_status(request: Obj, slices: Iterable[Obj], claims: Iterable[
     allocated: dict[str, set[str]] = {}
     consumed: dict[str, dict[str, Quantity]] = {}
     for claim in claims:
-        allocation = (claim.get("status") or {}).get("allocation")
-        if not allocation:
-            continue
-        for result in (allocation.get("devices") or {}).get("results") or []:
+        for result in allocation_results(claim):
             if result.get("adminAccess"):
                 continue
             key = f"{result.get('driver')}/{result.get('pool')}"
