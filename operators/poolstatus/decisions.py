@@ -17,10 +17,12 @@ import datetime
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from fractions import Fraction
 from typing import Any
 
-from ..core.dra.quantity import Quantity, non_negative_diff, parse_quantity
+from ..core.dra.counters import Counters, capacities, copy_counters, counters_left, deduct, shortfall
+from ..core.dra.quantity import Quantity, non_negative_diff
+from ..core.dra.resourceclaim import allocation_results
+from ..core.dra.tolerations import FILTERING_EFFECTS, device_selector_matches
 
 Obj = dict[str, Any]
 
@@ -38,7 +40,7 @@ PREFIX_PARTITION_COST_MISMATCH = "PartitionCostMismatch:"
 PREFIX_PARTITION_SUMMARY_OVER_CAP = "PartitionSummaryOverCap:"
 PREFIX_SHAREABLE_OVER_CAP = "ShareableSummaryOverCap:"
 
-UNAVAILABLE_EFFECTS = ("NoSchedule", "NoExecute")
+UNAVAILABLE_EFFECTS = FILTERING_EFFECTS   # NoSchedule, NoExecute
 
 
 # -- which devices count how ----------------------------------------------------------------------
@@ -54,11 +56,7 @@ def rule_makes_device_unavailable(rule: Obj, driver: str, pool: str, device: str
     spec = rule.get("spec") or {}
     if (spec.get("taint") or {}).get("effect") not in UNAVAILABLE_EFFECTS:
         return False
-    selector = spec.get("deviceSelector")
-    if selector is None:
-        return False
-    return all(selector.get(k) is None or selector.get(k) == v
-               for k, v in (("driver", driver), ("pool", pool), ("device", device)))
+    return device_selector_matches(spec.get("deviceSelector"), driver, pool, device)
 
 
 def device_unavailable(driver: str, pool: str, device: Obj, rules: Iterable[Obj]) -> bool:
@@ -116,16 +114,9 @@ def resolve_device_partitions(request_attr: str | None, devices: list[DeviceReco
         d.partition_type, d.has_partition_type = resolve_partition_type(driver, d.attributes, d.partition_attr)
 
 
-Counters = dict[str, dict[str, Fraction]]
-
-
 def _go_quote(text: str) -> str:
     """Go's %q for the names that appear in messages."""
     return json.dumps(text, ensure_ascii=False)
-
-
-def _counter_value(counter: Obj) -> Fraction:
-    return parse_quantity(str(counter.get("value", "0")))
 
 
 def consumes_counters_key(cost: list[Obj]) -> str:
@@ -135,36 +126,10 @@ def consumes_counters_key(cost: list[Obj]) -> str:
     return ",".join(sorted(parts))
 
 
-def _deduct(cost: list[Obj], avail: Counters) -> None:
-    for cc in cost:
-        counters = avail.get(cc.get("counterSet"))
-        if counters is None:
-            continue
-        for name, c in (cc.get("counters") or {}).items():
-            if name in counters:
-                counters[name] -= _counter_value(c)
-
-
-def _fits(cost: list[Obj], avail: Counters) -> bool:
-    for cc in cost:
-        counters = avail.get(cc.get("counterSet")) or {}
-        for name, c in (cc.get("counters") or {}).items():
-            if name not in counters or counters[name] < _counter_value(c):
-                return False
-    return True
-
-
 def available_counters(shared: list[Obj], devices: list[DeviceRecord], in_use: set[str]) -> Counters:
-    """views.go ``availableCounters``: capacity minus the cost of every in-use device, once each."""
-    avail: Counters = {}
-    for counter_set in shared:
-        values = avail.setdefault(counter_set.get("name", ""), {})
-        for name, c in (counter_set.get("counters") or {}).items():
-            values[name] = _counter_value(c)
-    for d in devices:
-        if d.name in in_use:
-            _deduct(d.consumes_counters, avail)
-    return avail
+    """views.go ``availableCounters``: capacity minus the cost of every in-use device, once each
+    (the arithmetic is operators.core.dra.counters', the allocator's too)."""
+    return counters_left(capacities(shared), (d.consumes_counters for d in devices if d.name in in_use))
 
 
 def compute_partition_summary(driver: str, pool: str, devices: list[DeviceRecord], shared: list[Obj],
@@ -191,12 +156,12 @@ def compute_partition_summary(driver: str, pool: str, devices: list[DeviceRecord
     baseline = available_counters(shared, devices, in_use)
     result = []
     for (attr, type_), group in sorted(groups.items()):
-        avail = {name: dict(values) for name, values in baseline.items()}
+        avail = copy_counters(baseline)
         allocatable = 0
         for d in group["fresh"]:
-            if _fits(d.consumes_counters, avail):
+            if shortfall(d.consumes_counters, avail) is None:
                 allocatable += 1
-                _deduct(d.consumes_counters, avail)
+                deduct(avail, d.consumes_counters)
         result.append({"attribute": attr, "type": type_, "total": group["total"], "allocatable": allocatable})
     if len(result) > MAX_STATUS_LIST_ITEMS:
         return None, (f"{PREFIX_PARTITION_SUMMARY_OVER_CAP} pool {driver}/{pool} has {len(result)} partition types, "
@@ -334,10 +299,7 @@ def calculate_pool_status(request: Obj, slices: Iterable[Obj], claims: Iterable[
     allocated: dict[str, set[str]] = {}
     consumed: dict[str, dict[str, Quantity]] = {}
     for claim in claims:
-        allocation = (claim.get("status") or {}).get("allocation")
-        if not allocation:
-            continue
-        for result in (allocation.get("devices") or {}).get("results") or []:
+        for result in allocation_results(claim):
             if result.get("adminAccess"):
                 continue
             key = f"{result.get('driver')}/{result.get('pool')}"

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator, Sequence
 
 from ..core.dra.metatime import format_time, parse_time, utcnow
+from ..core.dra.tolerations import device_selector_matches
 from ..core.dra.tolerations import tolerates  # noqa: F401 - part of this module's vocabulary (tests, preview)
 from ..core.dra.podgroup import is_for_pod_or_group, is_reserved_for_pod_or_group
 from ..core.dra.resourceclaim import Obj, allocation_results, is_allocated, pod_claim_names
@@ -180,12 +181,8 @@ def rule_matches_device(rule: Obj, driver: str, pool: str, device_name: str,
     """``ruleMatchesDevice``: no selector matches nothing (unlike the empty selector, which
     matches everything); each of driver, pool and device that is set must be equal. A v1alpha3
     class/CEL selector needs the published device: without its slice it matches nothing."""
-    selector = (rule.get("spec") or {}).get("deviceSelector")
-    if selector is None:
+    if not device_selector_matches((rule.get("spec") or {}).get("deviceSelector"), driver, pool, device_name):
         return False
-    for key, value in (("driver", driver), ("pool", pool), ("device", device_name)):
-        if selector.get(key) is not None and selector[key] != value:
-            return False
     if uses_cel(rule):
         return device is not None and cel is not None and cel(rule, driver, device)
     return True

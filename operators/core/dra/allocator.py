@@ -20,9 +20,10 @@ from fractions import Fraction
 from typing import Any, Callable
 
 from . import cel
-from .capacity import Amounts, add, capacity_problem, consumed_amounts, q
+from .capacity import Amounts, add, capacity_problem, consumed_amounts
+from .counters import Counters, add_consumption
 from .nodeselection import node_matches
-from .pools import AllocatedState, DeviceID, Pool, gather_pools
+from .pools import AllocatedState, DeviceID, Pool, available_counters, gather_pools
 from .tolerations import untolerated
 
 Obj = dict[str, Any]
@@ -184,8 +185,8 @@ class Allocation:
         self.matches: dict[tuple, bool] = {}
         self.allocating: dict[DeviceID, set[int]] = {}
         self.allocating_capacity: dict[DeviceID, Amounts] = {}
-        self.consumed_counters: dict[str, dict[str, dict[str, Fraction]]] = {}
-        self.available: dict[str, dict[str, dict[str, Fraction]]] = {}
+        self.consumed_counters: dict[str, Counters] = {}   # pool id -> what the devices being tried take
+        self.available: dict[str, Counters] = {}           # pool id -> what allocated devices leave
         self.results: list[list[Obj]] = [[] for _ in claims]
         self.calls = 0
 
@@ -269,25 +270,19 @@ class Allocation:
         return capacity_problem(r.capacity, d, in_use) is None
 
     def _counters_fit(self, pool: Pool, d: Obj) -> bool:
-        """``checkAvailableCounters``: reserve the device's counters if they fit."""
-        from .pools import available_counters
+        """``checkAvailableCounters``: reserve the device's counters if they fit. Every counter
+        of the pool is compared, as upstream: one already over-used by allocated devices stops
+        every device of the pool that consumes counters."""
         if pool.id not in self.available:
             self.available[pool.id] = available_counters(pool, self.state)
         consumed = self.consumed_counters.setdefault(pool.id, {})
-        self._consume(consumed, d, 1)
+        add_consumption(consumed, d.get("consumesCounters"))
         for set_name, counters in self.available[pool.id].items():
             for name, value in counters.items():
                 if value < consumed.get(set_name, {}).get(name, Fraction(0)):
-                    self._consume(consumed, d, -1)
+                    add_consumption(consumed, d.get("consumesCounters"), -1)
                     return False
         return True
-
-    @staticmethod
-    def _consume(consumed: dict[str, dict[str, Fraction]], d: Obj, sign: int) -> None:
-        for consumption in d.get("consumesCounters") or []:
-            counters = consumed.setdefault(consumption["counterSet"], {})
-            for name, c in (consumption.get("counters") or {}).items():
-                counters[name] = counters.get(name, Fraction(0)) + sign * q(c.get("value", "0"))
 
     def _allocate_device(self, ci: int, ri: int, si: int, pool: Pool, s: Obj, d: Obj, must: bool) -> Callable[[], None] | None:
         """``allocateDevice``: the undo function when the device was taken, else None."""
@@ -314,7 +309,7 @@ class Allocation:
         if not skip_counters and d.get("consumesCounters"):
             if not self._counters_fit(pool, d):
                 return None
-            undo.append(lambda: self._consume(self.consumed_counters[pool.id], d, -1))
+            undo.append(lambda: add_consumption(self.consumed_counters[pool.id], d.get("consumesCounters"), -1))
         if untolerated(d.get("taints") or [], r.tolerations):
             rollback()
             return None

@@ -12,7 +12,8 @@ from typing import Any
 
 from . import cel
 from .allocator import Request, selector_failure
-from .capacity import Amounts, add, capacity_problem, q, show
+from .capacity import Amounts, add, capacity_problem, show
+from .counters import Counters, shortfall
 from .nodeselection import device_reaches
 from .pools import AllocatedState, DeviceID, Pool, available_counters
 from .tolerations import describe_taint, untolerated
@@ -77,21 +78,20 @@ def _holders(state: AllocatedState, device: DeviceID) -> str:
     return ", ".join(holders[:3]) + (f" and {len(holders) - 3} more" if len(holders) > 3 else "")
 
 
-def counters_problem(pool: Pool, device: Obj, available: dict[str, dict[str, Fraction]]) -> str | None:
-    """Whether the device's counter consumption fits what allocated devices leave."""
-    for consumption in device.get("consumesCounters") or []:
-        counters = available.get(consumption.get("counterSet")) or {}
-        for name, c in (consumption.get("counters") or {}).items():
-            need = q(c.get("value", "0"))
-            left = counters.get(name, Fraction(0))
-            if need > left:
-                return (f"counter set {consumption['counterSet']} {name}: needs {show(need)}, "
-                        f"{show(max(left, Fraction(0)))} left")
-    return None
+def counters_problem(pool: Pool, device: Obj, available: Counters) -> str | None:
+    """Whether the device's counter consumption fits what allocated devices leave
+    (operators.core.dra.counters.shortfall)."""
+    short = shortfall(device.get("consumesCounters"), available)
+    if short is None:
+        return None
+    if short.have is None:  # a valid pool has every counter its devices name (pools._build)
+        return f"counter set {short.counter_set} has no counter {short.counter}"
+    return (f"counter set {short.counter_set} {short.counter}: needs {show(short.need)}, "
+            f"{show(max(short.have, Fraction(0)))} left")
 
 
 def device_fit(request: Request, device_class: Obj | None, pool: Pool, s: Obj, d: Obj, usable_nodes: list[Obj],
-               state: AllocatedState, available: dict[str, dict[str, Fraction]] | None = None) -> Fit:
+               state: AllocatedState, available: Counters | None = None) -> Fit:
     """The first rule that rejects device ``d`` (of slice ``s`` in ``pool``) for ``request``."""
     spec = s["spec"]
     device = (spec["driver"], spec["pool"]["name"], d["name"])

@@ -8,10 +8,10 @@ allocateddevices.go (``foreachAllocatedDevice``) at v1.37.1.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from fractions import Fraction
 from typing import Any, Iterable
 
 from .capacity import Amounts, add, q
+from .counters import Counters, amounts, counters_left
 from .nodeselection import node_matches
 from .resourceclaim import allocation_results
 
@@ -27,7 +27,7 @@ class Pool:
     invalid: str = ""
     slices: list[Obj] = field(default_factory=list)         # device slices that reach the node
     other_slices: list[Obj] = field(default_factory=list)   # the pool's device slices that do not
-    counter_sets: dict[str, dict[str, Fraction]] = field(default_factory=dict)
+    counter_sets: Counters = field(default_factory=dict)
 
     @property
     def id(self) -> str:
@@ -94,7 +94,7 @@ def _build(driver: str, name: str, slices: list[Obj], all_of_pool: list[Obj] | N
             if counter_set["name"] in pool.counter_sets:
                 pool.invalid = f"duplicate counter set name {counter_set['name']}"
                 return pool
-            pool.counter_sets[counter_set["name"]] = {n: q(c.get("value", "0")) for n, c in (counter_set.get("counters") or {}).items()}
+            pool.counter_sets[counter_set["name"]] = amounts(counter_set.get("counters"))
     for s in device_slices + other:
         for d in s["spec"].get("devices") or []:
             for consumption in d.get("consumesCounters") or []:
@@ -200,19 +200,12 @@ def allocated_state(claims: Iterable[Obj], skip: Iterable[str] = ()) -> Allocate
     return state
 
 
-def available_counters(pool: Pool, state: AllocatedState) -> dict[str, dict[str, Fraction]]:
+def available_counters(pool: Pool, state: AllocatedState) -> Counters:
     """The pool's counters minus what allocated devices consume (``checkAvailableCounters``'s
-    first part); may go negative."""
-    available = {name: dict(counters) for name, counters in pool.counter_sets.items()}
-    for s, d in pool.device_entries(with_other=True):
-        if not state.is_allocated((s["spec"]["driver"], s["spec"]["pool"]["name"], d["name"])):
-            continue
-        for consumption in d.get("consumesCounters") or []:
-            counters = available.get(consumption.get("counterSet")) or {}
-            for name, c in (consumption.get("counters") or {}).items():
-                if name in counters:
-                    counters[name] -= q(c.get("value", "0"))
-    return available
+    first part, operators.core.dra.counters); may go negative."""
+    return counters_left(pool.counter_sets, (
+        d.get("consumesCounters") for s, d in pool.device_entries(with_other=True)
+        if d.get("consumesCounters") and state.is_allocated((s["spec"]["driver"], s["spec"]["pool"]["name"], d["name"]))))
 
 
 def all_pools(slices: list[Obj]) -> list[Pool]:

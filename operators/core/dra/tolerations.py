@@ -2,6 +2,7 @@
 
 - Device taints (ResourceSlice devices, DeviceTaintRules) against a request's tolerations:
   ``resourceclaim.ToleratesTaint`` (k8s.io/dynamic-resource-allocation/resourceclaim/toleration.go).
+- DeviceTaintRules' device selectors against devices (``device_selector_matches``).
 - Node taints against a Pod's tolerations: ``v1helper.TolerationsTolerateTaint`` and
   ``Toleration.ToleratesTaint`` (k8s.io/api/core/v1/toleration.go), as the scheduler's
   TaintToleration filter uses them (only NoSchedule and NoExecute taints filter).
@@ -45,3 +46,17 @@ def describe_taint(taint: Obj) -> str:
     """``key=value:Effect``, as kubectl prints taints."""
     value = taint.get("value")
     return f"{taint.get('key', '')}{'=' + value if value else ''}:{taint.get('effect', '')}"
+
+
+def device_selector_matches(selector: Obj | None, driver: str, pool: str, device: str) -> bool:
+    """A DeviceTaintRule's ``spec.deviceSelector`` against one device: no selector matches no
+    device (unlike the empty one, which matches every device); each of driver, pool and device
+    that is set must be equal. Upstream spells this out three times at v1.37.1: the ResourceSlice
+    tracker's ``applyPatches`` (k8s.io/dynamic-resource-allocation/resourceslice/tracker/
+    tracker.go), ``ruleMatchesDevice`` (pkg/controller/devicetainteviction/
+    device_taint_eviction.go) and ``ruleMakesDeviceUnavailable`` (pkg/controller/
+    resourcepoolstatusrequest/controller.go)."""
+    if selector is None:
+        return False
+    return all(selector.get(key) is None or selector[key] == value
+               for key, value in (("driver", driver), ("pool", pool), ("device", device)))
