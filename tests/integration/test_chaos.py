@@ -353,9 +353,9 @@ async def test_a_leader_cut_off_exits_and_the_standby_takes_over_without_doing_a
 @pytest.mark.parametrize("compacted", [False, True], ids=["cut", "cut-and-compaction"])
 async def test_node_agent_republishes_after_a_cut_and_keeps_publishing(
         fault_lab, fkube, processes, unique, tmp_path, compacted):
-    """With a compaction in the gap the watch cannot resume: kopf lists again and finds nothing
-    (every slice of the agent is gone), an empty listing that only the end-of-listing hook
-    (core/framework/kopflistings.py) reports."""
+    """With a compaction in the gap the watch cannot resume: the reflector relists and finds
+    nothing (every slice of the agent is gone), and the informer's Replace reports each cached
+    slice deleted (core/machinery/watch.py, informer.py)."""
     driver = f"cut{unique}.lab.dra-operators.dev"
     inventory = tmp_path / "inventory.yaml"
     inventory.write_text(yaml.safe_dump({"gpus": [{"model": "M", "memory": "8Gi", "count": 2}]}))

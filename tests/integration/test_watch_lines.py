@@ -1,5 +1,5 @@
 """Pods without claims cost the claims and taints operators no JSON decoding: their watch lines
-are dropped before kopf parses them (core/framework/kopflistings.py). The danger of dropping is an informer
+are dropped before they are parsed (core/machinery/watch.py). The danger of dropping is an informer
 that hears nothing while the API server's resourceVersion moves on: its stale-watch check would
 fail liveness and restart the operator in any cluster busy with other Pods. Here the check looks
 every second (DRA_WATCH_SILENCE=4) while only plain Pods change, for four times that long."""
