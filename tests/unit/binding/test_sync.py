@@ -12,7 +12,6 @@ tests/integration/test_binding.py), cool-off DeviceTaintRules (off here: no rule
 from __future__ import annotations
 
 import asyncio
-import json
 from dataclasses import dataclass, field
 
 import pytest
@@ -25,7 +24,6 @@ from operators.core.dra.metatime import format_time, utcnow
 from tests.fakeapi import FakeApi, service_unavailable
 
 DRIVER, POOL, DEVICE = "gpu.example.com", "node-1", "gpu-0"
-KEY = "default/c"
 
 
 def claim(driver=DRIVER, conditions=("example.com/ready",), allocated=True):
