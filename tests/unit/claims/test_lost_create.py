@@ -8,7 +8,9 @@ import pytest
 
 from operators.claims.controller import ClaimsController
 from operators.core.api.kube import ApiError
+from operators.core.api.resources import PODS, RESOURCE_CLAIMS
 from operators.core.machinery.workqueue import RetryableError
+from tests.fakeapi import FakeApi
 
 TEMPLATE = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
             "metadata": {"name": "t", "namespace": "ns", "uid": "u-t", "resourceVersion": "1"},
@@ -20,36 +22,32 @@ POD = {"apiVersion": "v1", "kind": "Pod",
 
 
 class Kube:
-    """Creates of pod claim "b" fail with 503 until ``healthy``; the API server did carry out
-    the first one (``lists`` shows it)."""
+    """The fake API server, where creates of pod claim "b" fail with 503 until ``healthy``; the
+    API server did carry out the first one (a list shows it)."""
 
     def __init__(self):
-        self.created: list[str] = []
-        self.lists = 0
+        self.api = FakeApi({PODS: [POD]})
         self.healthy = False
-        self.carried_out: list[dict] = []
+        self.api.prepend_reactor("create", "resourceclaims", self._create)
 
-    async def create(self, resource, body, namespace=None):
-        which = body["metadata"]["annotations"]["resource.kubernetes.io/pod-claim-name"]
-        claim = {**body, "metadata": {**body["metadata"], "name": f"p-{which}-{len(self.created)}",
-                                      "namespace": "ns", "uid": f"u-c-{len(self.created)}", "resourceVersion": "20"}}
-        self.created.append(which)
-        if which == "b" and not self.healthy:
-            self.carried_out.append(claim)
+    def _create(self, action):
+        if action.obj["metadata"]["annotations"]["resource.kubernetes.io/pod-claim-name"] == "b" and not self.healthy:
+            self.api.track(action)
             raise ApiError(503, {"reason": "ServiceUnavailable", "message": "etcd leader changed"})
-        return claim
 
-    async def list(self, resource, namespace=None, keep=None, **_):
-        self.lists += 1
-        return [c for c in self.carried_out if keep is None or keep(c)]
+    @property
+    def created(self) -> list[str]:
+        return [a.obj["metadata"]["annotations"]["resource.kubernetes.io/pod-claim-name"]
+                for a in self.api.actions_of("create", "resourceclaims")]
 
-    async def request(self, method, path, **_):  # the Pod's status patch
-        return {**POD, "metadata": {**POD["metadata"], "resourceVersion": "11"}}
+    @property
+    def lists(self) -> int:
+        return len(self.api.actions_of("list", "resourceclaims"))
 
 
 async def test_only_the_claim_whose_create_was_lost_is_looked_for_and_it_is_not_made_twice():
     kube = Kube()
-    controller = ClaimsController(kube)
+    controller = ClaimsController(kube.api)
     controller.on_template(copy.deepcopy(TEMPLATE), False)
     controller.on_pod(copy.deepcopy(POD), False)
     with pytest.raises(RetryableError, match="outcome unknown"):
@@ -58,3 +56,4 @@ async def test_only_the_claim_whose_create_was_lost_is_looked_for_and_it_is_not_
     kube.healthy = True
     await controller.sync_pod("ns", "p")  # "a" is found in the cache; "b" is looked for: found
     assert kube.created == ["a", "b"] and kube.lists == 1 and controller._uncertain_creates == {}
+    assert len(kube.api.objects(RESOURCE_CLAIMS)) == 2  # not made twice

@@ -9,7 +9,9 @@ import pytest
 
 from operators.claims.controller import ClaimsController
 from operators.core.api.kube import ApiError
+from operators.core.api.resources import PODS, RESOURCE_CLAIM_TEMPLATES
 from operators.core.machinery.workqueue import RetryableError
+from tests.fakeapi import FakeApi
 
 POD = {"apiVersion": "v1", "kind": "Pod",
        "metadata": {"name": "skipper", "namespace": "ns", "uid": "u-pod", "resourceVersion": "10"},
@@ -20,35 +22,28 @@ TEMPLATE = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
             "spec": {"spec": {"devices": {"requests": []}}}}
 
 
-class Kube:
-    """The API server's objects by (plural, name); creates recorded."""
+class Kube(FakeApi):
+    """The fake API server; ``created`` lists the plural of every create, ``unavailable`` makes
+    GETs of Pods fail with 503."""
 
     def __init__(self):
-        self.objects: dict[tuple[str, str], dict] = {}
-        self.created: list[tuple[str, dict]] = []
+        super().__init__()
+        self.unavailable = False
+        self.prepend_reactor("get", "pods", self._get_pod)
 
-    async def get(self, resource, name, namespace=None, subresource=None):
-        if (resource.plural, name) not in self.objects:
-            raise ApiError(404, {"reason": "NotFound", "message": f'{resource.plural} "{name}" not found'})
-        return copy.deepcopy(self.objects[resource.plural, name])
+    def _get_pod(self, action):
+        if self.unavailable:
+            raise ApiError(503, {"reason": "ServiceUnavailable", "message": "etcd leader changed"})
 
-    async def get_or_none(self, resource, name, namespace=None):
-        return copy.deepcopy(self.objects.get((resource.plural, name)))
-
-    async def create(self, resource, body, namespace=None):
-        self.created.append((resource.plural, body))
-        return {**body, "metadata": {**body["metadata"], "name": body["metadata"].get("name") or "skipper-gpu-x",
-                                     "uid": "u-new", "resourceVersion": "20"}}
-
-    async def request(self, method, path, **_):  # the Pod's status patch
-        assert method == "PATCH" and path.endswith("/pods/skipper/status"), path
-        return {**POD, "metadata": {**POD["metadata"], "resourceVersion": "21"}}
+    @property
+    def created(self) -> list[tuple[str, dict]]:
+        return [(a.resource, a.obj) for a in self.actions_of("create")]
 
 
 async def test_a_status_written_before_the_template_is_seen_although_the_template_came_first():
     kube = Kube()
     controller = ClaimsController(kube)
-    kube.objects["pods", "skipper"] = POD
+    kube.add(POD)
     controller.on_pod(copy.deepcopy(POD), False)
     with pytest.raises(RetryableError, match="not found"):
         await controller.sync_pod("ns", "skipper")  # no template yet: a Warning Event and a retry
@@ -56,9 +51,9 @@ async def test_a_status_written_before_the_template_is_seen_although_the_templat
 
     # Then, in this order on the API server: the Pod's status says no claim is needed, the
     # template is created. Only the template's watch event has arrived.
-    kube.objects["pods", "skipper"] = {**POD, "metadata": {**POD["metadata"], "resourceVersion": "11"},
-                                       "status": {"resourceClaimStatuses": [{"name": "gpu"}]}}
-    kube.objects["resourceclaimtemplates", "later"] = TEMPLATE
+    kube.add({**POD, "metadata": {**POD["metadata"], "resourceVersion": "11"},
+              "status": {"resourceClaimStatuses": [{"name": "gpu"}]}})
+    kube.add(TEMPLATE)
     controller.on_template(copy.deepcopy(TEMPLATE), False)
     await controller.sync_pod("ns", "skipper")
     assert [plural for plural, _ in kube.created] == ["events"], kube.created  # no claim
@@ -68,11 +63,12 @@ async def test_a_status_written_before_the_template_is_seen_although_the_templat
 async def test_a_pod_that_synced_fine_is_not_read_again():
     kube = Kube()
     controller = ClaimsController(kube)
-    kube.objects["resourceclaimtemplates", "later"] = TEMPLATE
+    kube.add(TEMPLATE)
     controller.on_template(copy.deepcopy(TEMPLATE), False)
     controller.on_pod(copy.deepcopy(POD), False)  # the API server has no such Pod: a GET would say so
     await controller.sync_pod("ns", "skipper")
     assert [plural for plural, _ in kube.created] == ["resourceclaims"]
+    assert kube.actions_of("get", "pods") == []
 
 
 async def test_an_api_server_that_cannot_answer_the_reread_makes_the_sync_retry_and_read_again():
@@ -82,16 +78,14 @@ async def test_an_api_server_that_cannot_answer_the_reread_makes_the_sync_retry_
     with pytest.raises(RetryableError):
         await controller.sync_pod("ns", "skipper")  # no template: the Pod is now stale
 
-    async def unavailable(resource, name, namespace=None):
-        raise ApiError(503, {"reason": "ServiceUnavailable", "message": "etcd leader changed"})
-    kube.get_or_none = unavailable
+    kube.unavailable = True
     with pytest.raises(RetryableError, match="get pod ns/skipper"):
         await controller.sync_pod("ns", "skipper")
     assert "u-pod" in controller._stale_pods  # still to be read before the next try
 
-    del kube.get_or_none  # the API server answers again: a new Pod by that name (another UID)
-    kube.objects["pods", "skipper"] = {**POD, "metadata": {**POD["metadata"], "uid": "u-other"}}
-    kube.objects["resourceclaimtemplates", "later"] = TEMPLATE
+    kube.unavailable = False  # the API server answers again: a new Pod by that name (another UID)
+    kube.add({**POD, "metadata": {**POD["metadata"], "uid": "u-other"}})
+    kube.add(TEMPLATE)
     controller.on_template(copy.deepcopy(TEMPLATE), False)
     await controller.sync_pod("ns", "skipper")  # not this Pod any more: its own events will bring it
     assert [plural for plural, _ in kube.created] == ["events"] and "u-pod" not in controller._stale_pods

@@ -10,9 +10,11 @@ from operators.claims.controller import ClaimsController
 from operators.core.machinery import store as stores
 from operators.core.machinery.events import NORMAL, EventRecorder
 from operators.core.api.kube import ApiError
+from operators.core.api.resources import PODS
 from operators.core.machinery.workqueue import RetryableError
 from operators.taints.controller import TaintsController
 
+from tests.fakeapi import FakeApi
 from tests.unit.fakeclock import Clock
 
 CYCLES = 10_000
@@ -28,17 +30,12 @@ def claims_pod(i: int) -> dict:
             "spec": {"resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "t"}]}, "status": {}}
 
 
-class ClaimsKube:
-    """Every claim create fails with 503 (the API server may have carried it out, as it had)."""
-
-    def __init__(self):
-        self.pod: dict | None = None
-
-    async def create(self, resource, body, namespace=None):
-        raise ApiError(503, UNAVAILABLE, "POST", resource.plural)
-
-    async def request(self, method, path, **_):  # the Pod's status patch, after the claim was found
-        return {**self.pod, "metadata": {**self.pod["metadata"], "resourceVersion": "11"}}
+def claims_api() -> FakeApi:
+    """Every create fails with 503 (the API server may have carried it out, as it had); the
+    Pod's status patch, after the claim was found, goes through."""
+    api = FakeApi()
+    api.fail("create", "*", ApiError(503, UNAVAILABLE, "POST", "resourceclaims"))
+    return api
 
 
 def generated_claim(pod: dict) -> dict:
@@ -52,12 +49,13 @@ def generated_claim(pod: dict) -> dict:
 
 
 async def test_lost_claim_creates_are_forgotten_once_settled_or_their_pod_is_gone():
-    kube = ClaimsKube()
+    kube = claims_api()
     controller = ClaimsController(kube)
     controller.on_template(copy.deepcopy(TEMPLATE), False)
     baseline = len(controller._uncertain_creates), len(controller.pods), len(controller.claims)
     for i in range(CYCLES):
-        pod = kube.pod = claims_pod(i)
+        pod = claims_pod(i)
+        kube.add(pod, PODS)
         controller.on_pod(copy.deepcopy(pod), False)
         with pytest.raises(RetryableError, match="outcome unknown"):
             await controller.sync_pod("ns", pod["metadata"]["name"])
@@ -67,6 +65,7 @@ async def test_lost_claim_creates_are_forgotten_once_settled_or_their_pod_is_gon
             await controller.sync_pod("ns", pod["metadata"]["name"])
             controller.on_claim(claim, True)
         controller.on_pod(pod, True)  # gone (in half the cycles before any retry)
+        kube.remove(PODS, pod["metadata"]["name"], "ns")
     assert (len(controller._uncertain_creates), len(controller.pods), len(controller.claims)) == baseline
 
 
@@ -91,24 +90,15 @@ def taints_pod(i: int) -> dict:
             "status": {"phase": "Running"}}
 
 
-class TaintsKube:
+def taints_api() -> FakeApi:
     """The Pod is there; its DisruptionTarget condition cannot be written (503); Events go out."""
-
-    def __init__(self):
-        self.pod: dict | None = None
-
-    async def get(self, resource, name, namespace=None, subresource=None):
-        return copy.deepcopy(self.pod)
-
-    async def patch(self, *args, **kwargs):
-        raise ApiError(503, UNAVAILABLE, "PATCH", "pods")
-
-    async def create(self, resource, body, namespace=None):
-        return body
+    api = FakeApi()
+    api.fail("patch", "pods", ApiError(503, UNAVAILABLE, "PATCH", "pods"))
+    return api
 
 
 async def test_a_failed_eviction_of_a_pod_someone_else_deleted_leaves_nothing_behind():
-    kube = TaintsKube()
+    kube = taints_api()
     controller = TaintsController(kube=kube, rules=None, rule_status=False)
     controller.prime(rules=[], classes=[], slices=[tainted_slice()], claims=[], pods=[])
     per_pod = ("marked", "pending", "admitted", "in_flight", "parked", "_timers", "_claim_evictions")
@@ -119,12 +109,14 @@ async def test_a_failed_eviction_of_a_pod_someone_else_deleted_leaves_nothing_be
 
     baseline = sizes()
     for i in range(CYCLES):
-        pod, claim = kube.pod, _ = taints_pod(i), taints_claim(i)
+        pod, claim = taints_pod(i), taints_claim(i)
+        kube.add(pod, PODS)
         controller.on_claim(copy.deepcopy(claim), False)
         controller.on_pod(copy.deepcopy(pod), False)
         with pytest.raises(RetryableError, match="delete pod"):
             await controller.sync_pod(f"ns/p{i}")  # marked for deletion, then the API server failed
         controller.on_pod(pod, True)  # deleted by someone else before the retry
+        kube.remove(PODS, pod["metadata"]["name"], "ns")
         controller.on_claim(claim, True)
     await controller.events.flush()
     assert sizes() == baseline
@@ -145,17 +137,10 @@ def test_tombstones_last_their_ttl_not_until_ten_thousand_more_deletes():
     assert store.tombstones == baseline and not store.was_deleted(f"u{CYCLES - 1}")
 
 
-class EventsKube:
-    async def create(self, resource, body, namespace=None):
-        return body
-
-    async def patch(self, *args, **kwargs):
-        return {}
-
-
 async def test_the_event_repeat_cache_forgets_what_can_no_longer_repeat():
     clock = Clock()
-    recorder = EventRecorder(EventsKube(), "test", clock=clock)
+    api = FakeApi()
+    recorder = EventRecorder(api, "test", clock=clock)
     standing = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "standing", "namespace": "ns", "uid": "u-s"}}
     await recorder.event(standing, NORMAL, "Reason", "message")
     baseline = recorder.remembered

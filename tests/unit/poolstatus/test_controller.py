@@ -8,30 +8,34 @@ import datetime
 import pytest
 from prometheus_client import CollectorRegistry
 
-from operators.core.api.kube import ApiError
+from operators.core.api.resources import RESOURCE_POOL_STATUS_REQUESTS
 from operators.core.machinery.workqueue import RetryableError
 from operators.poolstatus.controller import MAX_RETRIES, PoolStatusController
 from operators.poolstatus.metrics import Metrics
+from tests.fakeapi import FakeApi
 
 NOW = datetime.datetime(2026, 11, 23, 17, tzinfo=datetime.timezone.utc)
 
 
-class FakeKube:
-    def __init__(self, fail_status: ApiError | None = None, fail_delete: ApiError | None = None):
-        self.calls: list[tuple] = []
-        self.fail_status, self.fail_delete = fail_status, fail_delete
+def fake_api(*requests, stale=False):
+    """The API server holding ``requests`` (with ``stale``, at a newer resourceVersion than the
+    controller's copy: the status update conflicts)."""
+    api = FakeApi()
+    for r in requests:
+        api.add({**r, "metadata": {**r["metadata"], "resourceVersion": "5" if stale else r["metadata"]["resourceVersion"]}},
+                RESOURCE_POOL_STATUS_REQUESTS)
+    return api
 
-    async def replace(self, res, body, *, subresource=None):
-        self.calls.append(("replace", body["metadata"]["name"], subresource))
-        if self.fail_status:
-            raise self.fail_status
-        return {**body, "metadata": {**body["metadata"], "resourceVersion": "2"}}
 
-    async def delete(self, res, name, namespace=None, *, uid=None, **_):
-        self.calls.append(("delete", name, uid))
-        if self.fail_delete:
-            raise self.fail_delete
-        return {}
+def calls(api):
+    """The writes, as (verb, name, subresource or the delete's UID precondition)."""
+    out = []
+    for a in api.actions:
+        if a.verb == "update":
+            out.append(("replace", a.name, a.subresource))
+        elif a.verb == "delete":
+            out.append(("delete", a.name, (a.obj.get("preconditions") or {}).get("uid")))
+    return out
 
 
 def request(name="r", status=None, created="2026-11-23T16:00:00Z", driver="drv"):
@@ -57,22 +61,23 @@ def controller(kube):
 
 
 def test_only_requests_without_status_are_queued():
-    c = controller(FakeKube())
+    c = controller(FakeApi())
     c.on_request(request("new"), deleted=False)
     c.on_request(request("done", status={"poolCount": 0}), deleted=False)
     assert c.queued == ["new"]
 
 
 async def test_answer_written_to_status_once_and_counted():
-    kube = FakeKube()
+    kube = fake_api(request())
     c = controller(kube)
     c.on_slice(slice_(), deleted=False)
     c.on_request(request(), deleted=False)
     await c.sync("r")
-    assert kube.calls == [("replace", "r", "status")]
+    assert calls(kube) == [("replace", "r", "status")]
     assert c.requests.get("r")["status"]["pools"][0]["totalDevices"] == 1
     await c.sync("r")  # answered: skipped, as upstream
-    assert len(kube.calls) == 1
+    assert len(calls(kube)) == 1
+    assert kube.stored(RESOURCE_POOL_STATUS_REQUESTS, "r")["status"]["pools"][0]["totalDevices"] == 1
     registry = c.metrics.registry
     assert registry.get_sample_value("resourcepoolstatusrequest_controller_requests_processed_total",
                                      {"driver_name": "drv"}) == 1
@@ -81,7 +86,7 @@ async def test_answer_written_to_status_once_and_counted():
 
 
 async def test_incomplete_pool_retried_then_dropped_after_max_retries():
-    kube = FakeKube()
+    kube = fake_api(request())
     c = controller(kube)
     c.on_slice(slice_(count=2), deleted=False)
     c.on_request(request(), deleted=False)
@@ -90,13 +95,13 @@ async def test_incomplete_pool_retried_then_dropped_after_max_retries():
             await c.process("r")
         c.queue._failures["r"] = attempt + 1  # what the queue's add_rate_limited counts
     await c.process("r")  # the sixth failure is dropped: no raise, nothing written, nothing counted
-    assert kube.calls == []
+    assert calls(kube) == []
     assert c.metrics.registry.get_sample_value("resourcepoolstatusrequest_controller_requests_processed_total",
                                                {"driver_name": "drv"}) is None
 
 
 async def test_failed_status_update_counts_an_error_and_retries():
-    c = controller(FakeKube(fail_status=ApiError(409, {"reason": "Conflict"})))
+    c = controller(fake_api(request(), stale=True))  # someone else wrote it meanwhile: a real 409
     c.on_request(request(), deleted=False)
     with pytest.raises(RetryableError, match="failed to update status"):
         await c.sync("r")
@@ -108,7 +113,7 @@ async def test_failed_status_update_counts_an_error_and_retries():
 
 
 async def test_cleanup_deletes_expired_requests_with_uid_precondition():
-    kube = FakeKube()
+    kube = fake_api(request("old-done"), request("young-done"), request("pending"), request("young-pending"))
     c = controller(kube)
     complete = {"poolCount": 0, "conditions": [{"type": "Complete", "status": "True",
                                                 "lastTransitionTime": "2026-11-23T15:59:00Z"}]}
@@ -119,10 +124,11 @@ async def test_cleanup_deletes_expired_requests_with_uid_precondition():
     c.on_request(request("pending", created="2026-11-22T16:00:00Z"), deleted=False)
     c.on_request(request("young-pending", created="2026-11-23T16:59:00Z"), deleted=False)
     assert await c.cleanup_expired() == 2
-    assert sorted(kube.calls) == [("delete", "old-done", "u-old-done"), ("delete", "pending", "u-pending")]
+    assert sorted(calls(kube)) == [("delete", "old-done", "u-old-done"), ("delete", "pending", "u-pending")]
+    assert [r["metadata"]["name"] for r in kube.objects(RESOURCE_POOL_STATUS_REQUESTS)] == ["young-done", "young-pending"]
 
 
 async def test_cleanup_ignores_requests_already_gone():
-    c = controller(FakeKube(fail_delete=ApiError(404, {"reason": "NotFound"})))
+    c = controller(FakeApi())  # the API server no longer has it: a real 404
     c.on_request(request("pending", created="2026-11-22T16:00:00Z"), deleted=False)
     assert await c.cleanup_expired() == 0

@@ -5,25 +5,30 @@ import asyncio
 
 
 from operators.core.machinery import events
+from operators.core.api.resources import EVENTS
 from operators.core.machinery.events import NORMAL, EventRecorder
+from tests.fakeapi import FakeApi
 
 
-class SlowKube:
-    """Answers each create only when the test lets it; the third create fails."""
+class SlowKube(FakeApi):
+    """Answers each create only when the test lets it; the third create fails. ``created``:
+    the reasons of the Events as their creates were answered."""
 
     def __init__(self):
+        super().__init__()
         self.created: list[str] = []
         self.gate = asyncio.Event()
+        self.prepend_reactor("create", "events", self._create)
+        self.prepend_reactor("patch", "events", self._patch)
 
-    async def create(self, resource, body):
+    async def _create(self, action):
         await self.gate.wait()
-        if len(self.created) == 2 and body["reason"] == "Third":
+        if len(self.created) == 2 and action.obj["reason"] == "Third":
             self.created.append("failed")
             raise RuntimeError("API server said no")
-        self.created.append(body["reason"])
-        return body
+        self.created.append(action.obj["reason"])
 
-    async def patch(self, *args, **kwargs):
+    def _patch(self, action):
         raise AssertionError("no repeat in these tests")
 
 
@@ -41,6 +46,7 @@ async def test_post_returns_before_the_request_and_events_go_out_in_order():
     kube.gate.set()
     await recorder.flush()
     assert kube.created == ["First", "Second", "failed", "Fourth"]
+    assert sorted(e["reason"] for e in kube.objects(EVENTS)) == ["First", "Fourth", "Second"]
     # A later post starts a new sender.
     recorder.post(pod("p9"), NORMAL, "Fifth", "message")
     await recorder.flush()

@@ -6,7 +6,9 @@ import asyncio
 import aiohttp
 
 from operators.core.api.kube import ApiError, ConnectionLost
+from operators.core.api.resources import LEASES
 from operators.core.machinery.leader import LeaderElector
+from tests.fakeapi import FakeApi
 
 FAILURES = [ApiError(500, {"reason": "InternalError"}), ApiError(429, {"reason": "TooManyRequests"}),
             ConnectionLost("GET", "/", ConnectionRefusedError()), aiohttp.ServerDisconnectedError(),
@@ -14,48 +16,37 @@ FAILURES = [ApiError(500, {"reason": "InternalError"}), ApiError(429, {"reason":
             ValueError("garbage"), KeyError("spec")]
 
 
-class LeaseApi:
-    """One Lease with resourceVersion semantics; ``fail`` makes the next calls raise."""
+class LeaseApi(FakeApi):
+    """The fake API server (one Lease, with its resourceVersion checks); ``fail`` makes the next
+    calls raise, ``hang`` makes them never answer, ``late_answer`` answers the next write (done
+    at once) that late and then hangs."""
 
     def __init__(self):
-        self.lease = None
-        self.version = 0
+        super().__init__()
         self.fail: list[BaseException] = []
         self.hang = False
-        self.late_answer = 0.0  # the next write is answered this late; later calls hang
+        self.late_answer = 0.0
         self.written_at = 0.0
+        self.prepend_reactor("update", "leases", self._write)
+        self.prepend_reactor("*", "leases", self._call)
 
-    async def _call(self):
+    @property
+    def lease(self):
+        return self.stored(LEASES, "l", "ns")
+
+    async def _call(self, action):
         if self.hang:
             await asyncio.Event().wait()
         if self.fail:
             raise self.fail.pop(0)
 
-    async def get_or_none(self, res, name, namespace=None):
-        await self._call()
-        return self.lease
-
-    async def create(self, res, body, namespace=None):
-        await self._call()
-        if self.lease is not None:
-            raise ApiError(409, {"reason": "AlreadyExists"})
-        self.version += 1
-        body["metadata"]["resourceVersion"] = str(self.version)
-        self.lease = body
-        return body
-
-    async def replace(self, res, body, **_):
-        await self._call()
-        if body["metadata"].get("resourceVersion") != self.lease["metadata"]["resourceVersion"]:
-            raise ApiError(409, {"reason": "Conflict"})
-        self.version += 1
-        body = {**body, "metadata": {**body["metadata"], "resourceVersion": str(self.version)}}
-        self.lease = body
+    async def _write(self, action):
+        written = self.track(action)
         self.written_at = asyncio.get_running_loop().time()
         if self.late_answer:
             delay, self.late_answer, self.hang = self.late_answer, 0.0, True
             await asyncio.sleep(delay)
-        return body
+        return True, written
 
 
 def elector(api, name="a"):

@@ -1,0 +1,455 @@
+"""operators.core.dra.allocator against upstream's structured allocator cases, as data.
+
+Each row ports one case of k8s.io/dynamic-resource-allocation v0.37.1
+structured/internal/allocatortesting/allocator_testing.go (``TestAllocator``), with its name;
+the builders below mirror upstream's (``claimWithRequest``, ``sliceWithOneDevice``, ``device``,
+``class``, ...) so that a row reads as the Go case does. Compared: the devices each claim gets
+(request, driver, pool, device; admin access, shared), order ignored as upstream's ``ConsistOf``;
+None where upstream expects no result; the error's text where upstream expects an error. Node
+selectors and configs of the result are not modelled (``allocate`` returns device results).
+
+Skipped, as the allocator does not model them (see its docstring): compatibility-groups-*,
+derived-attributes-*, list-attributes-*, numanode-*, *-device-config / *-class-config /
+claim-config-* (configs), binding-conditions / *-with-binding-conditions-* (node selector of the
+result), optional-node-operations (the result's skipNodeOperations), node-restriction,
+multi-host-resource-pool-* (result node selectors), the feature-gate-off variants (*-disabled,
+*-without-feature-gate: every feature is on here), consumable-capacity-fractional-*,
+*-overflow* and exact-count-* (int64 limits of Go quantities), expectNumAllocateOneInvocations
+(the number of search steps). Not yet ported, though in scope: the remaining partitionable-*,
+consumable-capacity-* and distinct-constraint-* rows beyond those below.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from operators.core.dra.allocator import AllocationError, allocate
+from operators.core.dra.pools import AllocatedState
+
+REGION1, REGION2 = "region-1", "region-2"
+NODE1, NODE2 = "node-1", "node-2"
+CLASS_A, CLASS_B = "class-a", "class-b"
+DRIVER_A, DRIVER_B = "driver-a", "driver-b"
+POOL1, POOL2, POOL3 = "pool-1", "pool-2", "pool-3"
+REQ0, REQ1, REQ2 = "req-0", "req-1", "req-2"
+SUB0, SUB1 = "subReq-0", "subReq-1"
+CLAIM0, CLAIM1 = "claim-0", "claim-1"
+SLICE1, SLICE2 = "slice-1", "slice-2"
+DEVICE0, DEVICE1, DEVICE2, DEVICE3 = "device-0", "device-1", "device-2", "device-3"
+ALL_NODES, PER_DEVICE = "nodeSelectionAll", "nodeSelectionPerDevice"
+
+
+# -- upstream's builders -------------------------------------------------------------------------
+
+
+def node(name, region, *, optional_node_operations=False):
+    n = {"metadata": {"name": name, "labels": {"region": region, "planet": "earth"}}, "status": {}}
+    if optional_node_operations:
+        n["status"]["declaredFeatures"] = ["DRAOptionalNodeOperations"]
+    return n
+
+
+def cel(expression):
+    return {"cel": {"expression": expression}}
+
+
+def class_(name, driver):
+    return {"metadata": {"name": name}, "spec": {"selectors": [cel(f'device.driver == "{driver}"')]}}
+
+
+def request(name, class_name, count=1, *selectors, mode="ExactCount", admin=False, tolerations=(), capacity=None):
+    exactly = {"deviceClassName": class_name, "allocationMode": mode}
+    if mode == "ExactCount":
+        exactly["count"] = count
+    if selectors:
+        exactly["selectors"] = list(selectors)
+    if admin:
+        exactly["adminAccess"] = True
+    if tolerations:
+        exactly["tolerations"] = list(tolerations)
+    if capacity is not None:
+        exactly["capacity"] = {"requests": {"capacity-0": capacity}}
+    return {"name": name, "exactly": exactly}
+
+
+def all_request(name, class_name, *selectors, **kw):
+    return request(name, class_name, 0, *selectors, mode="All", **kw)
+
+
+def sub_request(name, class_name, count=1, *selectors, tolerations=(), mode="ExactCount"):
+    sub = {"name": name, "deviceClassName": class_name, "allocationMode": mode}
+    if mode == "ExactCount":
+        sub["count"] = count
+    if selectors:
+        sub["selectors"] = list(selectors)
+    if tolerations:
+        sub["tolerations"] = list(tolerations)
+    return sub
+
+
+def prioritized(name, *subs):
+    return {"name": name, "firstAvailable": list(subs)}
+
+
+def claim(name, *requests, constraints=()):
+    return {"metadata": {"name": name, "namespace": "default"},
+            "spec": {"devices": {"requests": list(requests), "constraints": list(constraints)}}}
+
+
+def claim_with_request(name, req, class_name, *constraints):
+    return claim(name, request(req, class_name), constraints=constraints)
+
+
+def device(name, capacity=None, attributes=None, **extra):
+    d = {"name": name}
+    if capacity:
+        d["capacity"] = {k: v if isinstance(v, dict) else {"value": v} for k, v in capacity.items()}
+    if attributes:
+        d["attributes"] = attributes
+    d.update(extra)
+    return d
+
+
+def tainted(d, *taints):
+    d = copy.deepcopy(d)
+    d["taints"] = list(taints)
+    return d
+
+
+def slice_(name, node_selection, pool, driver, *devices, count=1, generation=1):
+    spec = {"driver": driver, "pool": {"name": pool, "generation": generation, "resourceSliceCount": count},
+            "devices": list(devices)}
+    if isinstance(node_selection, dict):
+        spec["nodeSelector"] = node_selection
+    elif node_selection == ALL_NODES:
+        spec["allNodes"] = True
+    elif node_selection == PER_DEVICE:
+        spec["perDeviceNodeSelection"] = True
+    else:
+        spec["nodeName"] = node_selection
+    return {"metadata": {"name": name}, "spec": spec}
+
+
+def slice_with_one_device(name, node_selection, pool, driver, **kw):
+    return slice_(name, node_selection, pool, driver, device(DEVICE1), **kw)
+
+
+def slice_with_devices(name, node_selection, pool, driver, n, **kw):
+    return slice_(name, node_selection, pool, driver, *[device(f"device-{i}") for i in range(n)], **kw)
+
+
+def counter_slice(name, node_selection, pool, driver, *counter_sets, count=1):
+    s = slice_(name, node_selection, pool, driver, count=count)
+    del s["spec"]["devices"]
+    s["spec"]["sharedCounters"] = list(counter_sets)
+    return s
+
+
+def counter_set(name, **counters):
+    return {"name": name, "counters": {k: {"value": v} for k, v in counters.items()}}
+
+
+def consumes(counter_set_name, **counters):
+    return {"counterSet": counter_set_name, "counters": {k: {"value": v} for k, v in counters.items()}}
+
+
+def node_label_selector(key, *values):
+    return {"nodeSelectorTerms": [{"matchExpressions": [{"key": key, "operator": "In", "values": list(values)}]}]}
+
+
+def result(req, driver, pool, dev, admin=False):
+    r = (req, driver, pool, dev)
+    return r + ("admin",) if admin else r
+
+
+def taint(key, effect, value=None):
+    t = {"key": key, "effect": effect}
+    if value:
+        t["value"] = value
+    return t
+
+
+def attr_int(v):
+    return {"int": v}
+
+
+def attr_str(v):
+    return {"string": v}
+
+
+def attr_bool(v):
+    return {"bool": v}
+
+
+def attr_version(v):
+    return {"version": v}
+
+
+def match(attribute, *requests):
+    c = {"matchAttribute": attribute}
+    if requests:
+        c["requests"] = list(requests)
+    return c
+
+
+def distinct(attribute, *requests):
+    c = {"distinctAttribute": attribute}
+    if requests:
+        c["requests"] = list(requests)
+    return c
+
+
+def memory_at_least(q):
+    return cel(f'device.capacity["{DRIVER_A}"].memory.compareTo(quantity("{q}")) >= 0')
+
+
+# -- the rows --------------------------------------------------------------------------------------
+
+N1 = node(NODE1, REGION1)
+CA = {CLASS_A: class_(CLASS_A, DRIVER_A)}
+ONE = [slice_with_one_device(SLICE1, NODE1, POOL1, DRIVER_A)]
+TAINT_NS = taint("taint-key", "NoSchedule", "taint-value")
+TAINT_NE = taint("taint-key", "NoExecute", "taint-value")
+TOLERATE_NS = {"key": "taint-key", "operator": "Equal", "value": "taint-value", "effect": "NoSchedule"}
+TOLERATE_NE = {"key": "taint-key", "operator": "Equal", "value": "taint-value", "effect": "NoExecute"}
+SMALL = device(DEVICE1, {"memory": "1Gi"})
+LARGE = device(DEVICE2, {"memory": "2Gi"})
+ATTR = "driver-a/numa"
+
+# (upstream name, node, claims, slices, classes, allocated devices, expected per claim | None | error text)
+CASES = [
+    ("empty", N1, [], [], {}, [], None),
+    ("simple", N1, [claim_with_request(CLAIM0, REQ0, CLASS_A)], ONE, CA, [],
+     [[result(REQ0, DRIVER_A, POOL1, DEVICE1)]]),
+    ("optional-node-operations-missing-feature", N1, [claim_with_request(CLAIM0, REQ0, CLASS_A)],
+     [dict(ONE[0], spec=dict(ONE[0]["spec"], skipNodeOperations=["All"]))], CA, [], None),
+    ("other-node", node(NODE2, REGION2), [claim_with_request(CLAIM0, REQ0, CLASS_A)],
+     [slice_with_one_device(SLICE1, NODE1, POOL1, DRIVER_B), slice_with_one_device(SLICE2, NODE2, POOL2, DRIVER_A)],
+     CA, [], [[result(REQ0, DRIVER_A, POOL2, DEVICE1)]]),
+    ("small-and-large", N1, [claim(CLAIM0, request(REQ0, CLASS_A, 1, memory_at_least("1Gi")),
+                                   request(REQ1, CLASS_A, 1, memory_at_least("2Gi")))],
+     [slice_(SLICE1, NODE1, POOL1, DRIVER_A, SMALL, LARGE)], CA, [],
+     [[result(REQ0, DRIVER_A, POOL1, DEVICE1), result(REQ1, DRIVER_A, POOL1, DEVICE2)]]),
+    ("small-and-large-backtrack-requests", N1, [claim(CLAIM0, request(REQ0, CLASS_A, 1, memory_at_least("1Gi")),
+                                                      request(REQ1, CLASS_A, 1, memory_at_least("2Gi")))],
+     [slice_(SLICE1, NODE1, POOL1, DRIVER_A, LARGE, SMALL)], CA, [],
+     [[result(REQ0, DRIVER_A, POOL1, DEVICE1), result(REQ1, DRIVER_A, POOL1, DEVICE2)]]),
+    ("small-and-large-backtrack-claims", N1, [claim(CLAIM0, request(REQ0, CLASS_A, 1, memory_at_least("1Gi"))),
+                                              claim(CLAIM1, request(REQ1, CLASS_A, 1, memory_at_least("2Gi")))],
+     [slice_(SLICE1, NODE1, POOL1, DRIVER_A, LARGE, SMALL)], CA, [],
+     [[result(REQ0, DRIVER_A, POOL1, DEVICE1)], [result(REQ1, DRIVER_A, POOL1, DEVICE2)]]),
+    ("devices-split-across-different-slices", N1, [claim(CLAIM0, request(REQ0, CLASS_A, 2))],
+     [slice_with_one_device(SLICE1, NODE1, POOL1, DRIVER_A), slice_with_one_device(SLICE2, NODE1, POOL2, DRIVER_A)],
+     CA, [], [[result(REQ0, DRIVER_A, POOL1, DEVICE1), result(REQ0, DRIVER_A, POOL2, DEVICE1)]]),
+    ("obsolete-slice", N1, [claim_with_request(CLAIM0, REQ0, CLASS_A)],
+     [slice_("slice-1-obsolete", NODE1, POOL1, DRIVER_A, device(DEVICE1), count=2),
+      slice_("slice-1-obsolete", NODE1, POOL1, DRIVER_A, device(DEVICE2), count=2, generation=2)], CA, [], None),
+    ("no-slices", N1, [claim_with_request(CLAIM0, REQ0, CLASS_A)], [], CA, [], None),
+    ("not-enough-suitable-devices", N1, [claim_with_request(CLAIM0, REQ0, CLASS_A),
+                                         claim_with_request(CLAIM0, REQ1, CLASS_A)], ONE, CA, [], None),
+    ("no-classes", N1, [claim_with_request(CLAIM0, REQ0, CLASS_A)], ONE, {}, [],
+     "could not retrieve device class class-a"),
+    ("unknown-class", N1, [claim_with_request(CLAIM0, REQ0, "unknown-class")], ONE, CA, [],
+     "could not retrieve device class unknown-class"),
+    ("no-claims-to-allocate", N1, [], ONE, CA, [], None),
+    ("all-devices-single", N1, [claim(CLAIM0, all_request(REQ0, CLASS_A))], ONE, CA, [],
+     [[result(REQ0, DRIVER_A, POOL1, DEVICE1)]]),
+    ("all-devices-many", N1, [claim(CLAIM0, all_request(REQ0, CLASS_A))],
+     [slice_with_one_device(SLICE1, NODE1, POOL1, DRIVER_A), slice_with_one_device(SLICE1, NODE1, POOL2, DRIVER_A)],
+     CA, [], [[result(REQ0, DRIVER_A, POOL1, DEVICE1), result(REQ0, DRIVER_A, POOL2, DEVICE1)]]),
+    ("all-devices-of-the-incomplete-pool", N1, [claim(CLAIM0, all_request(REQ0, CLASS_A))],
+     [slice_with_one_device(SLICE1, NODE1, POOL1, DRIVER_A, count=2)], CA, [],
+     "claim default/claim-0, request req-0: asks for all devices, but resource pool driver-a/pool-1 is currently being updated"),
+    ("all-devices-plus-another", N1, [claim(CLAIM0, all_request(REQ0, CLASS_A)), claim(CLAIM1, request(REQ0, CLASS_B))],
+     [slice_with_one_device(SLICE1, NODE1, POOL1, DRIVER_A), slice_with_one_device(SLICE1, NODE1, POOL1, DRIVER_B)],
+     {**CA, CLASS_B: class_(CLASS_B, DRIVER_B)}, [],
+     [[result(REQ0, DRIVER_A, POOL1, DEVICE1)], [result(REQ0, DRIVER_B, POOL1, DEVICE1)]]),
+    ("all-devices-no-solution", N1, [claim(CLAIM0, request(REQ0, CLASS_A)), claim(CLAIM1, all_request(REQ0, CLASS_A))],
+     ONE, CA, [], None),
+    ("all-devices-no-solution-reversed", N1, [claim(CLAIM0, all_request(REQ0, CLASS_A)),
+                                              claim(CLAIM1, request(REQ0, CLASS_A))], ONE, CA, [], None),
+    ("all-devices-slice-without-devices", N1, [claim(CLAIM0, all_request(REQ0, CLASS_A))],
+     [slice_(SLICE1, NODE1, POOL1, DRIVER_A)], CA, [], None),
+    ("all-devices-no-slices", N1, [claim(CLAIM0, all_request(REQ0, CLASS_A))], [], CA, [], None),
+    ("all-devices-some-allocated", N1, [claim(CLAIM0, all_request(REQ0, CLASS_A))],
+     [slice_with_devices(SLICE1, NODE1, POOL1, DRIVER_A, 2)], CA, [(DRIVER_A, POOL1, DEVICE0)], None),
+    ("all-devices-some-allocated-admin-access", N1, [claim(CLAIM0, all_request(REQ0, CLASS_A, admin=True))],
+     [slice_with_devices(SLICE1, NODE1, POOL1, DRIVER_A, 2)], CA, [(DRIVER_A, POOL1, DEVICE0)],
+     [[result(REQ0, DRIVER_A, POOL1, DEVICE0, admin=True), result(REQ0, DRIVER_A, POOL1, DEVICE1, admin=True)]]),
+    ("count-devices-some-allocated-admin-access", N1, [claim(CLAIM0, request(REQ0, CLASS_A, 2, admin=True))],
+     [slice_with_devices(SLICE1, NODE1, POOL1, DRIVER_A, 2)], CA, [(DRIVER_A, POOL1, DEVICE0)],
+     [[result(REQ0, DRIVER_A, POOL1, DEVICE0, admin=True), result(REQ0, DRIVER_A, POOL1, DEVICE1, admin=True)]]),
+    ("network-attached-device", N1, [claim_with_request(CLAIM0, REQ0, CLASS_A)],
+     [slice_with_one_device(SLICE1, node_label_selector("region", REGION1), POOL1, DRIVER_A)], CA, [],
+     [[result(REQ0, DRIVER_A, POOL1, DEVICE1)]]),
+    ("unsuccessful-allocation-network-attached-device", N1, [claim_with_request(CLAIM0, REQ0, CLASS_A)],
+     [slice_with_one_device(SLICE1, node_label_selector("region", REGION2), POOL1, DRIVER_A)], CA, [], None),
+    ("many-network-attached-devices", N1, [claim(CLAIM0, request(REQ0, CLASS_A, 4))],
+     [slice_with_one_device(SLICE1, node_label_selector("region", REGION1), POOL1, DRIVER_A),
+      slice_with_one_device(SLICE1, ALL_NODES, POOL2, DRIVER_A),
+      slice_with_one_device(SLICE1, node_label_selector("planet", "earth"), POOL3, DRIVER_A),
+      slice_with_one_device(SLICE1, NODE1, "pool-4", DRIVER_A)], CA, [],
+     [[result(REQ0, DRIVER_A, POOL1, DEVICE1), result(REQ0, DRIVER_A, POOL2, DEVICE1),
+       result(REQ0, DRIVER_A, POOL3, DEVICE1), result(REQ0, DRIVER_A, "pool-4", DEVICE1)]]),
+    ("local-and-network-attached-devices", N1, [claim(CLAIM0, request(REQ0, CLASS_A, 2))],
+     [slice_with_one_device(SLICE1, node_label_selector("region", REGION1), POOL1, DRIVER_A),
+      slice_with_one_device(SLICE1, NODE1, POOL2, DRIVER_A)], CA, [],
+     [[result(REQ0, DRIVER_A, POOL1, DEVICE1), result(REQ0, DRIVER_A, POOL2, DEVICE1)]]),
+    ("several-different-drivers", N1, [claim_with_request(CLAIM0, REQ0, CLASS_A),
+                                       claim_with_request(CLAIM0, REQ0, CLASS_B)],
+     [slice_with_one_device(SLICE1, NODE1, POOL1, DRIVER_A), slice_with_one_device(SLICE1, NODE1, POOL1, DRIVER_B)],
+     {**CA, CLASS_B: class_(CLASS_B, DRIVER_B)}, [],
+     [[result(REQ0, DRIVER_A, POOL1, DEVICE1)], [result(REQ0, DRIVER_B, POOL1, DEVICE1)]]),
+    ("already-allocated-devices", N1, [claim_with_request(CLAIM0, REQ0, CLASS_A)], ONE, CA,
+     [(DRIVER_A, POOL1, DEVICE1)], None),
+    ("admin-access-enabled", N1, [claim(CLAIM0, request(REQ0, CLASS_A, admin=True)),
+                                  claim(CLAIM1, request(REQ0, CLASS_A, admin=True))], ONE, CA,
+     [(DRIVER_A, POOL1, DEVICE1)],
+     [[result(REQ0, DRIVER_A, POOL1, DEVICE1, admin=True)], [result(REQ0, DRIVER_A, POOL1, DEVICE1, admin=True)]]),
+    ("with-constraint", N1, [claim(CLAIM0, request(REQ0, CLASS_A), request(REQ1, CLASS_A),
+                                   constraints=[match(ATTR)])],
+     [slice_(SLICE1, NODE1, POOL1, DRIVER_A, device(DEVICE1, attributes={"numa": attr_int(1)}),
+             device(DEVICE2, attributes={"numa": attr_int(2)}), device(DEVICE3, attributes={"numa": attr_int(1)}))],
+     CA, [], [[result(REQ0, DRIVER_A, POOL1, DEVICE1), result(REQ1, DRIVER_A, POOL1, DEVICE3)]]),
+    ("with-constraint-non-existent-attribute", N1, [claim(CLAIM0, request(REQ0, CLASS_A),
+                                                          constraints=[match("missing-attribute")])],
+     ONE, CA, [], None),
+    ("with-constraint-not-matching-int-attribute", N1, [claim(CLAIM0, request(REQ0, CLASS_A), request(REQ1, CLASS_A),
+                                                              constraints=[match(ATTR)])],
+     [slice_(SLICE1, NODE1, POOL1, DRIVER_A, device(DEVICE1, attributes={"numa": attr_int(1)}),
+             device(DEVICE2, attributes={"numa": attr_int(2)}))], CA, [], None),
+    ("with-constraint-not-matching-string-attribute", N1, [claim(CLAIM0, request(REQ0, CLASS_A), request(REQ1, CLASS_A),
+                                                                 constraints=[match(ATTR)])],
+     [slice_(SLICE1, NODE1, POOL1, DRIVER_A, device(DEVICE1, attributes={"numa": attr_str("a")}),
+             device(DEVICE2, attributes={"numa": attr_str("b")}))], CA, [], None),
+    ("with-constraint-not-matching-bool-attribute", N1, [claim(CLAIM0, request(REQ0, CLASS_A), request(REQ1, CLASS_A),
+                                                               constraints=[match(ATTR)])],
+     [slice_(SLICE1, NODE1, POOL1, DRIVER_A, device(DEVICE1, attributes={"numa": attr_bool(True)}),
+             device(DEVICE2, attributes={"numa": attr_bool(False)}))], CA, [], None),
+    ("with-constraint-not-matching-version-attribute", N1, [claim(CLAIM0, request(REQ0, CLASS_A), request(REQ1, CLASS_A),
+                                                                  constraints=[match(ATTR)])],
+     [slice_(SLICE1, NODE1, POOL1, DRIVER_A, device(DEVICE1, attributes={"numa": attr_version("1.0.0")}),
+             device(DEVICE2, attributes={"numa": attr_version("2.0.0")}))], CA, [], None),
+    ("with-constraint-for-request", N1, [claim(CLAIM0, request(REQ0, CLASS_A), request(REQ1, CLASS_A),
+                                               constraints=[match(ATTR, REQ0)])],
+     [slice_(SLICE1, NODE1, POOL1, DRIVER_A, device(DEVICE1, attributes={"numa": attr_int(1)}),
+             device(DEVICE2, attributes={"numa": attr_int(2)}))], CA, [],
+     [[result(REQ0, DRIVER_A, POOL1, DEVICE1), result(REQ1, DRIVER_A, POOL1, DEVICE2)]]),
+    ("with-distinct-constraints", N1, [claim(CLAIM0, request(REQ0, CLASS_A), request(REQ1, CLASS_A),
+                                             constraints=[distinct(ATTR)])],
+     [slice_(SLICE1, NODE1, POOL1, DRIVER_A, device(DEVICE1, attributes={"numa": attr_int(1)}),
+             device(DEVICE2, attributes={"numa": attr_int(1)}), device(DEVICE3, attributes={"numa": attr_int(2)}))],
+     CA, [], [[result(REQ0, DRIVER_A, POOL1, DEVICE1), result(REQ1, DRIVER_A, POOL1, DEVICE3)]]),
+    ("with-distinct-constraints-attribute-not-set", N1, [claim(CLAIM0, request(REQ0, CLASS_A),
+                                                               constraints=[distinct(ATTR)])], ONE, CA, [], None),
+    ("unknown-allocation-mode", N1, [claim(CLAIM0, request(REQ0, CLASS_A, mode="future-mode"))], ONE, CA, [],
+     "claim default/claim-0, request req-0: unsupported count mode future-mode"),
+    ("invalid-CEL-one-device", N1, [claim(CLAIM0, request(REQ0, CLASS_A, 1, cel("noSuchVar")))], ONE, CA, [],
+     "undeclared reference"),
+    ("invalid-CEL-one-device-class", N1, [claim_with_request(CLAIM0, REQ0, CLASS_A)], ONE,
+     {CLASS_A: {"metadata": {"name": CLASS_A}, "spec": {"selectors": [cel("noSuchVar")]}}}, [], "undeclared reference"),
+    ("invalid-CEL-all-devices", N1, [claim(CLAIM0, all_request(REQ0, CLASS_A, cel("noSuchVar")))], ONE, CA, [],
+     "undeclared reference"),
+    ("too-many-devices-single-request", N1, [claim(CLAIM0, request(REQ0, CLASS_A, 500))],
+     [slice_with_devices(SLICE1, NODE1, POOL1, DRIVER_A, 500)], CA, [], None),
+    ("many-devices-okay", N1, [claim(CLAIM0, request(REQ0, CLASS_A, 32))],
+     [slice_with_devices(SLICE1, NODE1, POOL1, DRIVER_A, 32)], CA, [],
+     [[result(REQ0, DRIVER_A, POOL1, f"device-{i}") for i in range(32)]]),
+    ("too-many-devices-total", N1, [claim(CLAIM0, *[request(f"req-{i}", CLASS_A, 1) for i in range(33)])],
+     [slice_with_devices(SLICE1, NODE1, POOL1, DRIVER_A, 33)], CA, [], None),
+    ("prioritized-list-first-unavailable", N1, [claim(CLAIM0, prioritized(REQ0, sub_request(SUB0, CLASS_B),
+                                                                           sub_request(SUB1, CLASS_A)))],
+     ONE, {**CA, CLASS_B: class_(CLASS_B, DRIVER_B)}, [], [[result("req-0/subReq-1", DRIVER_A, POOL1, DEVICE1)]]),
+    ("prioritized-list-non-available", N1, [claim(CLAIM0, prioritized(REQ0, sub_request(SUB0, CLASS_B, 2),
+                                                                       sub_request(SUB1, CLASS_A, 2)))],
+     ONE, {**CA, CLASS_B: class_(CLASS_B, DRIVER_B)}, [], None),
+    ("prioritized-list-subrequests-with-allocation-mode-all", N1,
+     [claim(CLAIM0, prioritized(REQ0, sub_request(SUB0, CLASS_A, mode="All"), sub_request(SUB1, CLASS_A)))],
+     [slice_with_devices(SLICE1, NODE1, POOL1, DRIVER_A, 2)], CA, [(DRIVER_A, POOL1, DEVICE0)],
+     [[result("req-0/subReq-1", DRIVER_A, POOL1, DEVICE1)]]),
+    ("prioritized-list-with-backtracking", N1,
+     [claim(CLAIM0, prioritized(REQ0, sub_request(SUB0, CLASS_A, 2), sub_request(SUB1, CLASS_A, 1)),
+            request(REQ1, CLASS_A, 1))],
+     [slice_with_devices(SLICE1, NODE1, POOL1, DRIVER_A, 2)], CA, [],
+     [[result("req-0/subReq-1", DRIVER_A, POOL1, DEVICE0), result(REQ1, DRIVER_A, POOL1, DEVICE1)]]),
+    ("tainted-two-devices", N1, [claim_with_request(CLAIM0, REQ0, CLASS_A)],
+     [slice_(SLICE1, NODE1, POOL1, DRIVER_A, tainted(device(DEVICE1), TAINT_NS), tainted(device(DEVICE2), TAINT_NE))],
+     CA, [], None),
+    ("tainted-one-device-two-taints", N1, [claim_with_request(CLAIM0, REQ0, CLASS_A)],
+     [slice_(SLICE1, NODE1, POOL1, DRIVER_A, tainted(device(DEVICE1), TAINT_NS, TAINT_NE))], CA, [], None),
+    ("tainted-two-devices-tolerated", N1, [claim(CLAIM0, request(REQ0, CLASS_A, tolerations=[TOLERATE_NE]))],
+     [slice_(SLICE1, NODE1, POOL1, DRIVER_A, tainted(device(DEVICE1), TAINT_NS), tainted(device(DEVICE2), TAINT_NE))],
+     CA, [], [[result(REQ0, DRIVER_A, POOL1, DEVICE2)]]),
+    ("tainted-two-devices-prioritized-list-tolerated", N1,
+     [claim(CLAIM0, prioritized(REQ0, sub_request(SUB0, CLASS_A, tolerations=[TOLERATE_NS])))],
+     [slice_(SLICE1, NODE1, POOL1, DRIVER_A, tainted(device(DEVICE1), TAINT_NE), tainted(device(DEVICE2), TAINT_NS))],
+     CA, [], [[result("req-0/subReq-0", DRIVER_A, POOL1, DEVICE2)]]),
+    ("tainted-no-effect", N1, [claim_with_request(CLAIM0, REQ0, CLASS_A)],
+     [slice_(SLICE1, NODE1, POOL1, DRIVER_A, tainted(device(DEVICE1), taint("taint-key", "None", "taint-value")))],
+     CA, [], [[result(REQ0, DRIVER_A, POOL1, DEVICE1)]]),
+    ("tainted-one-device-two-taints-both-tolerated", N1,
+     [claim(CLAIM0, request(REQ0, CLASS_A, tolerations=[TOLERATE_NS, TOLERATE_NE]))],
+     [slice_(SLICE1, NODE1, POOL1, DRIVER_A, tainted(device(DEVICE1), TAINT_NS, TAINT_NE))], CA, [],
+     [[result(REQ0, DRIVER_A, POOL1, DEVICE1)]]),
+    ("tainted-admin-access", N1, [claim(CLAIM0, request(REQ0, CLASS_A, admin=True))],
+     [slice_(SLICE1, NODE1, POOL1, DRIVER_A, tainted(device(DEVICE1), TAINT_NS))], CA, [], None),
+    ("tainted-all-devices-single", N1, [claim(CLAIM0, all_request(REQ0, CLASS_A))],
+     [slice_(SLICE1, NODE1, POOL1, DRIVER_A, tainted(device(DEVICE1), TAINT_NS))], CA, [],
+     None),
+    ("partitionable-devices-single-device", N1, [claim(CLAIM0, request(REQ0, CLASS_A))],
+     [counter_slice(SLICE1, NODE1, POOL1, DRIVER_A, counter_set("counter-set-1", memory="8Gi"), count=2),
+      slice_(SLICE2, NODE1, POOL1, DRIVER_A, device(DEVICE0, consumesCounters=[consumes("counter-set-1", memory="4Gi")]),
+             count=2)], CA, [], [[result(REQ0, DRIVER_A, POOL1, DEVICE0)]]),
+    ("partitionable-devices-no-capacity-available", N1, [claim(CLAIM0, request(REQ0, CLASS_A))],
+     [counter_slice(SLICE1, NODE1, POOL1, DRIVER_A, counter_set("counter-set-1", memory="8Gi"), count=2),
+      slice_(SLICE2, NODE1, POOL1, DRIVER_A,
+             device(DEVICE0, consumesCounters=[consumes("counter-set-1", memory="4Gi")]),
+             device(DEVICE1, consumesCounters=[consumes("counter-set-1", memory="8Gi")]), count=2)],
+     CA, [(DRIVER_A, POOL1, DEVICE0)], None),
+    ("partitionable-devices-multiple-devices", N1, [claim(CLAIM0, request(REQ0, CLASS_A), request(REQ1, CLASS_A))],
+     [counter_slice(SLICE1, NODE1, POOL1, DRIVER_A, counter_set("counter-set-1", memory="8Gi"), count=2),
+      slice_(SLICE2, NODE1, POOL1, DRIVER_A,
+             device(DEVICE0, consumesCounters=[consumes("counter-set-1", memory="8Gi")]),
+             device(DEVICE1, consumesCounters=[consumes("counter-set-1", memory="4Gi")]),
+             device(DEVICE2, consumesCounters=[consumes("counter-set-1", memory="4Gi")]), count=2)], CA, [],
+     [[result(REQ0, DRIVER_A, POOL1, DEVICE1), result(REQ1, DRIVER_A, POOL1, DEVICE2)]]),
+    ("partitionable-devices-device-counter-consumption-references-unknown-counter-set", N1,
+     [claim(CLAIM0, request(REQ0, CLASS_A))],
+     [slice_(SLICE1, NODE1, POOL1, DRIVER_A, device(DEVICE0, consumesCounters=[consumes("no-such-set", memory="4Gi")]))],
+     CA, [], None),
+    ("partitionable-devices-per-device-node-selection-nodename", N1, [claim(CLAIM0, request(REQ0, CLASS_A))],
+     [slice_(SLICE1, PER_DEVICE, POOL1, DRIVER_A, device(DEVICE0, nodeName=NODE2), device(DEVICE1, nodeName=NODE1))],
+     CA, [], [[result(REQ0, DRIVER_A, POOL1, DEVICE1)]]),
+    ("no-allocation-from-incomplete-pools", N1, [claim_with_request(CLAIM0, REQ0, CLASS_A)],
+     [slice_with_one_device(SLICE1, NODE1, POOL1, DRIVER_A, count=2)], CA, [], None),
+    ("invalid-pool-is-ok-if-devices-can-be-allocated-from-other", N1, [claim_with_request(CLAIM0, REQ0, CLASS_A)],
+     [slice_(SLICE1, NODE1, POOL1, DRIVER_A, device(DEVICE1), device(DEVICE1)),
+      slice_with_one_device(SLICE1, NODE1, POOL2, DRIVER_A)], CA, [], [[result(REQ0, DRIVER_A, POOL2, DEVICE1)]]),
+    ("check-combinations-within-single-request-single-pool-single-slice", N1,
+     [claim(CLAIM0, request(REQ0, CLASS_A, 2, cel('device.attributes["driver-a"].numa == 1')))],
+     [slice_(SLICE1, NODE1, POOL1, DRIVER_A, device(DEVICE0, attributes={"numa": attr_int(0)}),
+             device(DEVICE1, attributes={"numa": attr_int(1)}), device(DEVICE2, attributes={"numa": attr_int(1)}))],
+     CA, [], [[result(REQ0, DRIVER_A, POOL1, DEVICE1), result(REQ0, DRIVER_A, POOL1, DEVICE2)]]),
+]
+
+
+def normalized(results):
+    if not results:
+        return None
+    return [sorted((r["request"], r["driver"], r["pool"], r["device"]) + (("admin",) if r.get("adminAccess") else ())
+                   for r in per_claim) for per_claim in results]
+
+
+@pytest.mark.parametrize("name,node_,claims,slices,classes,allocated,expected", CASES, ids=[c[0] for c in CASES])
+def test_allocator(name, node_, claims, slices, classes, allocated, expected):
+    state = AllocatedState(devices={d: ["default/other"] for d in allocated})
+    if isinstance(expected, str):
+        with pytest.raises(AllocationError) as e:
+            allocate(node_, copy.deepcopy(claims), copy.deepcopy(slices), copy.deepcopy(classes), state)
+        assert expected in str(e.value)
+        return
+    got = allocate(node_, copy.deepcopy(claims), copy.deepcopy(slices), copy.deepcopy(classes), state)
+    want = None if expected is None else [sorted(per_claim) for per_claim in expected]
+    assert normalized(got) == want
