@@ -346,9 +346,8 @@ class DeviceState:
                 raise PrepareError(f"ResourceClaim {ref}: {claim}")
             record = self.prepared.get(requested["uid"])
             new = record is None
-            if record is None:
-                record = self._prepare_claim(requested, claim)
-                self.prepared[record.uid] = record
+            if new:
+                record = self.prepared[requested["uid"]] = self._prepare_claim(requested, claim)
             else:
                 self._ensure_spec(record)  # e.g. /var/run/cdi emptied by a reboot
         except PrepareError as e:

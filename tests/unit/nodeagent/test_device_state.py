@@ -5,6 +5,8 @@ that serves the claims and records what is written."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -235,3 +237,11 @@ async def test_an_orphan_spec_is_removed_at_start(world):
     restarted = world.state()
     await restarted.recover()
     assert not cdi.spec_files(world.cdi, DRIVER) and not restarted.prepared
+
+
+def test_the_state_loads_no_grpc():
+    """Prepare is testable and usable without the transport: no gRPC or HTTP/2 library behind it."""
+    script = ("import sys, operators.nodeagent.plugin.state\n"
+              "print(sorted({m.split('.')[0] for m in sys.modules} & {'grpclib', 'grpc', 'h2'}))")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
