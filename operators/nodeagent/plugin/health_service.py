@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from . import health_report
 from .kubeletapi import dra_health_v1_grpc, dra_health_v1_pb2, dra_health_v1alpha1_grpc, dra_health_v1alpha1_pb2
@@ -24,6 +24,22 @@ from .kubeletapi import dra_health_v1_grpc, dra_health_v1_pb2, dra_health_v1alph
 SERVICES = ["v1.DRAResourceHealth", "v1alpha1.DRAResourceHealth"]
 TIMEOUT = 30  # seconds kubelet trusts a report (its own default, DefaultHealthTimeout)
 RESEND = 10.0  # seconds between snapshots when nothing changes
+
+if TYPE_CHECKING:
+    import structlog
+
+    from ..health import HealthTracker
+
+
+class HealthSource(Protocol):
+    """What the stream reads of the node agent (``NodeAgent`` has it)."""
+
+    node_name: str
+    health: HealthTracker  # its taints say which devices are unhealthy
+    log: structlog.stdlib.BoundLogger
+
+    def published_devices(self) -> list[dict[str, Any]]:
+        """The devices the agent publishes: the ones kubelet hears about."""
 
 
 class HealthFeed:
@@ -48,7 +64,7 @@ class HealthFeed:
     async def close(self, grace: float) -> None:
         """End the open streams (the agent stops): each returns, so kubelet sees the stream end
         (and opens a new one to the next agent) instead of a stream cancelled without an end,
-        which is what grpclib's server close() leaves. Waits up to ``grace`` seconds for them."""
+        which is all the server's close() can do. Waits up to ``grace`` seconds for them."""
         self.closed = True
         self.changed()
         deadline = asyncio.get_running_loop().time() + grace
@@ -66,7 +82,7 @@ class _HealthStream:
 
     pb2: Any = dra_health_v1_pb2
 
-    def __init__(self, agent: Any, feed: HealthFeed, resend: float = RESEND, timeout: int = TIMEOUT):
+    def __init__(self, agent: HealthSource, feed: HealthFeed, resend: float = RESEND, timeout: int = TIMEOUT):
         self.agent = agent
         self.feed = feed
         self.resend = resend
@@ -117,6 +133,6 @@ class _HealthV1alpha1(_HealthStream, dra_health_v1alpha1_grpc.DRAResourceHealthB
     pb2 = dra_health_v1alpha1_pb2
 
 
-def services(agent: Any, feed: HealthFeed, resend: float = RESEND) -> list[Any]:
-    """Both versions' services, for the plugin's gRPC server (grpclib's ``Server(services)``)."""
+def services(agent: HealthSource, feed: HealthFeed, resend: float = RESEND) -> list[Any]:
+    """Both versions' services, for the plugin's gRPC server (``grpc_limits.server``)."""
     return [_HealthV1(agent, feed, resend), _HealthV1alpha1(agent, feed, resend)]

@@ -19,17 +19,17 @@ import socket
 from pathlib import Path
 from typing import Callable
 
-import structlog
 from grpclib.client import Channel
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError, ProtocolError, StreamTerminatedError
 from grpclib.health.v1 import health_grpc, health_pb2
-from grpclib.server import Server
 
+from ...core.logging import get_logger
 from . import grpc_limits
+from .grpc_server import Server
 from .kubeletapi import dra_v1_grpc, dra_v1_pb2, pluginregistration_v1_grpc, pluginregistration_v1_pb2
 
-log = structlog.stdlib.get_logger("operators.nodeagent.liveness")
+log = get_logger("operators.nodeagent.liveness")
 
 SERVICES = ("", "liveness")  # "" = the server as a whole (grpc_health_probe's default)
 READINESS = "readiness"  # also: kubelet has confirmed the plugin's registration
@@ -192,7 +192,7 @@ class _Servicer(health_grpc.HealthBase):
                     await stream.send_message(health_pb2.HealthCheckResponse(status=status))
                     self._watchers[changed] = status
                 if self._shutting_down:
-                    return  # the stream ends with its last status (grpclib's close() would leave it hanging)
+                    return  # the stream ends with its last status (the server's close() would only cut it off)
                 await changed.wait()
                 changed.clear()
         finally:

@@ -16,7 +16,7 @@ from operators.nodeagent.backends.base import BackendError
 from operators.nodeagent.backends.simulated import SimulatedBackend, build_inventory
 from operators.nodeagent.plugin import cdi, checkpoint, opaque_config
 from operators.nodeagent.plugin.kubeletapi import dra_v1_pb2, dra_v1beta1_pb2, pluginregistration_v1_pb2
-from operators.nodeagent.plugin.server import _claims
+from operators.nodeagent.plugin.servicers import _claims
 
 from tests.unit.fuzzing import bounded, deep_json, fuzz, json_values, objects_like, scratch, texts_around
 

@@ -10,12 +10,11 @@ from types import SimpleNamespace
 import grpc
 import pytest
 import structlog
-from grpclib.server import Server
 
 from operators.nodeagent.health import LOST, XID, HealthEvent, HealthTracker
-from operators.nodeagent.plugin import health_report, health_service
+from operators.nodeagent.plugin import grpc_limits, health_report, health_service
 from operators.nodeagent.plugin.kubeletapi import dra_health_v1_pb2, dra_health_v1alpha1_pb2
-from operators.nodeagent.plugin.server import SUPPORTED_SERVICES
+from operators.nodeagent.plugin.servicers import SUPPORTED_SERVICES
 from tests.grpcio_stubs import dra_health_v1_pb2_grpc, dra_health_v1alpha1_pb2_grpc
 
 DRIVER, NODE = "gpu.sim.test", "node-a"
@@ -45,10 +44,10 @@ async def served(tmp_path):
     agent = SimpleNamespace(node_name=NODE, health=tracker, log=structlog.get_logger(),
                             published_devices=lambda: [{"name": "gpu-0"}, {"name": "gpu-1"}])
     feed = health_service.HealthFeed()
-    server = Server(health_service.services(agent, feed, resend=0.5))
+    server = grpc_limits.server(health_service.services(agent, feed, resend=0.5))
     socket = tmp_path / "dra.sock"
     await server.start(path=str(socket))
-    channel = grpc.aio.insecure_channel(f"unix://{socket}")  # grpcio's client against grpclib's server
+    channel = grpc.aio.insecure_channel(f"unix://{socket}")  # grpcio's client against our server
     yield SimpleNamespace(tracker=tracker, feed=feed, channel=channel)
     await channel.close()
     server.close()

@@ -14,6 +14,7 @@ import yaml
 from operators.nodeagent.backends.nvml import NvmlBackend
 from operators.nodeagent.plugin.prepare import PrepareError
 from operators.nodeagent.plugin.server import KubeletPlugin
+from operators.nodeagent.plugin.state import DeviceState
 
 from tests.nvmlmodel import dgx_a100_mixed_mig, h100_box
 
@@ -71,12 +72,16 @@ def _setup(tmp_path, model):
         return KubeletPlugin(agent, kube=None, registry_dir=str(tmp_path / "reg"), plugins_dir=str(tmp_path / "plugins"),
                              cdi_root=str(tmp_path / "cdi"), **kwargs)
 
-    return SimpleNamespace(model=model, tmp=tmp_path, plugin=plugin)
+    def state(**kwargs) -> DeviceState:
+        return DeviceState(agent, kube=None, data_dir=tmp_path / "plugins" / DRIVER, cdi_root=tmp_path / "cdi",
+                           **kwargs)
+
+    return SimpleNamespace(model=model, tmp=tmp_path, plugin=plugin, state=state)
 
 
 def test_two_gpus_one_visible_devices_variable_and_the_toolkits_device_ids(setup):
     toolkit_spec(setup.tmp / "etc-cdi", setup.model)
-    plugin = setup.plugin(toolkit_cdi_dirs=(str(setup.tmp / "etc-cdi"), str(setup.tmp / "nope")))
+    plugin = setup.state(toolkit_cdi_dirs=(str(setup.tmp / "etc-cdi"), str(setup.tmp / "nope")))
     record = plugin._prepare_claim({"uid": "u1", "namespace": "ns", "name": "c"}, claim("u1", ["gpu-0", "gpu-3"]))
     u0, u3 = setup.model.gpu(0).uuid, setup.model.gpu(3).uuid
     assert [d.cdiDeviceIDs for d in record.devices] == [
@@ -92,7 +97,7 @@ def test_two_gpus_one_visible_devices_variable_and_the_toolkits_device_ids(setup
 def test_mig_devices_use_the_toolkits_mig_names_and_capability_nodes_carry_major_minor(mig_setup):
     setup = mig_setup
     toolkit_spec(setup.tmp / "run-cdi", setup.model)
-    plugin = setup.plugin(toolkit_cdi_dirs=(str(setup.tmp / "run-cdi"),))
+    plugin = setup.state(toolkit_cdi_dirs=(str(setup.tmp / "run-cdi"),))
     record = plugin._prepare_claim({"uid": "u2", "namespace": "ns", "name": "c"}, claim("u2", ["gpu-6-mig-19-6-1"]))
     mig = setup.model.gpu(6).instances[2]
     assert record.devices[0].cdiDeviceIDs[0] == f"nvidia.com/gpu={mig.uuid}"
@@ -105,13 +110,13 @@ def test_mig_devices_use_the_toolkits_mig_names_and_capability_nodes_carry_major
 
 
 def test_without_the_toolkit_prepare_fails_saying_what_to_install(setup):
-    plugin = setup.plugin(toolkit_cdi_dirs=(str(setup.tmp / "empty"),))
+    plugin = setup.state(toolkit_cdi_dirs=(str(setup.tmp / "empty"),))
     with pytest.raises(PrepareError) as info:
         plugin._prepare_claim({"uid": "u3", "namespace": "ns", "name": "c"}, claim("u3", ["gpu-0"]))
     assert "NVIDIA Container Toolkit" in str(info.value) and "nvidia-ctk cdi generate" in str(info.value)
     assert "DRA_NODEAGENT_NVIDIA_CONTAINER_RUNTIME" in str(info.value)
     # Where nvidia-container-runtime is the runtime, NVIDIA_VISIBLE_DEVICES is enough.
-    runtime = setup.plugin(toolkit_cdi_dirs=(str(setup.tmp / "empty"),), nvidia_runtime=True)
+    runtime = setup.state(toolkit_cdi_dirs=(str(setup.tmp / "empty"),), nvidia_runtime=True)
     record = runtime._prepare_claim({"uid": "u3", "namespace": "ns", "name": "c"}, claim("u3", ["gpu-0"]))
     assert record.devices[0].cdiDeviceIDs == ["k8s.gpu.nvidia.com/claim=u3-gpu-0"]
 

@@ -15,7 +15,7 @@ from operators.nodeagent.backends.simulated import SimulatedBackend
 from operators.nodeagent.plugin import opaque_config
 from operators.nodeagent.plugin.opaque_config import API_VERSION, KIND, ConfigError
 from operators.nodeagent.plugin.prepare import PrepareError, plan_claim
-from operators.nodeagent.plugin.server import KubeletPlugin
+from operators.nodeagent.plugin.state import DeviceState
 
 from tests.nvmlmodel import dgx_a100_mixed_mig, h100_box
 
@@ -134,8 +134,7 @@ def test_simulated_devices_show_the_merged_config_in_the_environment(tmp_path):
     found = backend.discover()
     agent = SimpleNamespace(driver=DRIVER, node_name=NODE, backend=backend, node=None,
                             published_devices=lambda: found.devices)
-    plugin = KubeletPlugin(agent, kube=None, registry_dir=str(tmp_path / "r"), plugins_dir=str(tmp_path / "p"),
-                           cdi_root=str(tmp_path / "cdi"))
+    plugin = DeviceState(agent, kube=None, data_dir=tmp_path / "p" / DRIVER, cdi_root=tmp_path / "cdi")
     c = claim([entry("FromClass", ours(env={"A": "class", "B": "class"})),
                entry("FromClaim", ours(env={"B": "claim"}, sharing={"strategy": "TimeSlicing",
                                                                    "timeSlicingConfig": {"interval": "Short"}}))])
@@ -153,8 +152,8 @@ def nvml_plugin(tmp_path, model):
     found = backend.discover()
     agent = SimpleNamespace(driver="gpu.nvidia.com", node_name=NODE, backend=backend, node=None,
                             published_devices=lambda: found.devices)
-    return KubeletPlugin(agent, kube=None, registry_dir=str(tmp_path / "r"), plugins_dir=str(tmp_path / "p"),
-                         cdi_root=str(tmp_path / "cdi"), nvidia_runtime=True)
+    return DeviceState(agent, kube=None, data_dir=tmp_path / "p" / "gpu.nvidia.com", cdi_root=tmp_path / "cdi",
+                       nvidia_runtime=True)
 
 
 def nvml_claim(uid: str, device: str, sharing: dict | None) -> dict:

@@ -19,7 +19,7 @@ from operators.nodeagent.backends.nvml import NvmlBackend
 from operators.nodeagent.backends.simulated import SimulatedBackend
 from operators.nodeagent.plugin import cdi, checkpoint, durable, reconcile
 from operators.nodeagent.plugin.opaque_config import API_VERSION, KIND
-from operators.nodeagent.plugin.server import KubeletPlugin
+from operators.nodeagent.plugin.state import DeviceState
 
 from tests.nvmlmodel import h100_box
 
@@ -27,12 +27,11 @@ NODE = "node-a"
 NV = "gpu.nvidia.com"
 
 
-def make_plugin(root: Path, backend, driver: str) -> KubeletPlugin:
+def make_plugin(root: Path, backend, driver: str) -> DeviceState:
     found = backend.discover()
     agent = SimpleNamespace(driver=driver, node_name=NODE, backend=backend, node=None,
                             published_devices=lambda: found.devices)
-    return KubeletPlugin(agent, kube=None, registry_dir=str(root / "r"), plugins_dir=str(root / "p"),
-                         cdi_root=str(root / "cdi"), nvidia_runtime=True)
+    return DeviceState(agent, kube=None, data_dir=root / "p" / driver, cdi_root=root / "cdi", nvidia_runtime=True)
 
 
 def nvml_claim(uid: str, device: str, strategy: str | None = "Exclusive") -> dict:
@@ -44,7 +43,7 @@ def nvml_claim(uid: str, device: str, strategy: str | None = "Exclusive") -> dic
                 "results": [{"request": "gpu", "driver": NV, "pool": NODE, "device": device}], "config": config}}}}
 
 
-def prepare(plugin: KubeletPlugin, uid: str, device: str, strategy: str | None = "Exclusive"):
+def prepare(plugin: DeviceState, uid: str, device: str, strategy: str | None = "Exclusive"):
     """What a prepare does on disk and on the device, up to (not including) the checkpoint."""
     return plugin._prepare_claim({"uid": uid, "namespace": "ns", "name": f"c-{uid}"},
                                  nvml_claim(uid, device, strategy))

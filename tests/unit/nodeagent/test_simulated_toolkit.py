@@ -12,7 +12,7 @@ import yaml
 
 from operators.nodeagent.backends.simulated import SimulatedBackend
 from operators.nodeagent.plugin.prepare import PrepareError
-from operators.nodeagent.plugin.server import KubeletPlugin
+from operators.nodeagent.plugin.state import DeviceState
 
 DRIVER, NODE = "gpu.sim.test", "node-a"
 
@@ -31,8 +31,8 @@ def setup(tmp_path, toolkit: bool, partitions: int = 0):
     found = backend.discover()
     agent = SimpleNamespace(driver=DRIVER, node_name=NODE, backend=backend, node=None,
                             published_devices=lambda: found.devices)
-    plugin = KubeletPlugin(agent, kube=None, registry_dir=str(tmp_path / "reg"), plugins_dir=str(tmp_path / "p"),
-                           cdi_root=str(tmp_path / "cdi"), toolkit_cdi_dirs=(str(tmp_path / "toolkit"),))
+    plugin = DeviceState(agent, kube=None, data_dir=tmp_path / "p" / DRIVER, cdi_root=tmp_path / "cdi",
+                         toolkit_cdi_dirs=(str(tmp_path / "toolkit"),))
     uuids = {d["name"]: d["attributes"]["uuid"]["string"] for d in found.devices}
     return backend, plugin, uuids
 
