@@ -44,15 +44,10 @@ class PodWatch:
             await asyncio.gather(self._task, return_exceptions=True)
 
     async def _run(self, rv: str) -> None:
-        api = self.kube._api  # the connection pool of the test's client; watches need a stream
         while True:
-            response = await api.call_api(
-                PODS.path(self.namespace), "GET",
-                query_params=[("watch", "1"), ("resourceVersion", rv), ("timeoutSeconds", "240")],
-                header_params={"Accept": "application/json"}, auth_settings=["BearerToken"],
-                _preload_content=False, _request_timeout=300)
-            try:
-                while line := await response.content.readline():
+            params = [("watch", "1"), ("resourceVersion", rv), ("timeoutSeconds", "240")]
+            async with self.kube.stream(PODS.path(self.namespace), params, read_timeout=300) as lines:
+                async for line in lines:
                     event = json.loads(line)
                     pod = event["object"]
                     if event["type"] == "ERROR":
@@ -60,8 +55,6 @@ class PodWatch:
                         break
                     rv = pod["metadata"]["resourceVersion"]
                     self._record(event["type"], pod)
-            finally:
-                response.release()
 
     def _record(self, kind: str, pod: dict) -> None:
         name = pod["metadata"]["name"]

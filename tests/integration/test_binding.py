@@ -24,7 +24,7 @@ from operators.core.framework.metrics import samples
 from operators.core.api.resources import (DEVICE_CLASSES, EVENTS, LEASES, NAMESPACES, NODES, PODS, RESOURCE_CLAIM_TEMPLATES,
                                       RESOURCE_CLAIMS, RESOURCE_SLICES, SERVICE_ACCOUNTS, Resource)
 
-from tests.unit.test_binding_preparers import AttachServer
+from tests.unit.binding.test_preparers import AttachServer
 
 from . import objects
 from .operator_process import OperatorProcess

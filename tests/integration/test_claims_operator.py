@@ -213,7 +213,10 @@ async def test_status_updates_send_raw_fields_back_as_they_are_stored(lab, kube,
         manifest.write_text(yaml.safe_dump(claim, allow_unicode=True))
         created = lab.kubectl("create", "-n", env.namespace, "-f", str(manifest), check=False)
         assert created.returncode == 0, created.stderr
+        # One Pod after the other: two reservations at once race (the second PUT meets a 409 and is
+        # retried, as upstream's), and that retry is not what this test looks for.
         await env.pod("a", {"gpu": {"resourceClaimName": "shared"}})
+        await env.wait_claim("shared", lambda c: len(c["status"].get("reservedFor") or []) == 1, "reserved for a")
         await env.pod("b", {"gpu": {"resourceClaimName": "shared"}})
         await env.wait_running("a")
         await env.wait_running("b")

@@ -137,7 +137,7 @@ async def test_node_agent_with_its_own_service_account(base, lab, kube, tmp_path
         assert response.claims[claim["metadata"]["uid"]].error == ""
         assert_no_forbidden(node.agent)
 
-        async with Kube(await _client(kubeconfig)) as agent_kube:
+        async with await Kube.connect(str(kubeconfig)) as agent_kube:
             # Another node's slice: the admission policy says no.
             other = objects.resource_slice(f"intruder-{unique}", node.driver, "lab-node-1", [objects.device("gpu-0")])
             with pytest.raises(ApiError) as denied:
@@ -189,7 +189,7 @@ class allow_driver:
     async def wait_admitted(self, kubeconfig: Path, node: str, unique: str) -> None:
         """Until a dry-run create of a slice of the driver, with the agent's token, is admitted."""
         probe = objects.resource_slice(f"probe-{unique}", self.driver, node, [objects.device("gpu-0")])
-        async with Kube(await _client(kubeconfig)) as agent_kube:
+        async with await Kube.connect(str(kubeconfig)) as agent_kube:
             async def admitted() -> bool:
                 try:
                     await agent_kube.create(RESOURCE_SLICES, probe, dry_run=True)
@@ -248,7 +248,7 @@ async def test_admission_policy_holds_in_an_overlay_that_renames_the_namespace(b
             "containers": [{"name": "agent", "image": "busybox:1.37"}]}}, namespace)
         kubeconfig = await service_account_kubeconfig(lab, kube, "dra-nodeagent", tmp_path / "renamed.kubeconfig",
                                                       pod, namespace=namespace)
-        async with Kube(await _client(kubeconfig)) as agent_kube:
+        async with await Kube.connect(str(kubeconfig)) as agent_kube:
             def slice_(name: str, driver: str, node: str) -> dict:
                 return objects.resource_slice(f"{name}-{unique}", driver, node, [objects.device("gpu-0")])
             with pytest.raises(ApiError) as denied:
@@ -263,9 +263,6 @@ async def test_admission_policy_holds_in_an_overlay_that_renames_the_namespace(b
         lab.kubectl("delete", "clusterrolebinding", binding["metadata"]["name"], "--ignore-not-found", check=False)
         lab.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
 
-
-async def _client(kubeconfig: Path):
-    return (await Kube.connect(str(kubeconfig)))._api
 
 
 async def test_taints_operator_with_its_own_service_account(base, lab, kube, controllers, tmp_path, unique, namespace,

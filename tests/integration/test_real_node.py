@@ -715,7 +715,7 @@ async def test_status_devices_carry_the_agents_data_and_no_other_nodes_claim_is_
     far_slice = f"far-{ns}"
     try:
         kubeconfig = await service_account_kubeconfig(real_lab, rkube, account, tmp_path / "na.kubeconfig", pod, ns)
-        async with Kube(await _kube_client(kubeconfig)) as agent_kube:
+        async with await Kube.connect(str(kubeconfig)) as agent_kube:
             own = device_status.status_apply(claim, DRIVER, [PreparedDevice(NODE, result["device"])],
                                              {result["device"]: {"attributes": {"uuid": {"string": "rewritten"}}}})
             await wait_for(lambda: agent_kube.apply(RESOURCE_CLAIMS, own, field_manager=DRIVER, force=True,
@@ -757,9 +757,6 @@ async def test_status_devices_carry_the_agents_data_and_no_other_nodes_claim_is_
     [status] = await wait_for(deallocated, what="claim st deallocated")
     assert not status.get("devices"), status
 
-
-async def _kube_client(kubeconfig: Path):
-    return (await Kube.connect(str(kubeconfig)))._api
 
 
 # -- seamless plugin update: two instances side by side, then the old one goes ----------------------
