@@ -1,8 +1,8 @@
 # One image for every operator: `docker build -t dra-operators:0.1.0 .`, then the container's
 # arguments choose the operator (claims, taints, binding, nodeagent). Without a Docker engine:
 # `make image` (image/build.sh, buildah) builds it on a local Debian base and exports an archive.
-# Dependencies come from requirements.lock (pinned, with hashes); regenerate it with
-#   pip-compile --generate-hashes --strip-extras --output-file requirements.lock pyproject.toml
+# Dependencies come from requirements.lock (pinned, with hashes); `make lock` regenerates it from
+# pyproject.toml, with requirements-dev.lock (the same versions plus the test and lint tools).
 #
 # BASE: any image with python3 3.11 and its venv module: the public python:3.11-slim (python3 in
 # /usr/local/bin) or Debian's python3 and python3-venv (/usr/bin; make image's default base).

@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 LAB_BIN := .cache/lab/bin
 PYTEST_ARGS ?=
 
-.PHONY: help venv lab-modules lab-build lab-build-node image test-prerequisites test unit integration run soak bench e2e lab-up lab-down protos clean
+.PHONY: help venv lock lint lab-modules lab-build lab-build-node image test-prerequisites test unit integration run soak bench e2e lab-up lab-down protos clean
 
 help:
 	@echo "make run           the whole suite on a lab (or \$$KUBECONFIG): operators, node agents, examples, live table"
@@ -23,14 +23,33 @@ help:
 	@echo "make lab-modules   regenerate lab/*/go.mod from lab/versions.env"
 	@echo "make protos        regenerate the kubelet plugin's gRPC code from its .proto files"
 
-# The virtualenv is rebuilt when pyproject.toml changes.
-$(VENV)/.installed: pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test]'
+# The virtualenv, from requirements-dev.lock (every package pinned, with hashes: the runtime ones at
+# the versions of requirements.lock, which the image installs, plus the test and lint tools), then
+# the project itself without dependencies. Made anew when the lock or pyproject.toml changes, so
+# that it holds what the lock says and nothing else (as on a fresh machine, as in CI). setuptools,
+# pinned in the lock, builds the editable install (no build isolation: nothing unpinned is fetched).
+$(VENV)/.installed: requirements-dev.lock pyproject.toml
+	$(PYTHON) -m venv --clear $(VENV)
+	$(PY) -m pip install --quiet --require-hashes --only-binary=:all: -r requirements-dev.lock
+	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
 	touch $@
 
 venv: $(VENV)/.installed
+
+# The two dependency locks, from pyproject.toml, with hashes (pip-tools' pip-compile, itself pinned in
+# requirements-dev.lock): requirements.lock, the runtime dependencies the image installs, and
+# requirements-dev.lock for make's venv (CI's too): requirements.lock's very versions (its
+# constraint) plus the extras test and dev, pip and setuptools (image/build-requirements.lock's).
+# After a change to pyproject.toml's dependencies `make lock` is all there is to do: a pin that
+# still fits stays, a new dependency gets its newest version, a removed one goes with whatever it
+# alone pulled in. LOCK_ARGS=--upgrade moves every pin to the newest allowed version
+# (LOCK_ARGS="--upgrade-package NAME" one). The locks are for the image's Python, 3.11.
+LOCK_COMPILE = CUSTOM_COMPILE_COMMAND="make lock" $(VENV)/bin/pip-compile --quiet --generate-hashes \
+	--strip-extras --allow-unsafe --no-emit-find-links --no-emit-index-url $(LOCK_ARGS)
+lock: venv
+	$(LOCK_COMPILE) --output-file requirements.lock pyproject.toml
+	$(LOCK_COMPILE) --extra test --extra dev --constraint requirements.lock \
+	  --constraint image/build-requirements.lock --output-file requirements-dev.lock pyproject.toml
 
 # The generated code is checked in; this is the command that regenerates it.
 protos: venv
