@@ -15,9 +15,11 @@ feature, as on kwok Nodes), the filter timeout.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any, Callable
+from typing import Any
 
 from . import cel
 from .capacity import Amounts, add, capacity_problem, consumed_amounts
@@ -47,6 +49,7 @@ class _MaxSizeExceeded(Exception):
 @dataclass
 class Request:
     """``requestAccessor``: a request, or one subrequest of ``firstAvailable``."""
+
     name: str
     parent: str | None
     class_name: str
@@ -62,17 +65,33 @@ class Request:
         return f"{self.parent}/{self.name}" if self.parent else self.name
 
     @classmethod
-    def exact(cls, request: Obj) -> "Request":
+    def exact(cls, request: Obj) -> Request:
         e = request.get("exactly") or {}
-        return cls(request["name"], None, e.get("deviceClassName", ""), e.get("allocationMode") or "ExactCount",
-                   int(e.get("count") or 1), bool(e.get("adminAccess")), e.get("selectors") or [],
-                   e.get("tolerations") or [], e.get("capacity"))
+        return cls(
+            request["name"],
+            None,
+            e.get("deviceClassName", ""),
+            e.get("allocationMode") or "ExactCount",
+            int(e.get("count") or 1),
+            bool(e.get("adminAccess")),
+            e.get("selectors") or [],
+            e.get("tolerations") or [],
+            e.get("capacity"),
+        )
 
     @classmethod
-    def sub(cls, parent: str, sub: Obj) -> "Request":
-        return cls(sub["name"], parent, sub.get("deviceClassName", ""), sub.get("allocationMode") or "ExactCount",
-                   int(sub.get("count") or 1), False, sub.get("selectors") or [], sub.get("tolerations") or [],
-                   sub.get("capacity"))
+    def sub(cls, parent: str, sub: Obj) -> Request:
+        return cls(
+            sub["name"],
+            parent,
+            sub.get("deviceClassName", ""),
+            sub.get("allocationMode") or "ExactCount",
+            int(sub.get("count") or 1),
+            False,
+            sub.get("selectors") or [],
+            sub.get("tolerations") or [],
+            sub.get("capacity"),
+        )
 
 
 def requests_of(claim: Obj) -> list[list[Request]]:
@@ -110,7 +129,7 @@ def selector_failure(selectors: list[Obj], driver: str, device: Obj) -> tuple[in
 
 def attribute(device: Obj, driver: str, name: str) -> Obj | None:
     """``lookupStaticAttribute``: a fully qualified name, or the driver's own unqualified one."""
-    attributes = device.get("attributes") or {}
+    attributes: dict[str, Obj] = device.get("attributes") or {}
     if name in attributes:
         return attributes[name]
     domain, sep, ident = name.partition("/")
@@ -134,7 +153,7 @@ def attribute_value(value: Obj | None) -> tuple[str, Any] | None:
 @dataclass
 class _Data:
     request: Request
-    class_: Obj | None
+    class_: Obj
     num: int = 0
     all_devices: list[tuple[Pool, Obj, Obj]] = field(default_factory=list)
     selected_sub: int = 0
@@ -143,8 +162,9 @@ class _Data:
 class _Constraint:
     def __init__(self, spec: Obj):
         self.requests = set(spec.get("requests") or [])
-        self.match = spec.get("matchAttribute")
-        self.distinct = spec.get("distinctAttribute")
+        # One of the two (the API server's validation).
+        self.match: str | None = spec.get("matchAttribute")
+        self.distinct: str | None = spec.get("distinctAttribute")
         self.values: list[tuple[str, Any]] = []
 
     def applies(self, r: Request) -> bool:
@@ -155,7 +175,7 @@ class _Constraint:
     def add(self, r: Request, driver: str, device: Obj) -> bool:
         if not self.applies(r):
             return True
-        value = attribute_value(attribute(device, driver, self.match or self.distinct))
+        value = attribute_value(attribute(device, driver, self.match or self.distinct or ""))
         if value is None:
             return False
         if self.match:
@@ -174,19 +194,21 @@ class _Constraint:
 class Allocation:
     """One ``Allocate`` call: ``run()`` gives the results per claim or None."""
 
-    def __init__(self, node: Obj | None, claims: list[Obj], slices: list[Obj], classes: dict[str, Obj],
-                 state: AllocatedState):
+    def __init__(
+        self, node: Obj | None, claims: list[Obj], slices: list[Obj], classes: dict[str, Obj], state: AllocatedState
+    ):
         self.node, self.claims, self.state = node, claims, state
         self.classes = classes
         self.pools = gather_pools(node, slices)
         self.data: dict[tuple[int, int, int], _Data] = {}
         self.parents: dict[tuple[int, int], list[Request]] = {}
         self.constraints: list[list[_Constraint]] = []
-        self.matches: dict[tuple, bool] = {}
+        # (driver, pool, device, (claim, request, subrequest)): whether the device's selectors match.
+        self.matches: dict[tuple[str, str, str, tuple[int, int, int]], bool] = {}
         self.allocating: dict[DeviceID, set[int]] = {}
         self.allocating_capacity: dict[DeviceID, Amounts] = {}
-        self.consumed_counters: dict[str, Counters] = {}   # pool id -> what the devices being tried take
-        self.available: dict[str, Counters] = {}           # pool id -> what allocated devices leave
+        self.consumed_counters: dict[str, Counters] = {}  # pool id -> what the devices being tried take
+        self.available: dict[str, Counters] = {}  # pool id -> what allocated devices leave
         self.results: list[list[Obj]] = [[] for _ in claims]
         self.calls = 0
 
@@ -196,19 +218,25 @@ class Allocation:
         claim = self.claims[ci]
         class_ = self.classes.get(r.class_name)
         if class_ is None:
-            raise AllocationError(f"claim {claim_key(claim)}, request {r.full_name}: could not retrieve device "
-                                  f"class {r.class_name}: deviceclass.resource.k8s.io \"{r.class_name}\" not found")
+            raise AllocationError(
+                f"claim {claim_key(claim)}, request {r.full_name}: could not retrieve device "
+                f'class {r.class_name}: deviceclass.resource.k8s.io "{r.class_name}" not found'
+            )
         data = _Data(r, class_)
         if r.mode == "ExactCount":
             data.num = r.count
         elif r.mode == "All":
             for pool in self.pools:
                 if pool.incomplete:
-                    raise AllocationError(f"claim {claim_key(claim)}, request {r.full_name}: asks for all devices, "
-                                          f"but resource pool {pool.id} is currently being updated")
+                    raise AllocationError(
+                        f"claim {claim_key(claim)}, request {r.full_name}: asks for all devices, "
+                        f"but resource pool {pool.id} is currently being updated"
+                    )
                 if pool.invalid:
-                    raise AllocationError(f"claim {claim_key(claim)}, request {r.full_name}: asks for all devices, "
-                                          f"but resource pool {pool.id} is currently invalid")
+                    raise AllocationError(
+                        f"claim {claim_key(claim)}, request {r.full_name}: asks for all devices, "
+                        f"but resource pool {pool.id} is currently invalid"
+                    )
                 for s, d in pool.device_entries():
                     if not self._selectable((ci, ri, si), data, s, d):
                         continue
@@ -226,7 +254,9 @@ class Allocation:
                 for si, r in enumerate(alternatives):
                     self.data[(ci, ri, si)] = self._validate(ci, ri, si, r)
                 self.parents[(ci, ri)] = alternatives
-            self.constraints.append([_Constraint(c) for c in ((claim.get("spec") or {}).get("devices") or {}).get("constraints") or []])
+            self.constraints.append(
+                [_Constraint(c) for c in ((claim.get("spec") or {}).get("devices") or {}).get("constraints") or []]
+            )
         try:
             done = self._one(ci=0, ri=0, si=0, di=0, sub=False, start=(0, 0, 0))
         except _MaxSizeExceeded:
@@ -244,14 +274,18 @@ class Allocation:
         try:
             ok = selector_failure((data.class_ or {}).get("spec", {}).get("selectors") or [], spec["driver"], d) is None
         except cel.SelectorError as e:
-            raise AllocationError(f"class {data.class_['metadata']['name']}: {e} on device "
-                                  f"{spec['driver']}/{spec['pool']['name']}/{d['name']}: CEL runtime error") from None
+            raise AllocationError(
+                f"class {data.class_['metadata']['name']}: {e} on device "
+                f"{spec['driver']}/{spec['pool']['name']}/{d['name']}: CEL runtime error"
+            ) from None
         if ok:
             try:
                 ok = selector_failure(data.request.selectors, spec["driver"], d) is None
             except cel.SelectorError as e:
-                raise AllocationError(f"claim {claim_key(claim)}: {e} on device "
-                                      f"{spec['driver']}/{spec['pool']['name']}/{d['name']}: CEL runtime error") from None
+                raise AllocationError(
+                    f"claim {claim_key(claim)}: {e} on device "
+                    f"{spec['driver']}/{spec['pool']['name']}/{d['name']}: CEL runtime error"
+                ) from None
         if ok and spec.get("perDeviceNodeSelection"):
             ok = node_matches(self.node, d.get("nodeName") or "", bool(d.get("allNodes")), d.get("nodeSelector"))
         self.matches[cache] = ok
@@ -284,7 +318,9 @@ class Allocation:
                     return False
         return True
 
-    def _allocate_device(self, ci: int, ri: int, si: int, pool: Pool, s: Obj, d: Obj, must: bool) -> Callable[[], None] | None:
+    def _allocate_device(
+        self, ci: int, ri: int, si: int, pool: Pool, s: Obj, d: Obj, must: bool
+    ) -> Callable[[], None] | None:
         """``allocateDevice``: the undo function when the device was taken, else None."""
         data = self.data[(ci, ri, si)]
         r = data.request
@@ -317,10 +353,12 @@ class Allocation:
             if not constraint.add(r, spec["driver"], d):
                 rollback()
                 if must:
-                    raise AllocationError(f"claim {claim_key(self.claims[ci])}, request {r.name}: cannot add device "
-                                          f"{'/'.join(device)} because a claim constraint would not be satisfied")
+                    raise AllocationError(
+                        f"claim {claim_key(self.claims[ci])}, request {r.name}: cannot add device "
+                        f"{'/'.join(device)} because a claim constraint would not be satisfied"
+                    )
                 return None
-            undo.append(lambda c=constraint: c.remove(r))
+            undo.append(functools.partial(constraint.remove, r))
         if not multiple:
             self.allocating.setdefault(device, set()).add(ci)
             undo.append(lambda: self.allocating[device].discard(ci))
@@ -339,6 +377,7 @@ class Allocation:
                 add(self.allocating_capacity[device], consumed, -1)
                 if not existed:
                     del self.allocating_capacity[device]
+
             undo.append(drop)
         if r.admin:
             result["adminAccess"] = True
@@ -354,8 +393,10 @@ class Allocation:
     def _one(self, ci: int, ri: int, si: int, di: int, sub: bool, start: tuple[int, int, int]) -> bool:
         self.calls += 1
         if self.calls > MAX_STEPS:
-            raise AllocationError(f"the search for devices took more than {MAX_STEPS} steps; kube-scheduler "
-                                  "stops such a search after its filter timeout (10 s by default) with an error")
+            raise AllocationError(
+                f"the search for devices took more than {MAX_STEPS} steps; kube-scheduler "
+                "stops such a search after its filter timeout (10 s by default) with an error"
+            )
         if ci >= len(self.claims):
             return True
         if (ci, ri) not in self.parents:
@@ -422,8 +463,9 @@ class Allocation:
         return False
 
 
-def allocate(node: Obj | None, claims: list[Obj], slices: list[Obj], classes: dict[str, Obj],
-             state: AllocatedState) -> list[list[Obj]] | None:
+def allocate(
+    node: Obj | None, claims: list[Obj], slices: list[Obj], classes: dict[str, Obj], state: AllocatedState
+) -> list[list[Obj]] | None:
     """The devices the scheduler would give ``claims`` on ``node`` (results per claim, in
     request order), None when they do not fit; raises AllocationError where the scheduler
     aborts the attempt."""

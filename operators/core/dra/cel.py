@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Callable
 from fractions import Fraction
-from typing import Any
+from typing import Any, cast
 
 from cel_expr_python import cel
 from cel_expr_python.ext import ext_bindings, ext_strings
@@ -54,13 +55,20 @@ def quantity_value(text: str) -> dict[str, str]:
 
 # -- semantic versions -------------------------------------------------------------------------
 
-_SEMVER = re.compile(r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)"
-                     r"(?:-((?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(?:\.(?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*))?"
-                     r"(?:\+([0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?$")
+_SEMVER = re.compile(
+    r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)"
+    r"(?:-((?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(?:\.(?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*))?"
+    r"(?:\+([0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?$"
+)
+
+
+# major, minor, patch, then the pre-release's precedence: ((1,),) for a release, else (0,) and one
+# (numeric?, number, text) per identifier.
+SemverKey = tuple[int, int, int, tuple[tuple[int | str, ...], ...]]
 
 
 @functools.lru_cache(maxsize=1024)
-def parse_semver(text: str) -> tuple[int, int, int, tuple]:
+def parse_semver(text: str) -> SemverKey:
     match = _SEMVER.match(text)
     if not match:
         raise ValueError(f"could not parse {text!r} as semver")
@@ -84,24 +92,24 @@ def _compare(a: Any, b: Any) -> int:
     kind_b, y = _unwrap(b)
     if kind_a != kind_b:
         raise TypeError(f"cannot compare {kind_a} with {kind_b}")
-    return (x > y) - (x < y)
+    return int(x > y) - int(x < y)
 
 
 def _quantity(a: Any) -> Fraction:
     kind, value = _unwrap(a)
     if kind != "quantity":
         raise TypeError("not a quantity")
-    return value
+    return cast(Fraction, value)
 
 
 def _semver_part(a: Any, index: int) -> int:
     kind, value = _unwrap(a)
     if kind != "semver":
         raise TypeError("not a semver")
-    return value[index]
+    return int(value[index])
 
 
-def _valid(parse, text: str) -> bool:
+def _valid(parse: Callable[[str], object], text: str) -> bool:
     try:
         parse(text)
     except ValueError:
@@ -118,43 +126,53 @@ def _as_integer(a: Any) -> int:
 
 # -- the environment -----------------------------------------------------------------------------
 
-S, I, B, F = cel.Type.STRING, cel.Type.INT, cel.Type.BOOL, cel.Type.DOUBLE
-M = cel.Type.Map(cel.Type.STRING, cel.Type.DYN)  # the tagged maps
+# The overloads' types: CEL's string, int, bool, double and the tagged maps.
+STR, INT, BOOL, DOUBLE = cel.Type.STRING, cel.Type.INT, cel.Type.BOOL, cel.Type.DOUBLE
+MAP = cel.Type.Map(cel.Type.STRING, cel.Type.DYN)
 
 
-def _fn(name: str, *overloads: tuple[str, list, Any, bool, Any]) -> cel.FunctionDecl:
-    return cel.FunctionDecl(name, [cel.Overload(oid, ret, params, member, impl)
-                                   for oid, params, ret, member, impl in overloads])
+def _fn(name: str, *overloads: tuple[str, list[Any], Any, bool, Any]) -> cel.FunctionDecl:
+    return cel.FunctionDecl(
+        name, [cel.Overload(oid, ret, params, member, impl) for oid, params, ret, member, impl in overloads]
+    )
 
 
 def _functions() -> list[cel.FunctionDecl]:
     return [
-        _fn("quantity", ("quantity_string", [S], M, False, quantity_value)),
-        _fn("isQuantity", ("isQuantity_string", [S], B, False, lambda s: _valid(parse_quantity, s))),
-        _fn("semver", ("semver_string", [S], M, False, lambda s: (parse_semver(s), {_SV: s})[1])),
-        _fn("isSemver", ("isSemver_string", [S], B, False, lambda s: _valid(parse_semver, s))),
-        _fn("compareTo", ("compareTo_map", [M, M], I, True, _compare)),
-        _fn("isGreaterThan", ("isGreaterThan_map", [M, M], B, True, lambda a, b: _compare(a, b) > 0)),
-        _fn("isLessThan", ("isLessThan_map", [M, M], B, True, lambda a, b: _compare(a, b) < 0)),
-        _fn("asInteger", ("asInteger_map", [M], I, True, _as_integer)),
-        _fn("asApproximateFloat", ("asApproximateFloat_map", [M], F, True, lambda a: float(_quantity(a)))),
-        _fn("isInteger", ("isInteger_map", [M], B, True, lambda a: _quantity(a).denominator == 1)),
-        _fn("sign", ("sign_map", [M], I, True, lambda a: (_quantity(a) > 0) - (_quantity(a) < 0))),
-        _fn("add", ("add_map", [M, M], M, True, lambda a, b: {_Q: str(_quantity(a) + _quantity(b))}),
-            ("add_int", [M, I], M, True, lambda a, b: {_Q: str(_quantity(a) + b)})),
-        _fn("sub", ("sub_map", [M, M], M, True, lambda a, b: {_Q: str(_quantity(a) - _quantity(b))}),
-            ("sub_int", [M, I], M, True, lambda a, b: {_Q: str(_quantity(a) - b)})),
-        _fn("major", ("major_map", [M], I, True, lambda a: _semver_part(a, 0))),
-        _fn("minor", ("minor_map", [M], I, True, lambda a: _semver_part(a, 1))),
-        _fn("patch", ("patch_map", [M], I, True, lambda a: _semver_part(a, 2))),
+        _fn("quantity", ("quantity_string", [STR], MAP, False, quantity_value)),
+        _fn("isQuantity", ("isQuantity_string", [STR], BOOL, False, lambda s: _valid(parse_quantity, s))),
+        _fn("semver", ("semver_string", [STR], MAP, False, lambda s: (parse_semver(s), {_SV: s})[1])),
+        _fn("isSemver", ("isSemver_string", [STR], BOOL, False, lambda s: _valid(parse_semver, s))),
+        _fn("compareTo", ("compareTo_map", [MAP, MAP], INT, True, _compare)),
+        _fn("isGreaterThan", ("isGreaterThan_map", [MAP, MAP], BOOL, True, lambda a, b: _compare(a, b) > 0)),
+        _fn("isLessThan", ("isLessThan_map", [MAP, MAP], BOOL, True, lambda a, b: _compare(a, b) < 0)),
+        _fn("asInteger", ("asInteger_map", [MAP], INT, True, _as_integer)),
+        _fn("asApproximateFloat", ("asApproximateFloat_map", [MAP], DOUBLE, True, lambda a: float(_quantity(a)))),
+        _fn("isInteger", ("isInteger_map", [MAP], BOOL, True, lambda a: _quantity(a).denominator == 1)),
+        _fn("sign", ("sign_map", [MAP], INT, True, lambda a: (_quantity(a) > 0) - (_quantity(a) < 0))),
+        _fn(
+            "add",
+            ("add_map", [MAP, MAP], MAP, True, lambda a, b: {_Q: str(_quantity(a) + _quantity(b))}),
+            ("add_int", [MAP, INT], MAP, True, lambda a, b: {_Q: str(_quantity(a) + b)}),
+        ),
+        _fn(
+            "sub",
+            ("sub_map", [MAP, MAP], MAP, True, lambda a, b: {_Q: str(_quantity(a) - _quantity(b))}),
+            ("sub_int", [MAP, INT], MAP, True, lambda a, b: {_Q: str(_quantity(a) - b)}),
+        ),
+        _fn("major", ("major_map", [MAP], INT, True, lambda a: _semver_part(a, 0))),
+        _fn("minor", ("minor_map", [MAP], INT, True, lambda a: _semver_part(a, 1))),
+        _fn("patch", ("patch_map", [MAP], INT, True, lambda a: _semver_part(a, 2))),
     ]
 
 
 @functools.lru_cache(maxsize=1)
 def _env() -> cel.Env:
-    return cel.NewEnv(variables={"device": M},
-                      extensions=[ext_strings.ExtStrings(), ext_bindings.ExtBindings()],
-                      functions=_functions())
+    return cel.NewEnv(
+        variables={"device": MAP},
+        extensions=[ext_strings.ExtStrings(), ext_bindings.ExtBindings()],
+        functions=_functions(),
+    )
 
 
 _DOMAIN_LITERAL = re.compile(r"""device\s*\.\s*(attributes|capacity)\s*\[\s*(?:"([^"]*)"|'([^']*)')\s*\]""")
@@ -169,8 +187,9 @@ def compile_selector(expression: str) -> tuple[Any, tuple[tuple[str, str], ...]]
         program = _env().compile(expression)
     except RuntimeError as e:
         raise SelectorError(f"compilation failed: {e}") from None
-    domains = tuple((m.group(1), m.group(2) if m.group(2) is not None else m.group(3))
-                    for m in _DOMAIN_LITERAL.finditer(expression))
+    domains = tuple(
+        (m.group(1), m.group(2) if m.group(2) is not None else m.group(3)) for m in _DOMAIN_LITERAL.finditer(expression)
+    )
     return program, domains
 
 
@@ -198,8 +217,12 @@ def device_variable(driver: str, device: dict[str, Any]) -> dict[str, Any]:
     for name, value in (device.get("capacity") or {}).items():
         domain, ident = _qualified(driver, name)
         capacity.setdefault(domain, {})[ident] = quantity_value(str(value.get("value", "0")))
-    return {"driver": driver, "attributes": attributes, "capacity": capacity,
-            "allowMultipleAllocations": bool(device.get("allowMultipleAllocations"))}
+    return {
+        "driver": driver,
+        "attributes": attributes,
+        "capacity": capacity,
+        "allowMultipleAllocations": bool(device.get("allowMultipleAllocations")),
+    }
 
 
 # The ``device`` variable of the devices seen last (id of the device dict -> (the dict, driver,

@@ -24,7 +24,7 @@ def device_binding_verdict(conditions: Iterable[Obj], binding: Iterable[str], fa
     conditions: failed when any binding failure condition is True (failure wins), ready when
     every binding condition is True, pending otherwise. The one copy of the rule: the binding
     operator and ``explain`` both ask it."""
-    status: dict[str, Any] = {}
+    status: dict[str | None, Any] = {}
     for condition in conditions:
         status.setdefault(condition.get("type"), condition.get("status"))  # the first of a type counts
     if any(status.get(kind) == "True" for kind in failure):
@@ -39,9 +39,12 @@ def allocated_at(claim: Obj) -> str | None:
     time of the last status write by kube-scheduler."""
     allocation = (claim.get("status") or {}).get("allocation") or {}
     if allocation.get("allocationTimestamp"):
-        return allocation["allocationTimestamp"]
-    times = [m.get("time") for m in claim["metadata"].get("managedFields") or []
-             if m.get("subresource") == "status" and m.get("time") and "scheduler" in (m.get("manager") or "")]
+        return str(allocation["allocationTimestamp"])
+    times: list[str] = [
+        m.get("time")
+        for m in claim["metadata"].get("managedFields") or []
+        if m.get("subresource") == "status" and m.get("time") and "scheduler" in (m.get("manager") or "")
+    ]
     return max(times) if times else None
 
 
@@ -52,7 +55,10 @@ def binding_state(claim: Obj) -> Obj | None:
     devices: dict[tuple[Any, Any, Any], Obj] = {}
     for d in (claim.get("status") or {}).get("devices") or []:
         devices.setdefault((d.get("driver"), d.get("pool"), d.get("device")), d)  # getAllocatedDeviceStatus: the first
-    pending, failed, met, verdicts = [], [], [], []
+    pending: list[Obj] = []
+    failed: list[Obj] = []
+    met: list[Obj] = []
+    verdicts: list[str] = []
     for r in allocation_results(claim):
         if not r.get("bindingConditions"):
             continue
@@ -66,17 +72,35 @@ def binding_state(claim: Obj) -> Obj | None:
         for kind in failure_kinds:
             if (conditions.get(kind) or {}).get("status") == "True":
                 c = conditions[kind]
-                failed.append({"device": name, "condition": kind, "reason": c.get("reason"), "message": c.get("message"),
-                               "since": c.get("lastTransitionTime")})
+                failed.append(
+                    {
+                        "device": name,
+                        "condition": kind,
+                        "reason": c.get("reason"),
+                        "message": c.get("message"),
+                        "since": c.get("lastTransitionTime"),
+                    }
+                )
         for kind in r["bindingConditions"]:
             c = conditions.get(kind) or {}
             (met if c.get("status") == "True" else pending).append(
-                {"device": name, "condition": kind, "status": c.get("status") or "not reported",
-                 "reason": c.get("reason"), "message": c.get("message")})
+                {
+                    "device": name,
+                    "condition": kind,
+                    "status": c.get("status") or "not reported",
+                    "reason": c.get("reason"),
+                    "message": c.get("message"),
+                }
+            )
     if not verdicts:
         return None
-    return {"pending": pending, "failed": failed, "met": met, "since": allocated_at(claim),
-            "verdict": FAILED if FAILED in verdicts else PENDING if PENDING in verdicts else READY}
+    return {
+        "pending": pending,
+        "failed": failed,
+        "met": met,
+        "since": allocated_at(claim),
+        "verdict": FAILED if FAILED in verdicts else PENDING if PENDING in verdicts else READY,
+    }
 
 
 def claim_state(claim: Obj | None) -> str:

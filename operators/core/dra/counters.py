@@ -14,13 +14,14 @@ more device fits.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from fractions import Fraction
-from typing import Any, Iterable, NamedTuple
+from typing import Any, NamedTuple
 
 from .quantity import parse_quantity
 
 Obj = dict[str, Any]
-Counters = dict[str, dict[str, Fraction]]   # counter set -> counter -> amount
+Counters = dict[str, dict[str, Fraction]]  # counter set -> counter -> amount
 
 
 def amounts(counters: Obj | None) -> dict[str, Fraction]:
@@ -49,7 +50,7 @@ def deduct(available: Counters, consumes: Iterable[Obj] | None, sign: int = 1) -
     (``sign=-1`` gives it back). Counter sets and counters ``available`` does not have are
     skipped; amounts may go negative ("treated as no counters available")."""
     for consumption in consumes or []:
-        counters = available.get(consumption.get("counterSet"))
+        counters = available.get(consumption.get("counterSet", ""))
         if counters is None:
             continue
         for name, value in amounts(consumption.get("counters")).items():
@@ -79,6 +80,7 @@ def add_consumption(into: Counters, consumes: Iterable[Obj] | None, sign: int = 
 class Shortfall(NamedTuple):
     """A counter one device needs more of than is left; ``have`` is None when the counter set
     has no such counter (or there is no such counter set)."""
+
     counter_set: str
     counter: str
     need: Fraction
@@ -90,7 +92,7 @@ def shortfall(consumes: Iterable[Obj] | None, available: Counters) -> Shortfall 
     much left, else the first one that is not (in the order the device names them). A counter
     that does not exist never fits, not even for an amount of 0."""
     for consumption in consumes or []:
-        counters = available.get(consumption.get("counterSet")) or {}
+        counters = available.get(consumption.get("counterSet", "")) or {}
         for name, need in amounts(consumption.get("counters")).items():
             have = counters.get(name)
             if have is None or have < need:

@@ -32,8 +32,19 @@ CAPACITY = "capacity"
 COUNTERS = "counters"
 TAINTED = "tainted"
 FITS = "fits"
-ORDER = (POOL, NODE, CLASS_SELECTOR_ERROR, CLASS_SELECTOR, REQUEST_SELECTOR_ERROR, REQUEST_SELECTOR, HELD,
-         CAPACITY, COUNTERS, TAINTED, FITS)
+ORDER = (
+    POOL,
+    NODE,
+    CLASS_SELECTOR_ERROR,
+    CLASS_SELECTOR,
+    REQUEST_SELECTOR_ERROR,
+    REQUEST_SELECTOR,
+    HELD,
+    CAPACITY,
+    COUNTERS,
+    TAINTED,
+    FITS,
+)
 
 
 @dataclass(frozen=True)
@@ -41,8 +52,8 @@ class Fit:
     device: DeviceID
     nodes: tuple[str, ...]  # usable nodes the device reaches
     reason: str
-    detail: str = ""   # what the counts group by
-    note: str = ""     # more about this device (which claims hold it)
+    detail: str = ""  # what the counts group by
+    note: str = ""  # more about this device (which claims hold it)
 
     @property
     def name(self) -> str:
@@ -53,7 +64,7 @@ class Fit:
         return ORDER.index(self.reason)
 
     def sentence(self, count: int = 1) -> str:
-        """"<count> devices ..." for this reason."""
+        """ "<count> devices ..." for this reason."""
         one, many = _SENTENCES[self.reason]
         return f"{count} " + (one if count == 1 else many).format(d=self.detail)
 
@@ -86,12 +97,22 @@ def counters_problem(pool: Pool, device: Obj, available: Counters) -> str | None
         return None
     if short.have is None:  # a valid pool has every counter its devices name (pools._build)
         return f"counter set {short.counter_set} has no counter {short.counter}"
-    return (f"counter set {short.counter_set} {short.counter}: needs {show(short.need)}, "
-            f"{show(max(short.have, Fraction(0)))} left")
+    return (
+        f"counter set {short.counter_set} {short.counter}: needs {show(short.need)}, "
+        f"{show(max(short.have, Fraction(0)))} left"
+    )
 
 
-def device_fit(request: Request, device_class: Obj | None, pool: Pool, s: Obj, d: Obj, usable_nodes: list[Obj],
-               state: AllocatedState, available: Counters | None = None) -> Fit:
+def device_fit(
+    request: Request,
+    device_class: Obj | None,
+    pool: Pool,
+    s: Obj,
+    d: Obj,
+    usable_nodes: list[Obj],
+    state: AllocatedState,
+    available: Counters | None = None,
+) -> Fit:
     """The first rule that rejects device ``d`` (of slice ``s`` in ``pool``) for ``request``."""
     spec = s["spec"]
     device = (spec["driver"], spec["pool"]["name"], d["name"])
@@ -105,14 +126,22 @@ def device_fit(request: Request, device_class: Obj | None, pool: Pool, s: Obj, d
             failed = None
         if failed:
             return Fit(device, nodes, CLASS_SELECTOR, failed[1])
-        return Fit(device, nodes, POOL, "being updated (not all slices of its newest generation are published)"
-                   if pool.incomplete else f"invalid: {pool.invalid}")
+        return Fit(
+            device,
+            nodes,
+            POOL,
+            "being updated (not all slices of its newest generation are published)"
+            if pool.incomplete
+            else f"invalid: {pool.invalid}",
+        )
     if not nodes:
         where = spec.get("nodeName") or d.get("nodeName") or "a node selection"
         return Fit(device, nodes, NODE, f"{where}")
     driver = spec["driver"]
-    for selectors, wrong, broken in (((device_class or {}).get("spec", {}).get("selectors") or [], CLASS_SELECTOR, CLASS_SELECTOR_ERROR),
-                                     (request.selectors, REQUEST_SELECTOR, REQUEST_SELECTOR_ERROR)):
+    for selectors, wrong, broken in (
+        ((device_class or {}).get("spec", {}).get("selectors") or [], CLASS_SELECTOR, CLASS_SELECTOR_ERROR),
+        (request.selectors, REQUEST_SELECTOR, REQUEST_SELECTOR_ERROR),
+    ):
         try:
             failed = selector_failure(selectors, driver, d)
         except cel.SelectorError as e:

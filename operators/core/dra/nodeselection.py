@@ -55,8 +55,9 @@ def node_selector_matches(selector: Obj | None, node: Obj) -> bool:
         expressions, match_fields = term.get("matchExpressions") or [], term.get("matchFields") or []
         if not expressions and not match_fields:
             continue
-        if all(_requirement_matches(r, labels) for r in expressions) and \
-                all(_requirement_matches(r, fields) for r in match_fields):
+        if all(_requirement_matches(r, labels) for r in expressions) and all(
+            _requirement_matches(r, fields) for r in match_fields
+        ):
             return True
     return False
 
@@ -89,7 +90,9 @@ def device_reaches(spec: Obj, device: Obj, node: Obj) -> bool:
     """Whether a device of this slice can be used on ``node`` (the slice's node selection, or
     the device's own with ``perDeviceNodeSelection``)."""
     if spec.get("perDeviceNodeSelection"):
-        return node_matches(node, device.get("nodeName") or "", bool(device.get("allNodes")), device.get("nodeSelector"))
+        return node_matches(
+            node, device.get("nodeName") or "", bool(device.get("allNodes")), device.get("nodeSelector")
+        )
     return node_matches(node, spec.get("nodeName") or "", bool(spec.get("allNodes")), spec.get("nodeSelector"))
 
 
@@ -114,7 +117,8 @@ def pod_node_problem(pod: Obj, node: Obj) -> str | None:
         if labels.get(key) != value:
             return f"node {name} does not match the Pod's nodeSelector {key}={value}"
     required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
-        "requiredDuringSchedulingIgnoredDuringExecution")
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    )
     if required is not None and not node_selector_matches(required, node):
         return f"node {name} does not match the Pod's required node affinity"
     return None

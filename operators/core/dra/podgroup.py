@@ -8,6 +8,8 @@ and ``IsReservedForPod``). The Pod-only halves are in ``core.resourceclaim``.
 
 from __future__ import annotations
 
+from typing import TypeGuard
+
 from .resourceclaim import ClaimNotCreatedYet, Obj, UnsupportedPodClaim, controller_ref, is_for_pod
 
 GROUP = "scheduling.k8s.io"
@@ -29,8 +31,13 @@ def group_claims(pod_group: Obj) -> list[Obj]:
 def group_template_keys(pod_group: Obj) -> list[str]:
     """``podGroupResourceClaimTemplate`` index: ns/template of every template the PodGroup names."""
     namespace = pod_group["metadata"]["namespace"]
-    return sorted({f"{namespace}/{c['resourceClaimTemplateName']}"
-                   for c in group_claims(pod_group) if c.get("resourceClaimTemplateName")})
+    return sorted(
+        {
+            f"{namespace}/{c['resourceClaimTemplateName']}"
+            for c in group_claims(pod_group)
+            if c.get("resourceClaimTemplateName")
+        }
+    )
 
 
 def member_keys(pod: Obj) -> list[str]:
@@ -52,8 +59,10 @@ def claim_name_from_group(pod_group: Obj, group_claim: Obj) -> tuple[str | None,
             if status.get("name") == group_claim["name"]:
                 return status.get("resourceClaimName"), True
         raise ClaimNotCreatedYet(f"PodGroup {group_key(pod_group)}: ResourceClaim not created yet")
-    raise UnsupportedPodClaim(f"PodGroup {group_key(pod_group)}, spec.resourceClaim {group_claim.get('name')}: "
-                              "none of the supported fields are set")
+    raise UnsupportedPodClaim(
+        f"PodGroup {group_key(pod_group)}, spec.resourceClaim {group_claim.get('name')}: "
+        "none of the supported fields are set"
+    )
 
 
 def group_claim_keys(pod_group: Obj) -> list[str]:
@@ -69,7 +78,7 @@ def group_claim_keys(pod_group: Obj) -> list[str]:
     return sorted(set(keys))
 
 
-def is_group_controller(ref: Obj | None) -> bool:
+def is_group_controller(ref: Obj | None) -> TypeGuard[Obj]:
     """A controller reference to a PodGroup of any scheduling.k8s.io version (the version may change)."""
     return bool(ref and ref.get("kind") == KIND and str(ref.get("apiVersion", "")).startswith(GROUP + "/"))
 
@@ -84,12 +93,16 @@ def is_for_pod_group(pod_group: Obj, claim: Obj) -> str | None:
     """``resourceclaim.IsForPodGroup``: None when the PodGroup controls the claim, else why not."""
     g, c = pod_group["metadata"], claim["metadata"]
     if c.get("namespace") != g.get("namespace"):
-        return (f"ResourceClaim {c.get('namespace')}/{c['name']} is not in the same namespace as "
-                f"PodGroup {g.get('namespace')}/{g['name']}")
+        return (
+            f"ResourceClaim {c.get('namespace')}/{c['name']} is not in the same namespace as "
+            f"PodGroup {g.get('namespace')}/{g['name']}"
+        )
     ref = controller_ref(claim)
     if ref is None or ref.get("uid") != g.get("uid"):
-        return (f"ResourceClaim {c['namespace']}/{c['name']} was not created for PodGroup "
-                f"{g['namespace']}/{g['name']} (PodGroup is not owner)")
+        return (
+            f"ResourceClaim {c['namespace']}/{c['name']} was not created for PodGroup "
+            f"{g['namespace']}/{g['name']} (PodGroup is not owner)"
+        )
     return None
 
 
@@ -98,15 +111,21 @@ def is_for_pod_or_group(pod: Obj, claim: Obj, accept_group_owner: bool) -> str |
     by name, kind and API group (a Pod does not know its PodGroup's UID), controls the claim."""
     problem = is_for_pod(pod, claim)
     group = pod_group_name(pod)
-    if (problem is None or not accept_group_owner or not group
-            or claim["metadata"].get("namespace") != pod["metadata"].get("namespace")):
+    if (
+        problem is None
+        or not accept_group_owner
+        or not group
+        or claim["metadata"].get("namespace") != pod["metadata"].get("namespace")
+    ):
         return problem
     ref = controller_ref(claim)
     if is_group_controller(ref) and ref.get("name") == group:
         return None
     c = claim["metadata"]
-    return (f"ResourceClaim {c['namespace']}/{c['name']} was not created for Pod {pod_key(pod)} "
-            f"(neither Pod nor PodGroup {group} is the owner)")
+    return (
+        f"ResourceClaim {c['namespace']}/{c['name']} was not created for Pod {pod_key(pod)} "
+        f"(neither Pod nor PodGroup {group} is the owner)"
+    )
 
 
 def pod_key(pod: Obj) -> str:
@@ -119,8 +138,13 @@ def is_reserved_for_pod_or_group(pod: Obj, claim: Obj, accept_group_reservation:
     for entry in (claim.get("status") or {}).get("reservedFor") or []:
         if entry.get("uid") == uid:
             return True
-        if (accept_group_reservation and group and entry.get("apiGroup") == GROUP
-                and entry.get("resource") == RESOURCE and entry.get("name") == group):
+        if (
+            accept_group_reservation
+            and group
+            and entry.get("apiGroup") == GROUP
+            and entry.get("resource") == RESOURCE
+            and entry.get("name") == group
+        ):
             return True
     return False
 
@@ -145,14 +169,20 @@ def bind_to(pod: Obj, pod_group: Obj | None, pod_claim: Obj) -> Obj:
         if not group:
             raise BindError(f"Pod {pod_key(pod)} does not belong to a PodGroup")
         if pod["metadata"].get("namespace") != g.get("namespace") or group != g["name"]:
-            raise BindError(f"Pod {pod_key(pod)} belongs to PodGroup {pod['metadata'].get('namespace')}/{group}, "
-                            f"not PodGroup {g.get('namespace')}/{g['name']}")
+            raise BindError(
+                f"Pod {pod_key(pod)} belongs to PodGroup {pod['metadata'].get('namespace')}/{group}, "
+                f"not PodGroup {g.get('namespace')}/{g['name']}"
+            )
         for group_claim in group_claims(pod_group):
             if not group_claim.get("resourceClaimName") and not group_claim.get("resourceClaimTemplateName"):
-                raise BindError(f"PodGroup {group_key(pod_group)} claim {group_claim.get('name')}: "
-                                "none of the supported fields are set")
-            if (group_claim.get("name") == pod_claim.get("name")
-                    and group_claim.get("resourceClaimName") == pod_claim.get("resourceClaimName")
-                    and group_claim.get("resourceClaimTemplateName") == pod_claim.get("resourceClaimTemplateName")):
+                raise BindError(
+                    f"PodGroup {group_key(pod_group)} claim {group_claim.get('name')}: "
+                    "none of the supported fields are set"
+                )
+            if (
+                group_claim.get("name") == pod_claim.get("name")
+                and group_claim.get("resourceClaimName") == pod_claim.get("resourceClaimName")
+                and group_claim.get("resourceClaimTemplateName") == pod_claim.get("resourceClaimTemplateName")
+            ):
                 return {"apiGroup": GROUP, "resource": RESOURCE, "name": g["name"], "uid": g["uid"]}
     return {"resource": "pods", "name": pod["metadata"]["name"], "uid": pod["metadata"]["uid"]}

@@ -7,8 +7,9 @@ allocateddevices.go (``foreachAllocatedDevice``) at v1.37.1.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 from .capacity import Amounts, add, q
 from .counters import Counters, amounts, counters_left
@@ -25,8 +26,8 @@ class Pool:
     name: str
     incomplete: bool = False
     invalid: str = ""
-    slices: list[Obj] = field(default_factory=list)         # device slices that reach the node
-    other_slices: list[Obj] = field(default_factory=list)   # the pool's device slices that do not
+    slices: list[Obj] = field(default_factory=list)  # device slices that reach the node
+    other_slices: list[Obj] = field(default_factory=list)  # the pool's device slices that do not
     counter_sets: Counters = field(default_factory=dict)
 
     @property
@@ -63,8 +64,10 @@ def slice_reaches_node(s: Obj, node: Obj | None) -> bool:
     if spec.get("nodeName") or spec.get("allNodes") or spec.get("nodeSelector") is not None:
         return node_matches(node, spec.get("nodeName") or "", bool(spec.get("allNodes")), spec.get("nodeSelector"))
     if spec.get("perDeviceNodeSelection"):
-        return any(node_matches(node, d.get("nodeName") or "", bool(d.get("allNodes")), d.get("nodeSelector"))
-                   for d in spec.get("devices") or [])
+        return any(
+            node_matches(node, d.get("nodeName") or "", bool(d.get("allNodes")), d.get("nodeSelector"))
+            for d in spec.get("devices") or []
+        )
     return False
 
 
@@ -124,7 +127,8 @@ def gather_pools(node: Obj | None, slices: list[Obj]) -> list[Pool]:
             pools[key] = [s]
         elif _generation(s) == _generation(current[0]):
             current.append(s)
-    result, with_binding = [], []
+    result: list[Pool] = []
+    with_binding: list[Pool] = []
     for (driver, name), pool_slices in pools.items():
         generation, count = _generation(pool_slices[0]), _slice_count(pool_slices[0])
         if len(pool_slices) == count:
@@ -155,8 +159,10 @@ def newest_slices(slices: list[Obj]) -> tuple[list[Obj], dict[tuple[str, str], s
     for key in newest:
         of_pool = [s for s in current if _pool_key(s) == key]
         if len(of_pool) != _slice_count(of_pool[0]):
-            problems[key] = (f"pool {key[0]}/{key[1]} is being updated: generation {newest[key]} has "
-                             f"{len(of_pool)} of {_slice_count(of_pool[0])} slices")
+            problems[key] = (
+                f"pool {key[0]}/{key[1]} is being updated: generation {newest[key]} has "
+                f"{len(of_pool)} of {_slice_count(of_pool[0])} slices"
+            )
     return current, problems
 
 
@@ -167,7 +173,8 @@ def newest_slices(slices: list[Obj]) -> tuple[list[Obj], dict[tuple[str, str], s
 class AllocatedState:
     """``schedulerapi.AllocatedState``: devices held exclusively, shares of shared devices and
     the capacity they consume. Admin-access results hold nothing."""
-    devices: dict[DeviceID, list[str]] = field(default_factory=dict)   # -> claims (ns/name)
+
+    devices: dict[DeviceID, list[str]] = field(default_factory=dict)  # -> claims (ns/name)
     shared: dict[DeviceID, list[str]] = field(default_factory=dict)
     capacity: dict[DeviceID, Amounts] = field(default_factory=dict)
 
@@ -203,9 +210,15 @@ def allocated_state(claims: Iterable[Obj], skip: Iterable[str] = ()) -> Allocate
 def available_counters(pool: Pool, state: AllocatedState) -> Counters:
     """The pool's counters minus what allocated devices consume (``checkAvailableCounters``'s
     first part, operators.core.dra.counters); may go negative."""
-    return counters_left(pool.counter_sets, (
-        d.get("consumesCounters") for s, d in pool.device_entries(with_other=True)
-        if d.get("consumesCounters") and state.is_allocated((s["spec"]["driver"], s["spec"]["pool"]["name"], d["name"]))))
+    return counters_left(
+        pool.counter_sets,
+        (
+            d.get("consumesCounters")
+            for s, d in pool.device_entries(with_other=True)
+            if d.get("consumesCounters")
+            and state.is_allocated((s["spec"]["driver"], s["spec"]["pool"]["name"], d["name"]))
+        ),
+    )
 
 
 def all_pools(slices: list[Obj]) -> list[Pool]:

@@ -19,8 +19,9 @@ def parse_quantity(text: str | int) -> Fraction:
     """The exact value of a quantity; ValueError for anything the API server would reject."""
     match = _PATTERN.match(str(text).strip())
     if not match:
-        raise ValueError(f"quantities must match the regular expression "
-                         f"'^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$': {text!r}")
+        raise ValueError(
+            f"quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$': {text!r}"
+        )
     number, suffix, exponent = match.groups()
     value = Fraction(number)
     if exponent is not None:
@@ -54,6 +55,7 @@ _DEC_SUFFIXES = {exponent: suffix for suffix, exponent in _DECIMAL_EXPONENTS.ite
 @dataclass(frozen=True)
 class Quantity:
     """A value and the format it prints in ("" for Go's zero ``Quantity{}``)."""
+
     value: Fraction = Fraction(0)
     format: str = ""
 

@@ -42,8 +42,9 @@ def claim_name(pod: Obj, pod_claim: Obj) -> tuple[str | None, bool]:
             if status.get("name") == pod_claim["name"]:
                 return status.get("resourceClaimName"), True
         raise ClaimNotCreatedYet(f'pod "{pod_key(pod)}": ResourceClaim not created yet')
-    raise UnsupportedPodClaim(f'pod "{pod_key(pod)}", spec.resourceClaim "{pod_claim.get("name")}": '
-                              "none of the supported fields are set")
+    raise UnsupportedPodClaim(
+        f'pod "{pod_key(pod)}", spec.resourceClaim "{pod_claim.get("name")}": none of the supported fields are set'
+    )
 
 
 def known_claim_name(pod: Obj, pod_claim: Obj) -> str | None:
@@ -115,7 +116,8 @@ def is_pod_done(pod: Obj) -> bool:
 
 def controller_ref(obj: Obj) -> Obj | None:
     """The ownerReference with ``controller: true`` (the API server allows one at most)."""
-    for owner in obj["metadata"].get("ownerReferences") or []:
+    owners: list[Obj] = obj["metadata"].get("ownerReferences") or []
+    for owner in owners:
         if owner.get("controller"):
             return owner
     return None
@@ -133,11 +135,16 @@ def is_for_pod(pod: Obj, claim: Obj) -> str | None:
     """``resourceclaim.IsForPod``: None when the Pod controls the claim, else why not."""
     p, c = pod["metadata"], claim["metadata"]
     if c.get("namespace") != p.get("namespace"):
-        return (f"ResourceClaim {c.get('namespace')}/{c['name']} is not in the same namespace as "
-                f"Pod {p.get('namespace')}/{p['name']}")
+        return (
+            f"ResourceClaim {c.get('namespace')}/{c['name']} is not in the same namespace as "
+            f"Pod {p.get('namespace')}/{p['name']}"
+        )
     ref = controller_ref(claim)
     if ref is None or ref.get("uid") != p.get("uid"):
-        return f"ResourceClaim {c['namespace']}/{c['name']} was not created for Pod {p['namespace']}/{p['name']} (Pod is not owner)"
+        return (
+            f"ResourceClaim {c['namespace']}/{c['name']} was not created for "
+            f"Pod {p['namespace']}/{p['name']} (Pod is not owner)"
+        )
     return None
 
 
@@ -158,8 +165,9 @@ def is_pod_entry(entry: Obj) -> bool:
 
 def reserved_pod_names(claim: Obj) -> list[str]:
     """Names of the Pods in ``reservedFor``, in its order."""
-    return [r["name"] for r in (claim.get("status") or {}).get("reservedFor") or []
-            if is_pod_entry(r) and r.get("name")]
+    return [
+        r["name"] for r in (claim.get("status") or {}).get("reservedFor") or [] if is_pod_entry(r) and r.get("name")
+    ]
 
 
 def is_reserved_for_pod(pod: Obj, claim: Obj) -> bool:

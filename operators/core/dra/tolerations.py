@@ -10,7 +10,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 Obj = dict[str, Any]
 
@@ -58,5 +59,7 @@ def device_selector_matches(selector: Obj | None, driver: str, pool: str, device
     resourcepoolstatusrequest/controller.go)."""
     if selector is None:
         return False
-    return all(selector.get(key) is None or selector[key] == value
-               for key, value in (("driver", driver), ("pool", pool), ("device", device)))
+    return all(
+        selector.get(key) is None or selector[key] == value
+        for key, value in (("driver", driver), ("pool", pool), ("device", device))
+    )
