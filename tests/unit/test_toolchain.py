@@ -51,11 +51,11 @@ def test_dev_lock_pins_exactly_the_runtime_versions():
         assert name in dev, f"{name} (an extra) is not pinned in requirements-dev.lock"
 
 
-def _imported_top_level_names() -> dict[str, str]:
-    """Top-level names of the non-stdlib modules imported anywhere under operators/, each with one
+def _imported_top_level_names(*folders: str) -> dict[str, str]:
+    """Top-level names of the non-stdlib modules imported anywhere under the folders, each with one
     file that imports it."""
     found: dict[str, str] = {}
-    for path in sorted((ROOT / "operators").rglob("*.py")):
+    for path in sorted(p for folder in folders for p in (ROOT / folder).rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Import):
                 names = [alias.name for alias in node.names]
@@ -65,22 +65,33 @@ def _imported_top_level_names() -> dict[str, str]:
                 continue
             for name in names:
                 top = name.split(".")[0]
-                if top not in sys.stdlib_module_names and top != "operators":
+                if top not in sys.stdlib_module_names:
                     found.setdefault(top, str(path.relative_to(ROOT)))
     return found
 
 
-def test_every_third_party_import_is_a_declared_dependency():
+def _declared(*extras: str) -> set[str]:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    requirements = project["dependencies"] + [r for extra in extras for r in project["optional-dependencies"][extra]]
+    return {_normal(re.split(r"[<>=!~ \[;]", r, maxsplit=1)[0]) for r in requirements}
+
+
+@pytest.mark.parametrize(
+    ("folders", "extras"),
+    [(("operators",), ()), (("tests", "bench"), ("test",))],
+    ids=["operators: runtime dependencies", "tests and bench: runtime and test dependencies"],
+)
+def test_every_third_party_import_is_a_declared_dependency(folders, extras):
     """An import that works only because another dependency happens to pull its package in breaks
     the day that dependency drops it: every distribution imported by operators/ is in
-    pyproject.toml's runtime dependencies."""
-    declared = {
-        _normal(re.split(r"[<>=!~ \[;]", r, maxsplit=1)[0])
-        for r in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
-    }
+    pyproject.toml's runtime dependencies, and one imported by the tests or the benchmarks there
+    or in the test extra."""
+    declared = _declared(*extras)
     distributions = importlib.metadata.packages_distributions()
     undeclared = {}
-    for name, where in _imported_top_level_names().items():
+    for name, where in _imported_top_level_names(*folders).items():
+        if name in ("operators", "tests"):
+            continue
         providers = {_normal(d) for d in distributions.get(name, [])}
         assert providers, f"{name} (imported by {where}) is not installed"
         if not providers & declared:
