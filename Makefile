@@ -96,8 +96,10 @@ test-prerequisites:
 
 # The static checks, configured in pyproject.toml: ruff's lint and its formatting, mypy (strict
 # for core.dra and core.api, normal elsewhere) and the import contracts (lint-imports). Each runs
-# even when one before it failed; the target fails if any did.
-LINT_CHECKS := "ruff check ." "ruff format --check ." "mypy" "lint-imports --no-logo"
+# even when one before it failed; the target fails if any did. One line a finding (`ruff format
+# --diff .` shows what the formatter would change).
+LINT_CHECKS := "ruff check --output-format concise ." "ruff format --check --output-format concise ." "mypy" \
+  "lint-imports --no-logo"
 lint: venv
 	@failed=; for check in $(LINT_CHECKS); do echo "make lint: $$check"; \
 	  $(VENV)/bin/$$check || failed="$$failed, $$check"; done; \
