@@ -103,10 +103,12 @@ def test_every_third_party_import_is_a_declared_dependency(folders, extras):
 
 
 def _lint_imports_on_a_copy(tmp_path: Path, module: str, source: str) -> subprocess.CompletedProcess[str]:
-    """lint-imports with the project's contracts on a copy of operators/ with one module added."""
+    """lint-imports with the project's contracts on a copy of operators/ where ``module`` (new, or
+    one that exists) ends with ``source``."""
     shutil.copytree(ROOT / "operators", tmp_path / "operators", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "pyproject.toml", tmp_path)
-    (tmp_path / Path(*module.split("."))).with_suffix(".py").write_text(source)
+    path = (tmp_path / Path(*module.split("."))).with_suffix(".py")
+    path.write_text((path.read_text() if path.exists() else "") + source)
     lint_imports = Path(sys.executable).parent / "lint-imports"
     # The copy comes first on the path (the editable install's finder only answers after it).
     return subprocess.run(
@@ -152,7 +154,28 @@ def test_the_core_contracts_fail_when_a_pure_module_imports_kopf(tmp_path, sourc
     assert "operators.core.dra._scratch ->" in result.stdout  # the copy was analysed, not the installed tree
 
 
-def test_the_operators_contract_fails_when_one_imports_another(tmp_path):
-    result = _lint_imports_on_a_copy(tmp_path, "operators.taints._scratch", "import operators.claims.decisions\n")
+@pytest.mark.parametrize(
+    ("module", "source", "contract"),
+    [
+        (
+            "operators.taints._scratch",
+            "import operators.claims.decisions\n",
+            "the operators are independent of each other",
+        ),
+        (
+            "operators.lab._scratch",
+            "from operators.core.dra import quantity\n",
+            "the lab imports nothing else of operators",
+        ),
+        (
+            "operators.claims.decisions",
+            "from operators.core.api import kube\n",
+            "an operator's decisions import only core.dra and the base modules",
+        ),
+    ],
+    ids=["one operator imports another", "the lab imports core", "decisions import the API client"],
+)
+def test_the_other_contracts_fail_when_broken(tmp_path, module, source, contract):
+    result = _lint_imports_on_a_copy(tmp_path, module, source)
     assert result.returncode == 1, result.stdout + result.stderr
-    assert _verdicts(result.stdout)["the operators are independent of each other"] == "BROKEN"
+    assert _verdicts(result.stdout)[contract] == "BROKEN", result.stdout
