@@ -52,9 +52,16 @@ if str(ROOT) not in sys.path:
 import yaml  # noqa: E402
 
 from operators.core.api.kube import ApiError, ConnectionLost, Kube  # noqa: E402
-from operators.core.api.resources import (DEVICE_CLASSES, DEVICE_TAINT_RULES, NAMESPACES, PODS,  # noqa: E402
-                                      RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS, RESOURCE_SLICES,
-                                      SERVICE_ACCOUNTS)
+from operators.core.api.resources import (  # noqa: E402
+    DEVICE_CLASSES,
+    DEVICE_TAINT_RULES,
+    NAMESPACES,
+    PODS,
+    RESOURCE_CLAIM_TEMPLATES,
+    RESOURCE_CLAIMS,
+    RESOURCE_SLICES,
+    SERVICE_ACCOUNTS,
+)
 from operators.lab import Lab, LabOptions  # noqa: E402
 from operators.lab.cluster import free_ports  # noqa: E402
 from operators.lab.operator_process import OperatorProcess, rss_kib  # noqa: E402
@@ -69,7 +76,7 @@ STALL = 180.0  # seconds without progress after which a burst is given up (and r
 
 
 def say(message: str) -> None:
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%H:%M:%S")
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%H:%M:%S")
     print(f"bench {stamp} {message}", flush=True)
 
 
@@ -88,8 +95,18 @@ def env_int(name: str, default: int) -> int:
     return values[0]
 
 
-KNOBS = ("BENCH_SIZES", "BENCH_NOISE", "BENCH_UPSTREAM_DEFAULT_SIZES", "BENCH_INFLIGHT", "BENCH_TAINT_PODS",
-         "BENCH_DEVICES", "BENCH_PARTS", "BENCH_OPERATOR_SRC", "BENCH_PROFILE", "BENCH_RUN_DIR")
+KNOBS = (
+    "BENCH_SIZES",
+    "BENCH_NOISE",
+    "BENCH_UPSTREAM_DEFAULT_SIZES",
+    "BENCH_INFLIGHT",
+    "BENCH_TAINT_PODS",
+    "BENCH_DEVICES",
+    "BENCH_PARTS",
+    "BENCH_OPERATOR_SRC",
+    "BENCH_PROFILE",
+    "BENCH_RUN_DIR",
+)
 
 
 def the_command() -> str:
@@ -112,31 +129,54 @@ def percentile(values: list[float], p: float) -> float | None:
 
 # -- objects -----------------------------------------------------------------------------------
 
+
 def template_pod(name: str) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": {"bench": "template"}},
-            "spec": {"schedulerName": "none", "terminationGracePeriodSeconds": 0,
-                     "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "gpu"}],
-                     "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10",
-                                     "resources": {"claims": [{"name": "gpu"}]}}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {"bench": "template"}},
+        "spec": {
+            "schedulerName": "none",
+            "terminationGracePeriodSeconds": 0,
+            "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "gpu"}],
+            "containers": [
+                {"name": "main", "image": "registry.k8s.io/pause:3.10", "resources": {"claims": [{"name": "gpu"}]}}
+            ],
+        },
+    }
 
 
 def plain_pod(name: str) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": {"bench": "noise"}},
-            "spec": {"schedulerName": "none", "terminationGracePeriodSeconds": 0,
-                     "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10"}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {"bench": "noise"}},
+        "spec": {
+            "schedulerName": "none",
+            "terminationGracePeriodSeconds": 0,
+            "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10"}],
+        },
+    }
 
 
 def claim_spec() -> dict[str, Any]:
-    return {"devices": {"requests": [{"name": "gpu", "exactly": {
-        "deviceClassName": CLASS, "allocationMode": "ExactCount", "count": 1}}]}}
+    return {
+        "devices": {
+            "requests": [
+                {"name": "gpu", "exactly": {"deviceClassName": CLASS, "allocationMode": "ExactCount", "count": 1}}
+            ]
+        }
+    }
 
 
 def inventory(devices: int) -> dict[str, Any]:
-    return {"gpus": [{"model": "BenchGPU", "memory": "40Gi", "count": devices,
-                      "attributes": {"type": {"string": "gpu"}}}]}
+    return {
+        "gpus": [{"model": "BenchGPU", "memory": "40Gi", "count": devices, "attributes": {"type": {"string": "gpu"}}}]
+    }
 
 
 # -- processes ---------------------------------------------------------------------------------
+
 
 class Operator(OperatorProcess):
     """One of our operators as users run it, from this tree or ``BENCH_OPERATOR_SRC``; with
@@ -163,8 +203,11 @@ class Operator(OperatorProcess):
         if spy is None:
             say("BENCH_PROFILE: py-spy not found (pip install py-spy, or make bench BENCH_PROFILE=1)")
             return None
-        return subprocess.Popen([spy, "record", "-p", str(self.proc.pid), "--rate", "40", "--nonblocking",
-                                 "-o", str(output)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        return subprocess.Popen(
+            [spy, "record", "-p", str(self.proc.pid), "--rate", "40", "--nonblocking", "-o", str(output)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
 
     @staticmethod
     def stop_profile(spy: subprocess.Popen | None) -> None:
@@ -212,12 +255,16 @@ class StatusWatch:
 
     async def _run(self, rv: str) -> None:
         while True:
-            params = [("watch", "1"), ("resourceVersion", rv), ("allowWatchBookmarks", "true"), ("timeoutSeconds", "600")]
+            params = [
+                ("watch", "1"),
+                ("resourceVersion", rv),
+                ("allowWatchBookmarks", "true"),
+                ("timeoutSeconds", "600"),
+            ]
             async with self.kube.stream(PODS.path(self.namespace), params, read_timeout=700) as lines:
                 async for line in lines:
                     now = time.monotonic()
-                    if b'"resourceClaimStatuses"' not in line and b'"BOOKMARK"' not in line \
-                            and b'"ERROR"' not in line:
+                    if b'"resourceClaimStatuses"' not in line and b'"BOOKMARK"' not in line and b'"ERROR"' not in line:
                         continue
                     event = json.loads(line)
                     if event["type"] == "ERROR":
@@ -230,9 +277,10 @@ class StatusWatch:
 
 # -- results -----------------------------------------------------------------------------------
 
+
 @dataclass
 class Burst:
-    controller: str          # ours, upstream 500/1000, upstream 20/30
+    controller: str  # ours, upstream 500/1000, upstream 20/30
     size: int
     noise: int
     done: int = 0
@@ -263,6 +311,7 @@ class Results:
 
 # -- the bench ---------------------------------------------------------------------------------
 
+
 class Bench:
     def __init__(self, run_dir: Path, results: Results):
         self.run_dir = run_dir
@@ -272,8 +321,7 @@ class Bench:
         self.serial = 0
 
     def start_lab(self) -> None:
-        self.lab = Lab(LabOptions(name=f"bench-{self.run_dir.name}", nodes=1, run_dir=self.run_dir / "lab"),
-                       log=say)
+        self.lab = Lab(LabOptions(name=f"bench-{self.run_dir.name}", nodes=1, run_dir=self.run_dir / "lab"), log=say)
         self.lab.start()
 
     def stop(self) -> None:
@@ -282,8 +330,10 @@ class Bench:
             shutil.rmtree(self.lab.files.etcd_data, ignore_errors=True)
 
     def controller_manager(self, upstream: bool, limits: tuple[int, int]) -> None:
-        say(f"kube-controller-manager: upstream's DRA controllers {'on' if upstream else 'off'}, "
-            f"client limits {limits[0]}/{limits[1]}")
+        say(
+            f"kube-controller-manager: upstream's DRA controllers {'on' if upstream else 'off'}, "
+            f"client limits {limits[0]}/{limits[1]}"
+        )
         self.lab.restart_controller_manager(upstream, limits)
 
     def kcm_rss(self) -> float | None:
@@ -356,9 +406,16 @@ class Bench:
         watch = StatusWatch(self.kube, ns)
         spy = creating = None
         try:
-            await self.kube.create(RESOURCE_CLAIM_TEMPLATES, {
-                "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate", "metadata": {"name": "gpu"},
-                "spec": {"spec": claim_spec()}}, ns)
+            await self.kube.create(
+                RESOURCE_CLAIM_TEMPLATES,
+                {
+                    "apiVersion": "resource.k8s.io/v1",
+                    "kind": "ResourceClaimTemplate",
+                    "metadata": {"name": "gpu"},
+                    "spec": {"spec": claim_spec()},
+                },
+                ns,
+            )
             await watch.start()
             # A first Pod, untimed: the controller is up and has its caches.
             await self.kube.create(PODS, template_pod("warm-up"), ns)
@@ -400,12 +457,16 @@ class Bench:
             result.claims = len(claims) - 1  # the warm-up Pod's
             if result.claims != size and not result.note:
                 result.note = f"{result.claims} claims for {size} Pods"
-            say(f"claims: {controller} {size}+{noise}: {result.done} done in {result.total}s, p50 {result.p50}s, "
-                f"p99 {result.p99}s, RSS {result.rss} MiB {result.note}")
+            say(
+                f"claims: {controller} {size}+{noise}: {result.done} done in {result.total}s, p50 {result.p50}s, "
+                f"p99 {result.p99}s, RSS {result.rss} MiB {result.note}"
+            )
         finally:
             if creating is not None and not creating.done():
                 creating.cancel()
-                creating.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieved: no "never retrieved" noise
+                creating.add_done_callback(
+                    lambda f: f.cancelled() or f.exception()
+                )  # retrieved: no "never retrieved" noise
             Operator.stop_profile(spy)
             await watch.stop()
             if operator:
@@ -431,11 +492,20 @@ class Bench:
 
     async def taints_part(self) -> None:
         pods = env_int("BENCH_TAINT_PODS", 1000)
-        await self.kube.create(RESOURCE_SLICES, {
-            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": "bench-taints"},
-            "spec": {"driver": DRIVER, "nodeName": NODE,
-                     "pool": {"name": "bench-taints", "generation": 1, "resourceSliceCount": 1},
-                     "devices": [{"name": "gpu-0"}]}})
+        await self.kube.create(
+            RESOURCE_SLICES,
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceSlice",
+                "metadata": {"name": "bench-taints"},
+                "spec": {
+                    "driver": DRIVER,
+                    "nodeName": NODE,
+                    "pool": {"name": "bench-taints", "generation": 1, "resourceSliceCount": 1},
+                    "devices": [{"name": "gpu-0"}],
+                },
+            },
+        )
         for controller in ("ours", "upstream 500/1000"):
             await self.eviction(controller, pods)
 
@@ -458,21 +528,40 @@ class Bench:
 
             async def one(name: str) -> None:
                 async with sem:
-                    await self.kube.create(RESOURCE_CLAIMS, {
-                        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": name},
-                        "spec": claim_spec()}, ns)
+                    await self.kube.create(
+                        RESOURCE_CLAIMS,
+                        {
+                            "apiVersion": "resource.k8s.io/v1",
+                            "kind": "ResourceClaim",
+                            "metadata": {"name": name},
+                            "spec": claim_spec(),
+                        },
+                        ns,
+                    )
                     pod = template_pod(name)
-                    pod["spec"] = {**pod["spec"], "nodeName": NODE,
-                                   "resourceClaims": [{"name": "gpu", "resourceClaimName": name}]}
+                    pod["spec"] = {
+                        **pod["spec"],
+                        "nodeName": NODE,
+                        "resourceClaims": [{"name": "gpu", "resourceClaimName": name}],
+                    }
                     pod["spec"].pop("schedulerName")
                     created = await self.kube.create(PODS, pod, ns)
                     claim = await self.kube.get(RESOURCE_CLAIMS, name, ns)
                     claim["status"] = {
-                        "allocation": {"devices": {"results": [
-                            {"request": "gpu", "driver": DRIVER, "pool": "bench-taints", "device": "gpu-0"}]},
-                            "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
-                                {"key": "metadata.name", "operator": "In", "values": [NODE]}]}]}},
-                        "reservedFor": [{"resource": "pods", "name": name, "uid": created["metadata"]["uid"]}]}
+                        "allocation": {
+                            "devices": {
+                                "results": [
+                                    {"request": "gpu", "driver": DRIVER, "pool": "bench-taints", "device": "gpu-0"}
+                                ]
+                            },
+                            "nodeSelector": {
+                                "nodeSelectorTerms": [
+                                    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [NODE]}]}
+                                ]
+                            },
+                        },
+                        "reservedFor": [{"resource": "pods", "name": name, "uid": created["metadata"]["uid"]}],
+                    }
                     await self.kube.replace(RESOURCE_CLAIMS, claim, subresource="status")
 
             await asyncio.gather(*(one(n) for n in names))
@@ -480,10 +569,18 @@ class Bench:
             if operator:
                 spy = operator.profile(self.run_dir / f"profile-taints-{count}.svg")
             t0 = time.monotonic()
-            await self.kube.create(DEVICE_TAINT_RULES, {
-                "apiVersion": "resource.k8s.io/v1", "kind": "DeviceTaintRule", "metadata": {"name": rule},
-                "spec": {"deviceSelector": {"driver": DRIVER, "pool": "bench-taints", "device": "gpu-0"},
-                         "taint": {"key": f"{DRIVER}/broken", "value": "true", "effect": "NoExecute"}}})
+            await self.kube.create(
+                DEVICE_TAINT_RULES,
+                {
+                    "apiVersion": "resource.k8s.io/v1",
+                    "kind": "DeviceTaintRule",
+                    "metadata": {"name": rule},
+                    "spec": {
+                        "deviceSelector": {"driver": DRIVER, "pool": "bench-taints", "device": "gpu-0"},
+                        "taint": {"key": f"{DRIVER}/broken", "value": "true", "effect": "NoExecute"},
+                    },
+                },
+            )
             left, last_change, seconds = count, time.monotonic(), None
             while True:
                 pods = await self.kube.list(PODS, ns)
@@ -497,8 +594,7 @@ class Bench:
                     result["note"] = f"gave up with {alive} Pods not evicted"
                     break
                 await asyncio.sleep(0.2)
-            result.update(seconds=seconds, evicted=count - left,
-                          rss=operator.rss if operator else self.kcm_rss())
+            result.update(seconds=seconds, evicted=count - left, rss=operator.rss if operator else self.kcm_rss())
             say(f"taints: {controller}: {result['evicted']} evicted in {seconds}s, RSS {result['rss']} MiB")
         finally:
             Operator.stop_profile(spy)
@@ -518,17 +614,37 @@ class Bench:
         self.results.nodeagent = {"devices": devices}
         # Publish-only (no kubelet plugin: no gRPC loaded), then as the DaemonSet runs it: the
         # kubelet plugin's sockets and the gRPC health service served (no kubelet calls them here).
-        for mode, extra in (("publish", {"DRA_NODEAGENT_KUBELET_PLUGIN": "false"}),
-                            ("plugin", {"DRA_NODEAGENT_KUBELET_PLUGIN": "true",
-                                        "DRA_NODEAGENT_GRPC_HEALTH_PORT": str(free_ports(1)[0]),
-                                        **{env: str(self.run_dir / f"kubelet-{name}") for env, name in (
-                                            ("DRA_NODEAGENT_REGISTRY_DIR", "registry"),
-                                            ("DRA_NODEAGENT_PLUGINS_DIR", "plugins"),
-                                            ("DRA_NODEAGENT_CDI_ROOT", "cdi"))}})):
+        for mode, extra in (
+            ("publish", {"DRA_NODEAGENT_KUBELET_PLUGIN": "false"}),
+            (
+                "plugin",
+                {
+                    "DRA_NODEAGENT_KUBELET_PLUGIN": "true",
+                    "DRA_NODEAGENT_GRPC_HEALTH_PORT": str(free_ports(1)[0]),
+                    **{
+                        env: str(self.run_dir / f"kubelet-{name}")
+                        for env, name in (
+                            ("DRA_NODEAGENT_REGISTRY_DIR", "registry"),
+                            ("DRA_NODEAGENT_PLUGINS_DIR", "plugins"),
+                            ("DRA_NODEAGENT_CDI_ROOT", "cdi"),
+                        )
+                    },
+                },
+            ),
+        ):
             driver = f"{mode}.{AGENT_DRIVER}"
-            agent = Operator("nodeagent", self.lab.kubeconfig, self.run_dir / f"nodeagent-{mode}.log", {
-                "NODE_NAME": NODE, "DRA_NODEAGENT_BACKEND": "simulated", "DRA_NODEAGENT_INVENTORY": str(path),
-                "DRA_NODEAGENT_DRIVER": driver, **extra})
+            agent = Operator(
+                "nodeagent",
+                self.lab.kubeconfig,
+                self.run_dir / f"nodeagent-{mode}.log",
+                {
+                    "NODE_NAME": NODE,
+                    "DRA_NODEAGENT_BACKEND": "simulated",
+                    "DRA_NODEAGENT_INVENTORY": str(path),
+                    "DRA_NODEAGENT_DRIVER": driver,
+                    **extra,
+                },
+            )
             say(f"nodeagent ({mode}): {devices} simulated devices, cold start")
             agent.start(wait_live=False)
             published = None
@@ -549,10 +665,19 @@ class Bench:
 
     def cel_part(self) -> None:
         from operators.core.dra import cel
-        expression = (f'device.driver == "{DRIVER}" && device.attributes["{DRIVER}"].model == "BenchGPU" '
-                      f'&& device.capacity["{DRIVER}"].memory.compareTo(quantity("16Gi")) >= 0')
-        devices = [{"name": f"gpu-{i}", "attributes": {"model": {"string": "BenchGPU"}, "index": {"int": i}},
-                    "capacity": {"memory": {"value": "40Gi"}}} for i in range(1024)]
+
+        expression = (
+            f'device.driver == "{DRIVER}" && device.attributes["{DRIVER}"].model == "BenchGPU" '
+            f'&& device.capacity["{DRIVER}"].memory.compareTo(quantity("16Gi")) >= 0'
+        )
+        devices = [
+            {
+                "name": f"gpu-{i}",
+                "attributes": {"model": {"string": "BenchGPU"}, "index": {"int": i}},
+                "capacity": {"memory": {"value": "40Gi"}},
+            }
+            for i in range(1024)
+        ]
         assert cel.matches(expression, DRIVER, devices[0])
         count, start = 0, time.perf_counter()
         while time.perf_counter() - start < 5:
@@ -566,9 +691,15 @@ class Bench:
     async def run(self, parts: list[str]) -> None:
         self.kube = await connect(self.lab.kubeconfig)
         try:
-            await self.kube.create(DEVICE_CLASSES, {
-                "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": CLASS},
-                "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]}})
+            await self.kube.create(
+                DEVICE_CLASSES,
+                {
+                    "apiVersion": "resource.k8s.io/v1",
+                    "kind": "DeviceClass",
+                    "metadata": {"name": CLASS},
+                    "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]},
+                },
+            )
             if "cel" in parts:
                 self.cel_part()
             if "nodeagent" in parts:
@@ -583,6 +714,7 @@ class Bench:
 
 # -- report ------------------------------------------------------------------------------------
 
+
 def ratio(a: float | None, b: float | None) -> str:
     return f"{a / b:.2f}" if a and b else "n/a"
 
@@ -592,60 +724,90 @@ def fmt(value: Any, unit: str = "") -> str:
 
 
 def report(r: Results) -> str:
-    lines = [f"### `{r.command}`", "",
-             f"- **Date**: {r.started}; commit `{r.commit}`; {os.cpu_count()} cores shared with other sessions' "
-             f"tests and builds (load average {r.load_start[0]:.1f} at the start, {r.load_end[0]:.1f} at the end), "
-             f"Python {platform.python_version()}; {r.seconds / 60:.0f} min in all.",
-             f"- **Our operators' code**: {os.environ.get('BENCH_OPERATOR_SRC') or 'this tree'}.",
-             "- **Lab**: one kwok Node; kube-controller-manager restarted for every run with upstream's DRA "
-             "controllers on (upstream) or off (ours, our operator a process of its own), at the client limits "
-             "named.", ""]
+    lines = [
+        f"### `{r.command}`",
+        "",
+        f"- **Date**: {r.started}; commit `{r.commit}`; {os.cpu_count()} cores shared with other sessions' "
+        f"tests and builds (load average {r.load_start[0]:.1f} at the start, {r.load_end[0]:.1f} at the end), "
+        f"Python {platform.python_version()}; {r.seconds / 60:.0f} min in all.",
+        f"- **Our operators' code**: {os.environ.get('BENCH_OPERATOR_SRC') or 'this tree'}.",
+        "- **Lab**: one kwok Node; kube-controller-manager restarted for every run with upstream's DRA "
+        "controllers on (upstream) or off (ours, our operator a process of its own), at the client limits "
+        "named.",
+        "",
+    ]
     if r.bursts:
-        lines += ["Claims: template Pods kept Pending (schedulerName `none`), created with "
-                  f"{env_int('BENCH_INFLIGHT', 64)} requests in flight; latency from the create request to the "
-                  "first watch event with `resourceClaimStatuses`; total from the first create to the last such "
-                  "event; RSS of the controller's process at the end (upstream: all of kube-controller-manager).", "",
-                  "| Pods | plain Pods at the same time | controller | done | total s | Pods/s | p50 s | p99 s "
-                  "| RSS MiB | note |", "|---:|---:|---|---:|---:|---:|---:|---:|---:|---|"]
+        lines += [
+            "Claims: template Pods kept Pending (schedulerName `none`), created with "
+            f"{env_int('BENCH_INFLIGHT', 64)} requests in flight; latency from the create request to the "
+            "first watch event with `resourceClaimStatuses`; total from the first create to the last such "
+            "event; RSS of the controller's process at the end (upstream: all of kube-controller-manager).",
+            "",
+            "| Pods | plain Pods at the same time | controller | done | total s | Pods/s | p50 s | p99 s "
+            "| RSS MiB | note |",
+            "|---:|---:|---|---:|---:|---:|---:|---:|---:|---|",
+        ]
         for b in r.bursts:
-            lines.append(f"| {b.size} | {b.noise} | {b.controller} | {b.done} | {fmt(b.total)} | {fmt(b.throughput)} "
-                         f"| {fmt(b.p50)} | {fmt(b.p99)} | {fmt(b.rss)} | {b.note} |")
-        lines += ["", "Ratios (upstream's time / ours: above 1 we are faster; RSS: ours / upstream's):", "",
-                  "| Pods | plain Pods | total vs 500/1000 | p99 vs 500/1000 | total vs 20/30 | RSS ours/upstream |",
-                  "|---:|---:|---:|---:|---:|---:|"]
+            lines.append(
+                f"| {b.size} | {b.noise} | {b.controller} | {b.done} | {fmt(b.total)} | {fmt(b.throughput)} "
+                f"| {fmt(b.p50)} | {fmt(b.p99)} | {fmt(b.rss)} | {b.note} |"
+            )
+        lines += [
+            "",
+            "Ratios (upstream's time / ours: above 1 we are faster; RSS: ours / upstream's):",
+            "",
+            "| Pods | plain Pods | total vs 500/1000 | p99 vs 500/1000 | total vs 20/30 | RSS ours/upstream |",
+            "|---:|---:|---:|---:|---:|---:|",
+        ]
         for b in r.bursts:
             if b.controller != "ours":
                 continue
             by = {x.controller: x for x in r.bursts if x.size == b.size and x.noise == b.noise}
             tuned, default = by.get("upstream 500/1000"), by.get("upstream 20/30")
-            lines.append(f"| {b.size} | {b.noise} | {ratio(tuned and tuned.total, b.total)} "
-                         f"| {ratio(tuned and tuned.p99, b.p99)} "
-                         f"| {ratio(default.total, b.total) if default else 'not run'} "
-                         f"| {ratio(b.rss, tuned and tuned.rss)} |")
+            lines.append(
+                f"| {b.size} | {b.noise} | {ratio(tuned and tuned.total, b.total)} "
+                f"| {ratio(tuned and tuned.p99, b.p99)} "
+                f"| {ratio(default.total, b.total) if default else 'not run'} "
+                f"| {ratio(b.rss, tuned and tuned.rss)} |"
+            )
         lines.append("")
     if r.taints:
-        lines += ["Taints: Pods bound to a kwok Node whose claims are allocated the same device; time from the "
-                  "NoExecute DeviceTaintRule's create until every Pod is deleting.", "",
-                  "| controller | Pods | evicted | seconds | RSS MiB | note |", "|---|---:|---:|---:|---:|---|"]
+        lines += [
+            "Taints: Pods bound to a kwok Node whose claims are allocated the same device; time from the "
+            "NoExecute DeviceTaintRule's create until every Pod is deleting.",
+            "",
+            "| controller | Pods | evicted | seconds | RSS MiB | note |",
+            "|---|---:|---:|---:|---:|---|",
+        ]
         for t in r.taints:
-            lines.append(f"| {t['controller']} | {t['pods']} | {t.get('evicted')} | {fmt(t.get('seconds'))} "
-                         f"| {fmt(t.get('rss'))} | {t.get('note', '')} |")
+            lines.append(
+                f"| {t['controller']} | {t['pods']} | {t.get('evicted')} | {fmt(t.get('seconds'))} "
+                f"| {fmt(t.get('rss'))} | {t.get('note', '')} |"
+            )
         if len(r.taints) == 2:
-            lines.append(f"\nRatio upstream's time / ours: {ratio(r.taints[1].get('seconds'), r.taints[0].get('seconds'))}.")
+            lines.append(
+                f"\nRatio upstream's time / ours: {ratio(r.taints[1].get('seconds'), r.taints[0].get('seconds'))}."
+            )
         lines.append("")
     if r.nodeagent:
         n = r.nodeagent
-        for mode, what in (("publish", "publishing only (no kubelet plugin, no gRPC)"),
-                           ("plugin", "as the DaemonSet runs it (kubelet plugin sockets and gRPC health served)")):
+        for mode, what in (
+            ("publish", "publishing only (no kubelet plugin, no gRPC)"),
+            ("plugin", "as the DaemonSet runs it (kubelet plugin sockets and gRPC health served)"),
+        ):
             if m := n.get(mode):
-                lines.append(f"Node agent, {what}: {n['devices']} simulated devices published "
-                             f"{fmt(m['published_seconds'], ' s')} after the process started (cold: interpreter "
-                             f"start, imports, discovery, slices written); idle RSS {fmt(m['idle_rss'], ' MiB')} 15 s later.")
+                lines.append(
+                    f"Node agent, {what}: {n['devices']} simulated devices published "
+                    f"{fmt(m['published_seconds'], ' s')} after the process started (cold: interpreter "
+                    f"start, imports, discovery, slices written); idle RSS {fmt(m['idle_rss'], ' MiB')} 15 s later."
+                )
         lines.append("")
     if r.cel:
-        lines += [f"CEL: {r.cel['per_second']} device-selector evaluations per second through "
-                  f"`operators/core/cel.matches` (`{r.cel['expression']}`, 1,024 devices, 5 s, in the bench process).",
-                  ""]
+        lines += [
+            f"CEL: {r.cel['per_second']} device-selector evaluations per second through "
+            f"`operators/core/cel.matches` (`{r.cel['expression']}`, 1,024 devices, 5 s, in the bench process).",
+            "",
+        ]
     return "\n".join(lines)
 
 
@@ -667,17 +829,19 @@ def main() -> int:
     unknown = set(parts) - {"claims", "taints", "nodeagent", "cel"}
     if unknown:
         raise SystemExit(f"bench: unknown BENCH_PARTS {sorted(unknown)}; choose from claims,taints,nodeagent,cel")
-    stamp = datetime.datetime.now(datetime.timezone.utc)
+    stamp = datetime.datetime.now(datetime.UTC)
     run_dir = Path(os.environ.get("BENCH_RUN_DIR") or ROOT / ".cache" / "bench" / stamp.strftime("%Y%m%dT%H%M%SZ"))
     run_dir = run_dir.resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
     src = Path(os.environ.get("BENCH_OPERATOR_SRC") or ROOT)
-    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True).stdout.strip()
+    commit = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
     if (src / "COMMIT").exists():
         commit = (src / "COMMIT").read_text().strip()
-    results = Results(started=stamp.strftime("%Y-%m-%d %H:%M UTC"), command=the_command(), commit=commit,
-                      load_start=os.getloadavg())
+    results = Results(
+        started=stamp.strftime("%Y-%m-%d %H:%M UTC"), command=the_command(), commit=commit, load_start=os.getloadavg()
+    )
     bench = Bench(run_dir, results)
     say(f"{results.command}: parts {parts}, run directory {run_dir}")
     t0 = time.monotonic()

@@ -55,9 +55,10 @@ import sys
 import time
 import urllib.request
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -66,14 +67,21 @@ if str(ROOT) not in sys.path:
 import yaml  # noqa: E402
 
 from operators.core import memprofile  # noqa: E402
-from operators.core.framework.metrics import samples  # noqa: E402
 from operators.core.api.kube import MERGE_PATCH, ApiError, Kube  # noqa: E402
-from operators.core.api.resources import (DEVICE_CLASSES, DEVICE_TAINT_RULES, NAMESPACES, PODS,  # noqa: E402
-                                      RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS, RESOURCE_SLICES,
-                                      SERVICE_ACCOUNTS)
+from operators.core.api.resources import (  # noqa: E402
+    DEVICE_CLASSES,
+    DEVICE_TAINT_RULES,
+    NAMESPACES,
+    PODS,
+    RESOURCE_CLAIM_TEMPLATES,
+    RESOURCE_CLAIMS,
+    RESOURCE_SLICES,
+    SERVICE_ACCOUNTS,
+)
+from operators.core.framework.metrics import samples  # noqa: E402
 from operators.lab import Lab, LabOptions  # noqa: E402
-from operators.lab.operator_process import OperatorProcess, is_transient_retry, rss_kib  # noqa: E402
 from operators.lab.components import FINISH_ANNOTATION  # noqa: E402
+from operators.lab.operator_process import OperatorProcess, is_transient_retry, rss_kib  # noqa: E402
 from operators.taints.decisions import existing_condition  # noqa: E402
 
 RESULTS = ROOT / "bench" / "RESULTS.md"
@@ -103,7 +111,7 @@ GONE_TIMEOUT = 120.0
 
 
 def say(message: str) -> None:
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%H:%M:%S")
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%H:%M:%S")
     print(f"soak {stamp} {message}", flush=True)
 
 
@@ -122,9 +130,11 @@ def env_seconds(name: str, default: float) -> float:
 
 def the_command() -> str:
     """The command as the user typed it (as far as the environment tells)."""
-    prefix = " ".join(f"{k}={os.environ[k]}" for k in ("SOAK_SECONDS", "SOAK_WARMUP", "SOAK_TRACEMALLOC",
-                                                        "SOAK_TRACEMALLOC_PERIOD", "SOAK_RUN_DIR")
-                      if os.environ.get(k))
+    prefix = " ".join(
+        f"{k}={os.environ[k]}"
+        for k in ("SOAK_SECONDS", "SOAK_WARMUP", "SOAK_TRACEMALLOC", "SOAK_TRACEMALLOC_PERIOD", "SOAK_RUN_DIR")
+        if os.environ.get(k)
+    )
     command = "make soak" if os.environ.get("MAKELEVEL") else f"{Path(sys.executable).name} bench/soak.py"
     if not os.environ.get("MAKELEVEL") and Path(sys.executable).is_relative_to(ROOT):
         command = f"{Path(sys.executable).relative_to(ROOT)} bench/soak.py"
@@ -133,26 +143,48 @@ def the_command() -> str:
 
 # -- objects ---------------------------------------------------------------------------------
 
+
 def inventory(revision: int) -> dict[str, Any]:
     """The simulated inventory of a node agent. Device names are gpu-<i> counted over the
     groups, so the group that changes comes last and the others keep their names."""
+
     def group(model: str, count: int, kind: str, **extra: Any) -> dict[str, Any]:
         return {"model": model, "memory": "40Gi", "count": count, "attributes": {"type": {"string": kind}}, **extra}
+
     spare = group("SoakSpare", 1 + revision % 2, "spare")
     spare["attributes"]["revision"] = {"int": revision}
-    return {"gpus": [
-        group("SoakGPU", 6, "gpu"),                     # gpu-0..5: template and shared claims
-        group("SoakGPU", 2, "taintable"),               # gpu-6..7: tolerating claims, tainted by rules
-        group("SoakFabricGPU", 2, "fabric", bindsToNode=True, bindingConditions=[READY_CONDITION],
-              bindingFailureConditions=[FAILED_CONDITION]),  # gpu-8..9: binding conditions
-        spare,                                          # gpu-10(..11): changes with the revision
-    ]}
+    return {
+        "gpus": [
+            group("SoakGPU", 6, "gpu"),  # gpu-0..5: template and shared claims
+            group("SoakGPU", 2, "taintable"),  # gpu-6..7: tolerating claims, tainted by rules
+            group(
+                "SoakFabricGPU",
+                2,
+                "fabric",
+                bindsToNode=True,
+                bindingConditions=[READY_CONDITION],
+                bindingFailureConditions=[FAILED_CONDITION],
+            ),  # gpu-8..9: binding conditions
+            spare,  # gpu-10(..11): changes with the revision
+        ]
+    }
 
 
 def device_class(kind: str) -> dict[str, Any]:
-    return {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": f"soak-{kind}"},
-            "spec": {"selectors": [{"cel": {"expression":
-                f'device.driver == "{DRIVER}" && device.attributes["{DRIVER}"].type == "{kind}"'}}]}}
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": f"soak-{kind}"},
+        "spec": {
+            "selectors": [
+                {
+                    "cel": {
+                        "expression": f'device.driver == "{DRIVER}" && device.attributes["{DRIVER}"].type == "{kind}"'
+                    }
+                }
+            ]
+        },
+    }
 
 
 def claim_spec(kind: str, tolerations: list[dict] | None = None) -> dict[str, Any]:
@@ -163,17 +195,24 @@ def claim_spec(kind: str, tolerations: list[dict] | None = None) -> dict[str, An
 
 
 def template(name: str, kind: str, tolerations: list[dict] | None = None) -> dict[str, Any]:
-    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate", "metadata": {"name": name},
-            "spec": {"spec": claim_spec(kind, tolerations)}}
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name},
+        "spec": {"spec": claim_spec(kind, tolerations)},
+    }
 
 
 def pod(name: str, source: dict[str, str], lane: str, node: str | None = None) -> dict[str, Any]:
     body: dict[str, Any] = {
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": {"soak-lane": lane}},
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {"soak-lane": lane}},
         "spec": {
             "resourceClaims": [{"name": "gpu", **source}],
-            "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10",
-                            "resources": {"claims": [{"name": "gpu"}]}}],
+            "containers": [
+                {"name": "main", "image": "registry.k8s.io/pause:3.10", "resources": {"claims": [{"name": "gpu"}]}}
+            ],
             "terminationGracePeriodSeconds": 0,
         },
     }
@@ -183,13 +222,19 @@ def pod(name: str, source: dict[str, str], lane: str, node: str | None = None) -
 
 
 def taint_rule(name: str, effect: str, node: str, device: str) -> dict[str, Any]:
-    return {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceTaintRule",
-            "metadata": {"name": name, "labels": {"soak": "true"}},
-            "spec": {"deviceSelector": {"driver": DRIVER, "pool": node, "device": device},
-                     "taint": {"key": TAINT_KEY, "value": "true", "effect": effect}}}
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceTaintRule",
+        "metadata": {"name": name, "labels": {"soak": "true"}},
+        "spec": {
+            "deviceSelector": {"driver": DRIVER, "pool": node, "device": device},
+            "taint": {"key": TAINT_KEY, "value": "true", "effect": effect},
+        },
+    }
 
 
 # -- pure helpers ----------------------------------------------------------------------------
+
 
 def metric_sum(text: str, name: str, **labels: str) -> float:
     """The sum of the samples of ``name`` whose labels include ``labels``."""
@@ -255,6 +300,7 @@ def allocated_device(claim: dict) -> str | None:
 
 # -- operator processes ------------------------------------------------------------------------
 
+
 class Operator(OperatorProcess):
     """A soak operator under a label of its own (one node agent per Node); its exit is noted."""
 
@@ -303,6 +349,7 @@ class Operator(OperatorProcess):
 
 # -- the soak --------------------------------------------------------------------------------
 
+
 @dataclass
 class Sample:
     t: float
@@ -315,18 +362,24 @@ class Sample:
 
 @dataclass
 class Stats:
-    created: Counter = field(default_factory=Counter)   # kind -> objects the soak created
-    deleted: Counter = field(default_factory=Counter)   # kind -> objects the soak deleted
-    evicted: Counter = field(default_factory=Counter)   # kind -> objects an operator deleted
-    events: Counter = field(default_factory=Counter)    # what the operators were seen doing
-    misses: list[str] = field(default_factory=list)     # waits of the churn that timed out
+    created: Counter = field(default_factory=Counter)  # kind -> objects the soak created
+    deleted: Counter = field(default_factory=Counter)  # kind -> objects the soak deleted
+    evicted: Counter = field(default_factory=Counter)  # kind -> objects an operator deleted
+    events: Counter = field(default_factory=Counter)  # what the operators were seen doing
+    misses: list[str] = field(default_factory=list)  # waits of the churn that timed out
     churn_errors: list[str] = field(default_factory=list)
     cycles: Counter = field(default_factory=Counter)
 
 
 class Soak:
-    def __init__(self, seconds: float, warmup: float, run_dir: Path, tracemalloc_frames: int = 0,
-                 tracemalloc_period: float = 3600.0):
+    def __init__(
+        self,
+        seconds: float,
+        warmup: float,
+        run_dir: Path,
+        tracemalloc_frames: int = 0,
+        tracemalloc_period: float = 3600.0,
+    ):
         self.seconds, self.warmup = seconds, warmup
         self.tracemalloc_frames, self.tracemalloc_period = tracemalloc_frames, tracemalloc_period
         # operator label -> [(t, phase, tracemalloc report)], kept: the first, warm-up end, the last.
@@ -347,8 +400,8 @@ class Soak:
         self.drain_seconds = 0.0
         self.revisions = {node: 0 for node in NODES}
         self.checks: list[tuple[str, bool, str]] = []
-        self.stuck_seen: dict[str, float] = {}   # object -> longest deleting age seen during the run
-        self.started_at = datetime.datetime.now(datetime.timezone.utc)
+        self.stuck_seen: dict[str, float] = {}  # object -> longest deleting age seen during the run
+        self.started_at = datetime.datetime.now(datetime.UTC)
         self.load_start = os.getloadavg()
         self.load_end = (0.0, 0.0, 0.0)
         self.metrics: dict[str, str] = {}
@@ -360,8 +413,9 @@ class Soak:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.log_dir.mkdir(exist_ok=True)
         say(f"run directory {self.run_dir}")
-        self.lab = Lab(LabOptions(name=f"soak-{self.run_dir.name}", nodes=len(NODES), run_dir=self.run_dir / "lab"),
-                       log=say)
+        self.lab = Lab(
+            LabOptions(name=f"soak-{self.run_dir.name}", nodes=len(NODES), run_dir=self.run_dir / "lab"), log=say
+        )
         self.lab.start()
         if self.lab.upstream_controllers:
             raise RuntimeError("the lab runs upstream's DRA controllers; the soak needs them off")
@@ -369,16 +423,40 @@ class Soak:
         traced = {"DRA_TRACEMALLOC": str(self.tracemalloc_frames)}
         for name in ("claims", "taints"):
             self.operators.append(Operator(name, name, kubeconfig, self.log_dir, traced))
-        self.operators.append(Operator("binding", "binding", kubeconfig, self.log_dir, {
-            "DRA_BINDING_DRIVERS": DRIVER, "DRA_BINDING_PREPARER": "simulated",
-            "DRA_BINDING_PREPARER_CONFIG": json.dumps(BINDING_PREPARER),
-            "DRA_BINDING_COOL_OFF": str(BINDING_COOL_OFF), **traced}))
+        self.operators.append(
+            Operator(
+                "binding",
+                "binding",
+                kubeconfig,
+                self.log_dir,
+                {
+                    "DRA_BINDING_DRIVERS": DRIVER,
+                    "DRA_BINDING_PREPARER": "simulated",
+                    "DRA_BINDING_PREPARER_CONFIG": json.dumps(BINDING_PREPARER),
+                    "DRA_BINDING_COOL_OFF": str(BINDING_COOL_OFF),
+                    **traced,
+                },
+            )
+        )
         for node in NODES:
             path = self.inventory_path(node)
             path.write_text(yaml.safe_dump(inventory(0)))
-            self.operators.append(Operator(f"nodeagent-{node}", "nodeagent", kubeconfig, self.log_dir, {
-                "NODE_NAME": node, "DRA_NODEAGENT_BACKEND": "simulated", "DRA_NODEAGENT_INVENTORY": str(path),
-                "DRA_NODEAGENT_DRIVER": DRIVER, "DRA_NODEAGENT_KUBELET_PLUGIN": "false", **traced}))
+            self.operators.append(
+                Operator(
+                    f"nodeagent-{node}",
+                    "nodeagent",
+                    kubeconfig,
+                    self.log_dir,
+                    {
+                        "NODE_NAME": node,
+                        "DRA_NODEAGENT_BACKEND": "simulated",
+                        "DRA_NODEAGENT_INVENTORY": str(path),
+                        "DRA_NODEAGENT_DRIVER": DRIVER,
+                        "DRA_NODEAGENT_KUBELET_PLUGIN": "false",
+                        **traced,
+                    },
+                )
+            )
         for op in self.operators:
             op.start()
             say(f"started {op.label} (pid {op.pid}, log {op.log})")
@@ -400,30 +478,42 @@ class Soak:
         for ns in NAMESPACES_USED:
             await kube.create(NAMESPACES, {"metadata": {"name": ns}})
         for ns in NAMESPACES_USED:
-            await self.until(lambda ns=ns: kube.get_or_none(SERVICE_ACCOUNTS, "default", ns), 60,
-                             f"default ServiceAccount of {ns}", fatal=True)
-        toleration = {"key": TAINT_KEY, "operator": "Exists", "effect": "NoExecute",
-                      "tolerationSeconds": TOLERATION_SECONDS}
+            await self.until(
+                lambda ns=ns: kube.get_or_none(SERVICE_ACCOUNTS, "default", ns),
+                60,
+                f"default ServiceAccount of {ns}",
+                fatal=True,
+            )
+        toleration = {
+            "key": TAINT_KEY,
+            "operator": "Exists",
+            "effect": "NoExecute",
+            "tolerationSeconds": TOLERATION_SECONDS,
+        }
         await kube.create(RESOURCE_CLAIM_TEMPLATES, template("gpu", "gpu"), NS_TEMPLATE)
         await kube.create(RESOURCE_CLAIM_TEMPLATES, template("tolerating", "taintable", [toleration]), NS_TAINTS)
         await kube.create(RESOURCE_CLAIM_TEMPLATES, template("fabric", "fabric"), NS_BINDING)
         # Both node agents published: 11 devices each.
         for node in NODES:
-            await self.until(lambda node=node: self.node_devices(node, lambda ds: len(ds) >= 11), 90,
-                             f"slices of {node}", fatal=True)
+            await self.until(
+                lambda node=node: self.node_devices(node, lambda ds: len(ds) >= 11), 90, f"slices of {node}", fatal=True
+            )
 
     async def node_devices(self, node: str, predicate: Callable[[list[dict]], bool]) -> bool:
         slices = await self.kube.list(RESOURCE_SLICES, field_selector=f"spec.nodeName={node},spec.driver={DRIVER}")
         if not slices:
             return False
         newest = max(s["spec"]["pool"]["generation"] for s in slices)
-        devices = [d for s in slices if s["spec"]["pool"]["generation"] == newest for d in s["spec"].get("devices") or []]
+        devices = [
+            d for s in slices if s["spec"]["pool"]["generation"] == newest for d in s["spec"].get("devices") or []
+        ]
         return predicate(devices)
 
     # -- small async helpers ---------------------------------------------------------------------
 
-    async def until(self, check: Callable[[], Awaitable[Any]], timeout: float, what: str,
-                    interval: float = 1.0, fatal: bool = False) -> Any:
+    async def until(
+        self, check: Callable[[], Awaitable[Any]], timeout: float, what: str, interval: float = 1.0, fatal: bool = False
+    ) -> Any:
         """Poll ``check`` until truthy; on timeout record a miss (or raise with ``fatal``)."""
         deadline = time.monotonic() + timeout
         last_error = ""
@@ -454,13 +544,15 @@ class Soak:
         await self.kube.create(PODS, body, ns)
         self.stats.created[f"Pod ({lane})"] += 1
 
-    async def running(self, ns: str, names: list[str], timeout: float = RUNNING_TIMEOUT,
-                      what: str = "") -> dict[str, dict] | None:
+    async def running(
+        self, ns: str, names: list[str], timeout: float = RUNNING_TIMEOUT, what: str = ""
+    ) -> dict[str, dict] | None:
         async def check():
             pods = await self.pods(ns)
             if all(n in pods and (pods[n].get("status") or {}).get("phase") == "Running" for n in names):
                 return {n: pods[n] for n in names}
             return None
+
         return await self.until(check, timeout, what or f"{ns}: pods {', '.join(names)} Running")
 
     async def delete_pods(self, ns: str, names: list[str], lane: str) -> None:
@@ -476,6 +568,7 @@ class Soak:
         async def gone():
             pods = await self.pods(ns)
             return not any(n in pods for n in names)
+
         await self.until(gone, GONE_TIMEOUT, f"{ns}: pods {', '.join(names)} gone")
 
     async def paced(self, lane: str, period: float, cycle: Callable[[int], Awaitable[None]]) -> None:
@@ -498,7 +591,7 @@ class Soak:
             if rest > 0:
                 try:
                     await asyncio.wait_for(self.stop_churn.wait(), rest)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     pass
 
     # -- lanes -----------------------------------------------------------------------------------
@@ -507,20 +600,27 @@ class Soak:
         names = [f"t{n}-{i}" for i in range(TEMPLATE_WAVE)]
         try:
             for name in names:
-                await self.create_pod(NS_TEMPLATE, pod(name, {"resourceClaimTemplateName": "gpu"}, "template"),
-                                      "template")
+                await self.create_pod(
+                    NS_TEMPLATE, pod(name, {"resourceClaimTemplateName": "gpu"}, "template"), "template"
+                )
             pods = await self.running(NS_TEMPLATE, names)
             if pods is None:
                 return
             finished = names[: TEMPLATE_WAVE // 2]
             claims = {claim_of(pods[name]) for name in finished} - {None}
             for name in finished:
-                await self.kube.patch(PODS, name, {"metadata": {"annotations": {FINISH_ANNOTATION: "Succeeded"}}},
-                                      NS_TEMPLATE, content_type=MERGE_PATCH)
+                await self.kube.patch(
+                    PODS,
+                    name,
+                    {"metadata": {"annotations": {FINISH_ANNOTATION: "Succeeded"}}},
+                    NS_TEMPLATE,
+                    content_type=MERGE_PATCH,
+                )
 
             async def claims_of_finished_gone():
                 left = {c["metadata"]["name"] for c in await self.kube.list(RESOURCE_CLAIMS, NS_TEMPLATE)}
                 return not (claims & left)
+
             if await self.until(claims_of_finished_gone, 60, f"template wave {n}: claims of finished Pods deleted"):
                 self.stats.events["claims of finished Pods deleted by the claims operator"] += len(claims)
         finally:
@@ -532,8 +632,16 @@ class Soak:
         source = {"resourceClaimName": claim}
         created = False
         try:
-            await self.kube.create(RESOURCE_CLAIMS, {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
-                                                     "metadata": {"name": claim}, "spec": claim_spec("gpu")}, NS_SHARED)
+            await self.kube.create(
+                RESOURCE_CLAIMS,
+                {
+                    "apiVersion": "resource.k8s.io/v1",
+                    "kind": "ResourceClaim",
+                    "metadata": {"name": claim},
+                    "spec": claim_spec("gpu"),
+                },
+                NS_SHARED,
+            )
             created = True
             self.stats.created["ResourceClaim (shared)"] += 1
             await self.create_pod(NS_SHARED, pod(a, source, "shared"), "shared")
@@ -549,6 +657,7 @@ class Soak:
                 obj = await self.kube.get(RESOURCE_CLAIMS, claim, NS_SHARED)
                 status = obj.get("status") or {}
                 return not status.get("allocation") and not status.get("reservedFor")
+
             if await self.until(deallocated, 60, f"shared claim {claim} deallocated after its Pods"):
                 self.stats.events["shared claims deallocated by the claims operator"] += 1
         finally:
@@ -560,8 +669,9 @@ class Soak:
                 except ApiError as e:
                     if not e.not_found:
                         raise
-                await self.until(lambda: self._gone(RESOURCE_CLAIMS, claim, NS_SHARED), 60,
-                                 f"shared claim {claim} gone after delete")
+                await self.until(
+                    lambda: self._gone(RESOURCE_CLAIMS, claim, NS_SHARED), 60, f"shared claim {claim} gone after delete"
+                )
 
     async def _gone(self, res, name: str, ns: str | None) -> bool:
         return await self.kube.get_or_none(res, name, ns) is None
@@ -574,8 +684,9 @@ class Soak:
         made: list[tuple[str, str]] = []
         try:
             for name in names:
-                await self.create_pod(NS_TAINTS, pod(name, {"resourceClaimTemplateName": "tolerating"}, "taints",
-                                                     node), "taints")
+                await self.create_pod(
+                    NS_TAINTS, pod(name, {"resourceClaimTemplateName": "tolerating"}, "taints", node), "taints"
+                )
             pods = await self.running(NS_TAINTS, names)
             if pods is None:
                 return
@@ -592,6 +703,7 @@ class Soak:
             async def evicted():
                 p = (await self.pods(NS_TAINTS)).get(evicted_pod)
                 return p is None or bool(p["metadata"].get("deletionTimestamp"))
+
             if await self.until(evicted, 60, f"taints cycle {n}: {evicted_pod} evicted", interval=0.5):
                 self.stats.events["Pods evicted by the taints operator"] += 1
                 self.stats.evicted["Pod (taints)"] += 1
@@ -601,6 +713,7 @@ class Soak:
                 nx = existing_condition(await self.kube.get(DEVICE_TAINT_RULES, rules[0])) or {}
                 none = existing_condition(await self.kube.get(DEVICE_TAINT_RULES, rules[1])) or {}
                 return nx.get("reason") in ("Completed", "PodsPendingEviction") and none.get("reason") == "NoEffect"
+
             if await self.until(statuses, 60, f"taints cycle {n}: rule status (Completed, NoEffect)"):
                 self.stats.events["DeviceTaintRule statuses written by the taints operator"] += 2
             p = (await self.pods(NS_TAINTS)).get(kept_pod)
@@ -620,8 +733,9 @@ class Soak:
         names = [f"b{n}-{i}" for i in range(BINDING_WAVE)]
         try:
             for name in names:
-                await self.create_pod(NS_BINDING, pod(name, {"resourceClaimTemplateName": "fabric"}, "binding"),
-                                      "binding")
+                await self.create_pod(
+                    NS_BINDING, pod(name, {"resourceClaimTemplateName": "fabric"}, "binding"), "binding"
+                )
             if await self.running(NS_BINDING, names):
                 self.stats.events["Pods bound after the binding operator prepared their devices"] += len(names)
         finally:
@@ -642,10 +756,15 @@ class Soak:
 
         def shows(devices: list[dict]) -> bool:
             spare = [d for d in devices if d["attributes"].get("type", {}).get("string") == "spare"]
-            return len(devices) == expected and bool(spare) and all(
-                d["attributes"].get("revision", {}).get("int") == revision for d in spare)
-        if await self.until(lambda: self.node_devices(node, shows), 60,
-                            f"inventory revision {revision} of {node} published"):
+            return (
+                len(devices) == expected
+                and bool(spare)
+                and all(d["attributes"].get("revision", {}).get("int") == revision for d in spare)
+            )
+
+        if await self.until(
+            lambda: self.node_devices(node, shows), 60, f"inventory revision {revision} of {node} published"
+        ):
             self.stats.events["inventory changes republished by the node agents"] += 1
 
     # -- sampling --------------------------------------------------------------------------------
@@ -657,7 +776,7 @@ class Soak:
             if rss[op.label] is not None and not await asyncio.to_thread(op.live):
                 op.liveness_failures += 1
         pods = claims = stuck = 0
-        now = datetime.datetime.now(datetime.timezone.utc)
+        now = datetime.datetime.now(datetime.UTC)
         try:
             for ns in NAMESPACES_USED:
                 for res in (PODS, RESOURCE_CLAIMS):
@@ -678,13 +797,31 @@ class Soak:
         with open(self.run_dir / "rss.csv", "a", newline="") as f:
             writer = csv.writer(f)
             if f.tell() == 0:
-                writer.writerow(["t_seconds", "phase", *(f"{op.label}_rss_kib" for op in self.operators),
-                                 "pods", "claims", "deleting_over_60s"])
-            writer.writerow([f"{s.t:.0f}", phase, *(rss[op.label] if rss[op.label] is not None else ""
-                                                    for op in self.operators), pods, claims, stuck])
+                writer.writerow(
+                    [
+                        "t_seconds",
+                        "phase",
+                        *(f"{op.label}_rss_kib" for op in self.operators),
+                        "pods",
+                        "claims",
+                        "deleting_over_60s",
+                    ]
+                )
+            writer.writerow(
+                [
+                    f"{s.t:.0f}",
+                    phase,
+                    *(rss[op.label] if rss[op.label] is not None else "" for op in self.operators),
+                    pods,
+                    claims,
+                    stuck,
+                ]
+            )
         rss_text = " ".join(f"{k}={v / 1024:.1f}M" if v else f"{k}=EXITED" for k, v in rss.items())
-        say(f"t={s.t:5.0f}s {phase:7} {rss_text} pods={pods} claims={claims} stuck={stuck} "
-            f"created={sum(self.stats.created.values())} misses={len(self.stats.misses)}")
+        say(
+            f"t={s.t:5.0f}s {phase:7} {rss_text} pods={pods} claims={claims} stuck={stuck} "
+            f"created={sum(self.stats.created.values())} misses={len(self.stats.misses)}"
+        )
         return s
 
     async def sampler(self) -> None:
@@ -719,18 +856,24 @@ class Soak:
             readings = self.traces.setdefault(op.label, [])
             if readings:
                 period["operators"][op.label] = {
-                    "since_t": round(readings[-1][0]), "traced_mib": round(answer["traced_bytes"] / 2**20, 2),
+                    "since_t": round(readings[-1][0]),
+                    "traced_mib": round(answer["traced_bytes"] / 2**20, 2),
                     "traced_change_mib": round((answer["traced_bytes"] - readings[-1][2]["traced_bytes"]) / 2**20, 3),
                     # unreachable cycles freed by the reading's collection (held until then)
                     "garbage_mib": round(answer.get("garbage_bytes", 0) / 2**20, 3),
-                    "top": memprofile.growth(readings[-1][2], answer)}
+                    "top": memprofile.growth(readings[-1][2], answer),
+                }
             # Keep the first reading, the end of warm-up and the latest (each is a few MB).
             keep = [r for r in readings if r is readings[0] or r[1] == "warmup-end"]
             self.traces[op.label] = [*keep, (t, phase, answer)]
         if period["operators"]:
             self.growth_by_period.append(period)
-        say(f"t={period['t']:5.0f}s tracemalloc read ({phase}): " + ", ".join(
-            f"{label}={readings[-1][2]['traced_bytes'] / 2**20:.1f}M" for label, readings in self.traces.items()))
+        say(
+            f"t={period['t']:5.0f}s tracemalloc read ({phase}): "
+            + ", ".join(
+                f"{label}={readings[-1][2]['traced_bytes'] / 2**20:.1f}M" for label, readings in self.traces.items()
+            )
+        )
 
     async def tracer(self) -> None:
         """``trace`` at the start and half-way through warm-up, at the end of warm-up and every
@@ -761,8 +904,11 @@ class Soak:
             if last is first:
                 continue
             change = (last[2]["traced_bytes"] - first[2]["traced_bytes"]) / 2**20
-            rows[label] = (last[0] - first[0], {"traced_change_mib": change},
-                           memprofile.growth(first[2], last[2], top=8))
+            rows[label] = (
+                last[0] - first[0],
+                {"traced_change_mib": change},
+                memprofile.growth(first[2], last[2], top=8),
+            )
         return rows
 
     # -- the run ---------------------------------------------------------------------------------
@@ -777,15 +923,19 @@ class Soak:
             self.warmup_traced = asyncio.Event() if self.tracemalloc_frames else None
             sampler = asyncio.create_task(self.sampler())
             tracer = asyncio.create_task(self.tracer())
-            lanes = [asyncio.create_task(self.paced(lane, period, cycle)) for lane, period, cycle in (
-                ("template", TEMPLATE_PERIOD, self.template_cycle),
-                ("shared", SHARED_PERIOD, self.shared_cycle),
-                ("taints", TAINTS_PERIOD, self.taints_cycle),
-                ("binding", BINDING_PERIOD, self.binding_cycle),
-                ("inventory", INVENTORY_PERIOD, self.inventory_cycle))]
+            lanes = [
+                asyncio.create_task(self.paced(lane, period, cycle))
+                for lane, period, cycle in (
+                    ("template", TEMPLATE_PERIOD, self.template_cycle),
+                    ("shared", SHARED_PERIOD, self.shared_cycle),
+                    ("taints", TAINTS_PERIOD, self.taints_cycle),
+                    ("binding", BINDING_PERIOD, self.binding_cycle),
+                    ("inventory", INVENTORY_PERIOD, self.inventory_cycle),
+                )
+            ]
             try:
                 await asyncio.wait_for(asyncio.shield(asyncio.gather(*lanes)), self.seconds)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
             self.churn_seconds = time.monotonic() - self.t0
             say("churn over; letting the lanes finish their cycles")
@@ -823,6 +973,7 @@ class Soak:
 
         async def no_rules() -> bool:
             return not await kube.list(DEVICE_TAINT_RULES)
+
         started = time.monotonic()
         await self.until(lambda: none_left(PODS), 180, "drain: every Pod gone", interval=2)
         await self.until(lambda: none_left(RESOURCE_CLAIMS), 120, "drain: every ResourceClaim gone", interval=2)
@@ -832,22 +983,29 @@ class Soak:
 
     async def final_checks(self) -> None:
         kube = self.kube
-        now = datetime.datetime.now(datetime.timezone.utc)
+        now = datetime.datetime.now(datetime.UTC)
         pods_left = [f"{ns}/{p['metadata']['name']}" for ns in NAMESPACES_USED for p in await kube.list(PODS, ns)]
         claims_left = [(ns, c) for ns in NAMESPACES_USED for c in await kube.list(RESOURCE_CLAIMS, ns)]
-        stuck = [f"{kind}/{ns}/{o['metadata']['name']} ({age_seconds(o['metadata'].get('deletionTimestamp'), now):.0f}s, "
-                 f"finalizers {o['metadata'].get('finalizers')})"
-                 for kind, items in (("pods", [(ns, p) for ns in NAMESPACES_USED for p in await kube.list(PODS, ns)]),
-                                     ("resourceclaims", claims_left))
-                 for ns, o in items
-                 if age_seconds(o["metadata"].get("deletionTimestamp"), now) > STUCK_AFTER]
+        stuck = [
+            f"{kind}/{ns}/{o['metadata']['name']} ({age_seconds(o['metadata'].get('deletionTimestamp'), now):.0f}s, "
+            f"finalizers {o['metadata'].get('finalizers')})"
+            for kind, items in (
+                ("pods", [(ns, p) for ns in NAMESPACES_USED for p in await kube.list(PODS, ns)]),
+                ("resourceclaims", claims_left),
+            )
+            for ns, o in items
+            if age_seconds(o["metadata"].get("deletionTimestamp"), now) > STUCK_AFTER
+        ]
         rules_left = [r["metadata"]["name"] for r in await kube.list(DEVICE_TAINT_RULES)]
         self.load_end = os.getloadavg()
         for op in self.operators:
             self.metrics[op.label] = await asyncio.to_thread(op.metrics)
             op.alive()
-        exited = [f"{op.label} (exit code {op.exit_code} at t={op.exited_at - self.t0:.0f}s)"
-                  for op in self.operators if op.exit_code is not None]
+        exited = [
+            f"{op.label} (exit code {op.exit_code} at t={op.exited_at - self.t0:.0f}s)"
+            for op in self.operators
+            if op.exit_code is not None
+        ]
         for op in self.operators:
             self.logs[op.label] = classify_log(op.log)
         errors = {label: info["errors"] for label, info in self.logs.items() if info["errors"]}
@@ -856,39 +1014,85 @@ class Soak:
         def check(name: str, ok: bool, detail: str) -> None:
             self.checks.append((name, ok, detail))
 
-        check("every Pod gone after the drain", not pods_left,
-              f"{len(pods_left)} left" + (f": {', '.join(pods_left[:10])}" if pods_left else ""))
-        check("no leaked ResourceClaim", not claims_left,
-              f"{len(claims_left)} left in the soak namespaces"
-              + (": " + ", ".join(f"{ns}/{c['metadata']['name']} (finalizers {c['metadata'].get('finalizers')}, "
-                                  f"reservedFor {len((c.get('status') or {}).get('reservedFor') or [])}, "
-                                  f"allocated {bool((c.get('status') or {}).get('allocation'))})"
-                                  for ns, c in claims_left[:10]) if claims_left else ""))
-        check("no stuck finalizer", not stuck,
-              f"no Pod or claim deleting for more than {STUCK_AFTER:.0f}s at the end"
-              + (": " + "; ".join(stuck[:10]) if stuck else "")
-              + (f" (during the churn {len(self.stuck_seen)} object(s) were seen deleting for more than "
-                 f"{STUCK_AFTER:.0f}s, longest {max(self.stuck_seen.values()):.0f}s)" if self.stuck_seen
-                 else "; none seen during the churn either"))
-        check("no DeviceTaintRule left", not rules_left,
-              f"{len(rules_left)} left" + (f": {', '.join(rules_left[:10])}" if rules_left else ""))
-        check("no operator process exited", not exited, ", ".join(exited) or
-              f"all {len(self.operators)} ran to the end"
-              + (f" (liveness failed {sum(o.liveness_failures for o in self.operators)} time(s))"
-                 if any(o.liveness_failures for o in self.operators) else ""))
-        check("no error-level operator log line", not errors,
-              (f"{sum(len(v) for v in errors.values())} error line(s): "
-               + "; ".join(f"{k}: {len(v)}" for k, v in errors.items()) if errors else "none")
-              + f"; {transient} transient API retry line(s) (kopf 'Request attempt #') not counted")
-        check("every wait of the churn met", not self.stats.misses and not self.stats.churn_errors,
-              f"{len(self.stats.misses)} timed out, {len(self.stats.churn_errors)} churn error(s)"
-              + (": " + "; ".join((self.stats.misses + self.stats.churn_errors)[:8])
-                 if self.stats.misses or self.stats.churn_errors else ""))
+        check(
+            "every Pod gone after the drain",
+            not pods_left,
+            f"{len(pods_left)} left" + (f": {', '.join(pods_left[:10])}" if pods_left else ""),
+        )
+        check(
+            "no leaked ResourceClaim",
+            not claims_left,
+            f"{len(claims_left)} left in the soak namespaces"
+            + (
+                ": "
+                + ", ".join(
+                    f"{ns}/{c['metadata']['name']} (finalizers {c['metadata'].get('finalizers')}, "
+                    f"reservedFor {len((c.get('status') or {}).get('reservedFor') or [])}, "
+                    f"allocated {bool((c.get('status') or {}).get('allocation'))})"
+                    for ns, c in claims_left[:10]
+                )
+                if claims_left
+                else ""
+            ),
+        )
+        check(
+            "no stuck finalizer",
+            not stuck,
+            f"no Pod or claim deleting for more than {STUCK_AFTER:.0f}s at the end"
+            + (": " + "; ".join(stuck[:10]) if stuck else "")
+            + (
+                f" (during the churn {len(self.stuck_seen)} object(s) were seen deleting for more than "
+                f"{STUCK_AFTER:.0f}s, longest {max(self.stuck_seen.values()):.0f}s)"
+                if self.stuck_seen
+                else "; none seen during the churn either"
+            ),
+        )
+        check(
+            "no DeviceTaintRule left",
+            not rules_left,
+            f"{len(rules_left)} left" + (f": {', '.join(rules_left[:10])}" if rules_left else ""),
+        )
+        check(
+            "no operator process exited",
+            not exited,
+            ", ".join(exited)
+            or f"all {len(self.operators)} ran to the end"
+            + (
+                f" (liveness failed {sum(o.liveness_failures for o in self.operators)} time(s))"
+                if any(o.liveness_failures for o in self.operators)
+                else ""
+            ),
+        )
+        check(
+            "no error-level operator log line",
+            not errors,
+            (
+                f"{sum(len(v) for v in errors.values())} error line(s): "
+                + "; ".join(f"{k}: {len(v)}" for k, v in errors.items())
+                if errors
+                else "none"
+            )
+            + f"; {transient} transient API retry line(s) (kopf 'Request attempt #') not counted",
+        )
+        check(
+            "every wait of the churn met",
+            not self.stats.misses and not self.stats.churn_errors,
+            f"{len(self.stats.misses)} timed out, {len(self.stats.churn_errors)} churn error(s)"
+            + (
+                ": " + "; ".join((self.stats.misses + self.stats.churn_errors)[:8])
+                if self.stats.misses or self.stats.churn_errors
+                else ""
+            ),
+        )
         for row in self.rss_rows():
             ok = row["change"] is not None and row["change"] <= RSS_LIMIT_PERCENT
-            check(f"RSS of {row['label']} within +{RSS_LIMIT_PERCENT:.0f}% after warm-up", ok,
-                  "exited" if row["change"] is None else
-                  f"{row['warm']:.1f} -> {row['final']:.1f} MiB ({row['change']:+.1f}%), max {row['max']:.1f} MiB")
+            check(
+                f"RSS of {row['label']} within +{RSS_LIMIT_PERCENT:.0f}% after warm-up",
+                ok,
+                "exited"
+                if row["change"] is None
+                else f"{row['warm']:.1f} -> {row['final']:.1f} MiB ({row['change']:+.1f}%), max {row['max']:.1f} MiB",
+            )
 
     def rss_rows(self) -> list[dict[str, Any]]:
         rows = []
@@ -902,13 +1106,27 @@ class Soak:
             final = self.samples[-1].rss.get(label) if self.samples else None
             warm_v = warm.rss.get(label) if warm else None
             ok_values = [v for v in values if v]
-            row: dict[str, Any] = {"label": label, "pid": op.pid, "warm": None, "max": None, "final": None,
-                                   "change": None, "max_change": None, "slope": None}
+            row: dict[str, Any] = {
+                "label": label,
+                "pid": op.pid,
+                "warm": None,
+                "max": None,
+                "final": None,
+                "change": None,
+                "max_change": None,
+                "slope": None,
+            }
             if warm_v and final and ok_values:
-                row.update(warm=warm_v / 1024, max=max(ok_values) / 1024, final=final / 1024,
-                           change=(final - warm_v) / warm_v * 100, max_change=(max(ok_values) - warm_v) / warm_v * 100,
-                           slope=slope_mib_per_hour([(s.t, s.rss[label]) for s in after
-                                                     if s.rss.get(label) and s.phase != "final"]))
+                row.update(
+                    warm=warm_v / 1024,
+                    max=max(ok_values) / 1024,
+                    final=final / 1024,
+                    change=(final - warm_v) / warm_v * 100,
+                    max_change=(max(ok_values) - warm_v) / warm_v * 100,
+                    slope=slope_mib_per_hour(
+                        [(s.t, s.rss[label]) for s in after if s.rss.get(label) and s.phase != "final"]
+                    ),
+                )
             rows.append(row)
         return rows
 
@@ -918,16 +1136,18 @@ class Soak:
         ok = bool(self.checks) and all(passed for _, passed, _ in self.checks)
         failed = [name for name, passed, _ in self.checks if not passed]
         m = self.metrics
-        creates = metric_sum(m.get("claims", ""), "dynamic_resource_allocation_resourceclaim_creates_total",
-                             status="success")
+        creates = metric_sum(
+            m.get("claims", ""), "dynamic_resource_allocation_resourceclaim_creates_total", status="success"
+        )
         evictions = metric_sum(m.get("taints", ""), "device_taint_eviction_controller_pod_deletions_total")
         preparations = metric_by_label(m.get("binding", ""), "dra_operators_binding_preparations_total", "outcome")
         undos = metric_by_label(m.get("binding", ""), "dra_operators_binding_undos_total", "result")
         cool_off = metric_by_label(m.get("binding", ""), "dra_operators_binding_cool_off_taints_total", "action")
         published = {label: info["published"] for label, info in self.logs.items() if label.startswith("nodeagent")}
         try:
-            commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                                    text=True).stdout.strip()
+            commit = subprocess.run(
+                ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+            ).stdout.strip()
         except OSError:
             commit = "?"
         pods_created = sum(v for k, v in self.stats.created.items() if k.startswith("Pod"))
@@ -958,8 +1178,9 @@ class Soak:
         kinds = sorted(set(self.stats.created) | set(self.stats.deleted))
         for kind in kinds:
             deleted = self.stats.deleted.get(kind, "")
-            lines.append(f"| {kind} | {self.stats.created.get(kind, '')} | {deleted} | "
-                         f"{self.stats.evicted.get(kind, '')} |")
+            lines.append(
+                f"| {kind} | {self.stats.created.get(kind, '')} | {deleted} | {self.stats.evicted.get(kind, '')} |"
+            )
         lines += [
             f"| ResourceClaim (generated for Pods: the claims operator's metric) | {creates:.0f} | | "
             "all (claims operator, garbage collector) |",
@@ -967,13 +1188,17 @@ class Soak:
             f"Pods: {pods_created} created, {pods_deleted} deleted by the soak, "
             f"{per_s:.2f} Pod creations and deletions per second.",
             "",
-            "What the operators did: " + "; ".join(
-                f"{k}: {v}" for k, v in sorted(self.stats.events.items()))
+            "What the operators did: "
+            + "; ".join(f"{k}: {v}" for k, v in sorted(self.stats.events.items()))
             + f"; taints operator deletions (metric): {evictions:.0f}"
-            + (f", eviction {min(self.eviction_delays):.1f} to {max(self.eviction_delays):.1f} s after the rule "
-               f"(toleration {TOLERATION_SECONDS} s)" if self.eviction_delays else "")
+            + (
+                f", eviction {min(self.eviction_delays):.1f} to {max(self.eviction_delays):.1f} s after the rule "
+                f"(toleration {TOLERATION_SECONDS} s)"
+                if self.eviction_delays
+                else ""
+            )
             + f"; binding preparations by outcome: {json.dumps(preparations, sort_keys=True)}, undos: "
-              f"{json.dumps(undos, sort_keys=True)}, cool-off taints: {json.dumps(cool_off, sort_keys=True)}"
+            f"{json.dumps(undos, sort_keys=True)}, cool-off taints: {json.dumps(cool_off, sort_keys=True)}"
             + f"; node agent publications (log lines 'published'): {json.dumps(published, sort_keys=True)}.",
             "",
             "RSS (VmRSS of each operator's Python process, MiB):",
@@ -986,19 +1211,28 @@ class Soak:
                 lines.append(f"| {row['label']} | exited | | | | | |")
                 continue
             slope = f"{row['slope']:+.2f} MiB/h" if row["slope"] is not None else ""
-            lines.append(f"| {row['label']} | {row['warm']:.1f} | {row['max']:.1f} | {row['final']:.1f} | "
-                         f"{row['change']:+.1f}% | {row['max_change']:+.1f}% | {slope} |")
+            lines.append(
+                f"| {row['label']} | {row['warm']:.1f} | {row['max']:.1f} | {row['final']:.1f} | "
+                f"{row['change']:+.1f}% | {row['max_change']:+.1f}% | {slope} |"
+            )
         if growth := self.growth_rows():
-            lines += ["", f"Allocations that grew most (tracemalloc, {self.tracemalloc_frames} frames, live memory "
-                      "from the end of warm-up to the end of the churn; call stack innermost first; readings in "
-                      "`tracemalloc/`, per period in `summary.json`):", "",
-                      "| operator | grew | live blocks | call stack |", "|---|---:|---:|---|"]
+            lines += [
+                "",
+                f"Allocations that grew most (tracemalloc, {self.tracemalloc_frames} frames, live memory "
+                "from the end of warm-up to the end of the churn; call stack innermost first; readings in "
+                "`tracemalloc/`, per period in `summary.json`):",
+                "",
+                "| operator | grew | live blocks | call stack |",
+                "|---|---:|---:|---|",
+            ]
             for label, (seconds, total, top) in growth.items():
-                lines.append(f"| {label} | {total['traced_change_mib']:+.2f} MiB in {seconds / 60:.0f} min "
-                             "(all traced) | | |")
+                lines.append(
+                    f"| {label} | {total['traced_change_mib']:+.2f} MiB in {seconds / 60:.0f} min (all traced) | | |"
+                )
                 for g in top[:5]:
-                    lines.append(f"| | {g['size_diff'] / 1024:+.1f} KiB | {g['count_diff']:+d} | "
-                                 f"{stack_text(g['traceback'])} |")
+                    lines.append(
+                        f"| | {g['size_diff'] / 1024:+.1f} KiB | {g['count_diff']:+d} | {stack_text(g['traceback'])} |"
+                    )
         lines += ["", "Checks:", ""]
         for name, passed, detail in self.checks:
             lines.append(f"- {'PASS' if passed else 'FAIL'} {name}: {detail}")
@@ -1010,8 +1244,12 @@ class Soak:
             lines += ["```"]
         warnings = {label: info["warnings"] for label, info in self.logs.items()}
         lines += ["", f"Warning-level log lines (not a check): {json.dumps(warnings, sort_keys=True)}."]
-        verdict = ("PASS: no leak, no stuck object, no crash, no operator error, RSS within "
-                   f"+{RSS_LIMIT_PERCENT:.0f}% after warm-up" if ok else "FAIL: " + "; ".join(failed))
+        verdict = (
+            "PASS: no leak, no stuck object, no crash, no operator error, RSS within "
+            f"+{RSS_LIMIT_PERCENT:.0f}% after warm-up"
+            if ok
+            else "FAIL: " + "; ".join(failed)
+        )
         lines += ["", f"**Verdict**: {verdict}.", ""]
         return "\n".join(lines), ok
 
@@ -1025,18 +1263,38 @@ class Soak:
     def write(self, command: str) -> bool:
         text, ok = self.report(command)
         (self.run_dir / "summary.md").write_text(text)
-        (self.run_dir / "summary.json").write_text(json.dumps({
-            "command": command, "date": self.started_at.isoformat(), "seconds": self.seconds, "warmup": self.warmup,
-            "churn_seconds": self.churn_seconds, "drain_seconds": self.drain_seconds,
-            "created": self.stats.created, "deleted": self.stats.deleted, "events": self.stats.events,
-            "misses": self.stats.misses, "churn_errors": self.stats.churn_errors, "rss": self.rss_rows(),
-            "checks": [{"name": n, "ok": p, "detail": d} for n, p, d in self.checks], "ok": ok,
-            "log_errors": {k: v["errors"][:20] for k, v in self.logs.items()},
-            "tracemalloc": {"frames": self.tracemalloc_frames, "period": self.tracemalloc_period,
-                            "growth_by_period": self.growth_by_period,
-                            "growth_after_warmup": {label: {"seconds": round(seconds), **total, "top": top}
-                                                    for label, (seconds, total, top) in self.growth_rows().items()}},
-        }, indent=2, default=str))
+        (self.run_dir / "summary.json").write_text(
+            json.dumps(
+                {
+                    "command": command,
+                    "date": self.started_at.isoformat(),
+                    "seconds": self.seconds,
+                    "warmup": self.warmup,
+                    "churn_seconds": self.churn_seconds,
+                    "drain_seconds": self.drain_seconds,
+                    "created": self.stats.created,
+                    "deleted": self.stats.deleted,
+                    "events": self.stats.events,
+                    "misses": self.stats.misses,
+                    "churn_errors": self.stats.churn_errors,
+                    "rss": self.rss_rows(),
+                    "checks": [{"name": n, "ok": p, "detail": d} for n, p, d in self.checks],
+                    "ok": ok,
+                    "log_errors": {k: v["errors"][:20] for k, v in self.logs.items()},
+                    "tracemalloc": {
+                        "frames": self.tracemalloc_frames,
+                        "period": self.tracemalloc_period,
+                        "growth_by_period": self.growth_by_period,
+                        "growth_after_warmup": {
+                            label: {"seconds": round(seconds), **total, "top": top}
+                            for label, (seconds, total, top) in self.growth_rows().items()
+                        },
+                    },
+                },
+                indent=2,
+                default=str,
+            )
+        )
         write_results_section(command, text)
         print(text, flush=True)
         return ok
@@ -1058,9 +1316,11 @@ def write_results_section(command: str, text: str) -> None:
     if RESULTS.exists():
         current = RESULTS.read_text()
     else:
-        current = ("# Benchmarks\n\n## Churn soak (`make soak`)\n\n"
-                   "What `bench/soak.py` does and how to run it: README, section *Soak*. Each command has one "
-                   "section below; running it again rewrites that section.\n\n")
+        current = (
+            "# Benchmarks\n\n## Churn soak (`make soak`)\n\n"
+            "What `bench/soak.py` does and how to run it: README, section *Soak*. Each command has one "
+            "section below; running it again rewrites that section.\n\n"
+        )
     if begin in current and end in current:
         head, rest = current.split(begin, 1)
         _, tail = rest.split(end, 1)
@@ -1081,13 +1341,14 @@ def main() -> int:
         raise SystemExit("soak: SOAK_TRACEMALLOC_PERIOD must be a positive number of seconds")
     if warmup >= seconds:
         raise SystemExit(f"soak: SOAK_WARMUP ({warmup:.0f}) must be shorter than SOAK_SECONDS ({seconds:.0f})")
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
     run_dir = Path(os.environ.get("SOAK_RUN_DIR") or ROOT / ".cache" / "soak" / stamp).resolve()
     command = the_command()
     soak = Soak(seconds, warmup, run_dir, frames, period)
 
     def interrupted(*_: object) -> None:
         raise KeyboardInterrupt()
+
     signal.signal(signal.SIGTERM, interrupted)
     say(f"{command}: {seconds:.0f}s of churn, warm-up {warmup:.0f}s")
     try:

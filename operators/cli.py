@@ -9,7 +9,13 @@ import click
 
 from .core.settings import Settings, SettingsError
 
-OPERATORS = ("claims", "nodeagent", "binding", "taints", "poolstatus",)
+OPERATORS = (
+    "claims",
+    "nodeagent",
+    "binding",
+    "taints",
+    "poolstatus",
+)
 
 # Commands whose modules are imported only when they run (``module:attribute``): the lab's
 # pulls in most of the suite, and an operator's process should not carry it.
@@ -44,8 +50,12 @@ def main() -> None:
 
 @main.command("run")
 @click.argument("names", nargs=-1, required=True, type=click.Choice(OPERATORS))
-@click.option("--liveness", default="http://0.0.0.0:8081/healthz", show_default=True,
-              help="kopf liveness endpoint URL ('' to disable).")
+@click.option(
+    "--liveness",
+    default="http://0.0.0.0:8081/healthz",
+    show_default=True,
+    help="kopf liveness endpoint URL ('' to disable).",
+)
 def run(names: tuple[str, ...], liveness: str) -> None:
     """Run one or more operators in this process (cluster-wide), with the suite's logging."""
     import warnings
@@ -81,7 +91,7 @@ def run(names: tuple[str, ...], liveness: str) -> None:
         if preflight := getattr(module, "preflight", None):
             try:
                 preflight(settings, memo)
-            except Exception as e:  # noqa: BLE001 - any preflight failure ends the process
+            except Exception as e:  # any preflight failure ends the process
                 raise click.ClickException(f"{name}: {e}") from e
     try:
         kopf.run(clusterwide=True, standalone=True, liveness_endpoint=liveness or None, memo=memo)
@@ -118,8 +128,7 @@ def start_failures(error: BaseException) -> list[str]:
     outcomes = getattr(error, "outcomes", None)
     if not isinstance(outcomes, dict):
         return []
-    return [str(outcome.exception) for outcome in outcomes.values()
-            if getattr(outcome, "exception", None) is not None]
+    return [str(outcome.exception) for outcome in outcomes.values() if getattr(outcome, "exception", None) is not None]
 
 
 @main.command("demo")
@@ -139,8 +148,9 @@ def show_settings() -> None:
         click.echo(f"{env:<24} {str(default):<8} {help_}")
 
 
-@main.command("taints", add_help_option=False,
-              context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@main.command(
+    "taints", add_help_option=False, context_settings={"ignore_unknown_options": True, "allow_extra_args": True}
+)
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def taints(args: tuple[str, ...]) -> None:
     """The taints operator's tools: `taints preview FILE|NAME` (read-only)."""

@@ -29,8 +29,16 @@ from .devices import snapshot
 from .lab import Lab, LabOptions, paths, process
 
 ROOT = Path(__file__).resolve().parents[1]
-EXAMPLES = ("basic-template", "shared-claim", "cel-selector", "prioritized-list", "consumable-capacity",
-            "admin-access", "taints-tolerations", "binding-conditions")
+EXAMPLES = (
+    "basic-template",
+    "shared-claim",
+    "cel-selector",
+    "prioritized-list",
+    "consumable-capacity",
+    "admin-access",
+    "taints-tolerations",
+    "binding-conditions",
+)
 DEMO_NAMESPACE = "dra-demo"
 REAL_NAMESPACE = "dra-demo-real"
 INVENTORY = ROOT / "kustomize" / "overlays" / "simulated-devices" / "inventory.yaml"
@@ -62,17 +70,24 @@ class Demo:
         self.kubectl = [str(self.lab.bin_dir / "kubectl")]
 
     def kubectl_apply(self, *args: str) -> None:
-        result = subprocess.run([*self.kubectl, f"--kubeconfig={self.kubeconfig}", "apply", *args],
-                                capture_output=True, text=True)
+        result = subprocess.run(
+            [*self.kubectl, f"--kubeconfig={self.kubeconfig}", "apply", *args], capture_output=True, text=True
+        )
         if result.returncode != 0:
             raise click.ClickException(f"kubectl apply {' '.join(args)}: {result.stderr.strip()}")
 
     def run_operator(self, name: str, log_name: str, **env: str) -> None:
-        environment = {**os.environ, "KUBECONFIG": self.kubeconfig, "DRA_LOG_FORMAT": "console",
-                       "DRA_METRICS_PORT": "0", **env}
+        environment = {
+            **os.environ,
+            "KUBECONFIG": self.kubeconfig,
+            "DRA_LOG_FORMAT": "console",
+            "DRA_METRICS_PORT": "0",
+            **env,
+        }
         log = self.logs / f"{log_name}.log"
-        self.procs.append(process.spawn([sys.executable, "-m", "operators.cli", "run", name, "--liveness", ""],
-                                        log, env=environment))
+        self.procs.append(
+            process.spawn([sys.executable, "-m", "operators.cli", "run", name, "--liveness", ""], log, env=environment)
+        )
         _say(f"started {log_name} (log {log})")
 
     def agent_env(self, node: str) -> dict[str, str]:
@@ -80,8 +95,11 @@ class Demo:
         if self.lab is None or node not in [n.name for n in self.lab.real_nodes]:
             return {"DRA_NODEAGENT_KUBELET_PLUGIN": "false"}
         files = self.lab.real_node(node)
-        return {"DRA_NODEAGENT_REGISTRY_DIR": str(files.plugins_registry),
-                "DRA_NODEAGENT_PLUGINS_DIR": str(files.plugins), "DRA_NODEAGENT_CDI_ROOT": str(files.cdi)}
+        return {
+            "DRA_NODEAGENT_REGISTRY_DIR": str(files.plugins_registry),
+            "DRA_NODEAGENT_PLUGINS_DIR": str(files.plugins),
+            "DRA_NODEAGENT_CDI_ROOT": str(files.cdi),
+        }
 
     def apply_on_real_nodes(self, example: str) -> None:
         """The example again, in REAL_NAMESPACE, with its Pods on the first real Node."""
@@ -91,8 +109,12 @@ class Demo:
         for document in documents:
             if document and document.get("kind") == "Pod":
                 document["spec"]["nodeSelector"] = {"kubernetes.io/hostname": self.lab.real_nodes[0].name}
-        result = subprocess.run([*self.kubectl, f"--kubeconfig={self.kubeconfig}", "apply", "-n", REAL_NAMESPACE,
-                                 "-f", "-"], input=yaml.safe_dump_all(documents), capture_output=True, text=True)
+        result = subprocess.run(
+            [*self.kubectl, f"--kubeconfig={self.kubeconfig}", "apply", "-n", REAL_NAMESPACE, "-f", "-"],
+            input=yaml.safe_dump_all(documents),
+            capture_output=True,
+            text=True,
+        )
         if result.returncode != 0:
             raise click.ClickException(f"kubectl apply {example} on the real node: {result.stderr.strip()}")
 
@@ -104,10 +126,15 @@ class Demo:
             if pod.get("spec", {}).get("nodeName") not in real:
                 continue
             meta = pod["metadata"]
-            logs = subprocess.run([*self.kubectl, f"--kubeconfig={self.kubeconfig}", "logs", "-n", meta["namespace"],
-                                   meta["name"]], capture_output=True, text=True).stdout.strip()
-            lines.append(f"{meta['namespace']}/{meta['name']} on {pod['spec']['nodeName']} "
-                         f"({pod.get('status', {}).get('phase')}) printed:")
+            logs = subprocess.run(
+                [*self.kubectl, f"--kubeconfig={self.kubeconfig}", "logs", "-n", meta["namespace"], meta["name"]],
+                capture_output=True,
+                text=True,
+            ).stdout.strip()
+            lines.append(
+                f"{meta['namespace']}/{meta['name']} on {pod['spec']['nodeName']} "
+                f"({pod.get('status', {}).get('phase')}) printed:"
+            )
             lines.extend(f"  {line}" for line in (logs.splitlines() or ["(nothing yet)"]))
         return "\n".join(lines)
 
@@ -153,15 +180,24 @@ def run_demo(nodes: int, interval: float) -> None:
         demo.start_cluster()
         demo.kubectl_apply("--server-side", "-f", str(ROOT / "config" / "deviceclasses"))
         for operator in ("claims", "taints", "binding"):
-            demo.run_operator(operator, operator,
-                              DRA_BINDING_DRIVERS="gpu.sim.dra-operators.dev,fabric-gpu.example.com")
+            demo.run_operator(
+                operator, operator, DRA_BINDING_DRIVERS="gpu.sim.dra-operators.dev,fabric-gpu.example.com"
+            )
         for node in asyncio.run(demo.nodes_to_serve()):
-            demo.run_operator("nodeagent", f"nodeagent-{node}", NODE_NAME=node, DRA_NODEAGENT_BACKEND="simulated",
-                              DRA_NODEAGENT_INVENTORY=str(INVENTORY), **demo.agent_env(node))
+            demo.run_operator(
+                "nodeagent",
+                f"nodeagent-{node}",
+                NODE_NAME=node,
+                DRA_NODEAGENT_BACKEND="simulated",
+                DRA_NODEAGENT_INVENTORY=str(INVENTORY),
+                **demo.agent_env(node),
+            )
         asyncio.run(demo.ensure_namespace())
         for example in EXAMPLES:
             path = str(ROOT / "config" / "examples" / example)
-            demo.kubectl_apply("-f", path) if example == "admin-access" else demo.kubectl_apply("-n", DEMO_NAMESPACE, "-f", path)
+            demo.kubectl_apply("-f", path) if example == "admin-access" else demo.kubectl_apply(
+                "-n", DEMO_NAMESPACE, "-f", path
+            )
         demo.apply_on_real_nodes("basic-template")
         _say(f"examples applied in namespace {DEMO_NAMESPACE} (and dra-example-admin); logs in {logs}")
         asyncio.run(demo.table(interval, started))

@@ -12,13 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from .core.api.kube import Kube
+from .core.api.resources import PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
 from .core.dra.capacity import Amounts, add, q, show
 from .core.dra.claimstate import claim_state
 from .core.dra.devicefit import counters_problem
-from .core.api.kube import Kube
 from .core.dra.pools import all_pools, allocated_state, available_counters
 from .core.dra.resourceclaim import allocation_results, extended_claim_name, known_claim_name, pod_claims
-from .core.api.resources import PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
 from .core.dra.tolerations import untolerated
 
 __all__ = ["HEADER", "Row", "build_rows", "claim_state", "free_capacity", "free_devices", "render", "snapshot"]
@@ -43,8 +43,16 @@ class Row:
         return cells + ((self.attributes or "-",) if wide else ())
 
     def to_json(self) -> dict[str, str]:
-        return {"namespace": self.namespace, "pod": self.pod, "phase": self.phase, "claim": self.claim,
-                "state": self.state, "devices": self.devices, "node": self.node, "attributes": self.attributes}
+        return {
+            "namespace": self.namespace,
+            "pod": self.pod,
+            "phase": self.phase,
+            "claim": self.claim,
+            "state": self.state,
+            "devices": self.devices,
+            "node": self.node,
+            "attributes": self.attributes,
+        }
 
 
 def _device_index(slices: list[dict[str, Any]]) -> dict[tuple[str, str, str], dict[str, Any]]:
@@ -63,8 +71,12 @@ def _attributes(device: dict[str, Any] | None) -> str:
     return " ".join(values)
 
 
-def build_rows(pods: list[dict[str, Any]], claims: list[dict[str, Any]],
-               slices: list[dict[str, Any]] | None = None, namespace: str | None = None) -> list[Row]:
+def build_rows(
+    pods: list[dict[str, Any]],
+    claims: list[dict[str, Any]],
+    slices: list[dict[str, Any]] | None = None,
+    namespace: str | None = None,
+) -> list[Row]:
     """One row per claim of every Pod that uses DRA (scheduler-made extended-resource claims
     included), sorted by namespace, Pod and claim; with ``slices`` the devices' attributes."""
     by_key = {(c["metadata"]["namespace"], c["metadata"]["name"]): c for c in claims}
@@ -80,12 +92,27 @@ def build_rows(pods: list[dict[str, Any]], claims: list[dict[str, Any]],
         for pod_claim, claim_name in names:
             claim = by_key.get((meta["namespace"], claim_name)) if claim_name else None
             results = allocation_results(claim) if claim else []
-            text = ", ".join(f"{r['driver']}/{r['pool']}/{r['device']}" + (f" (share {r['shareID'][:8]})" if r.get("shareID") else "")
-                             + (" [admin]" if r.get("adminAccess") else "") for r in results)
-            attributes = "; ".join(a for r in results if (a := _attributes(devices.get((r["driver"], r["pool"], r["device"])))))
-            rows.append(Row(meta["namespace"], meta["name"], status.get("phase", ""),
-                            claim_name or f"({pod_claim}: not created yet)", claim_state(claim) if claim_name else "waiting",
-                            text or "-", (pod.get("spec") or {}).get("nodeName") or "-", attributes))
+            text = ", ".join(
+                f"{r['driver']}/{r['pool']}/{r['device']}"
+                + (f" (share {r['shareID'][:8]})" if r.get("shareID") else "")
+                + (" [admin]" if r.get("adminAccess") else "")
+                for r in results
+            )
+            attributes = "; ".join(
+                a for r in results if (a := _attributes(devices.get((r["driver"], r["pool"], r["device"]))))
+            )
+            rows.append(
+                Row(
+                    meta["namespace"],
+                    meta["name"],
+                    status.get("phase", ""),
+                    claim_name or f"({pod_claim}: not created yet)",
+                    claim_state(claim) if claim_name else "waiting",
+                    text or "-",
+                    (pod.get("spec") or {}).get("nodeName") or "-",
+                    attributes,
+                )
+            )
     return sorted(rows, key=lambda r: (r.namespace, r.pod, r.claim))
 
 
@@ -95,38 +122,58 @@ def build_rows(pods: list[dict[str, Any]], claims: list[dict[str, Any]],
 @dataclass
 class NodeFree:
     """Devices of one node (the newest generation of complete pools) by what keeps them."""
+
     total: int = 0
     free: int = 0
     in_use: int = 0
     tainted: int = 0
-    counters: int = 0                  # a device sharing its counters is in use (partitions)
-    incomplete: int = 0                # pool being updated
-    admin: int = 0                     # also used with admin access (still free)
-    shared: dict[str, Amounts] = field(default_factory=dict)   # device -> capacity left
+    counters: int = 0  # a device sharing its counters is in use (partitions)
+    incomplete: int = 0  # pool being updated
+    admin: int = 0  # also used with admin access (still free)
+    shared: dict[str, Amounts] = field(default_factory=dict)  # device -> capacity left
     shared_total: dict[str, Amounts] = field(default_factory=dict)
 
     def text(self) -> str:
         parts = [f"{self.free} free of {self.total}"]
-        details = [f"{n} {what}" for n, what in ((self.in_use, "in use"), (self.counters, "counters used up"),
-                                                 (self.tainted, "tainted"), (self.incomplete, "pool updating"),
-                                                 (self.admin, "with admin access")) if n]
+        details = [
+            f"{n} {what}"
+            for n, what in (
+                (self.in_use, "in use"),
+                (self.counters, "counters used up"),
+                (self.tainted, "tainted"),
+                (self.incomplete, "pool updating"),
+                (self.admin, "with admin access"),
+            )
+            if n
+        ]
         for device, left in sorted(self.shared.items()):
             total = self.shared_total[device]
-            details.append(f"{device} shared: " + ", ".join(f"{name} {show(left[name])}/{show(total[name])} left"
-                                                             for name in sorted(total)))
+            details.append(
+                f"{device} shared: "
+                + ", ".join(f"{name} {show(left[name])}/{show(total[name])} left" for name in sorted(total))
+            )
         return parts[0] + (f" ({', '.join(details)})" if details else "")
 
     def to_json(self) -> dict[str, Any]:
-        return {"total": self.total, "free": self.free, "inUse": self.in_use, "tainted": self.tainted,
-                "countersUsedUp": self.counters, "poolUpdating": self.incomplete, "adminAccess": self.admin,
-                "shared": {d: {n: show(v) for n, v in left.items()} for d, left in sorted(self.shared.items())}}
+        return {
+            "total": self.total,
+            "free": self.free,
+            "inUse": self.in_use,
+            "tainted": self.tainted,
+            "countersUsedUp": self.counters,
+            "poolUpdating": self.incomplete,
+            "adminAccess": self.admin,
+            "shared": {d: {n: show(v) for n, v in left.items()} for d, left in sorted(self.shared.items())},
+        }
 
 
 def free_capacity(slices: list[dict[str, Any]], claims: list[dict[str, Any]]) -> dict[str, NodeFree]:
     """Per node, devices free for a plain request, and why the others are not. Order of the
     checks is the allocator's: in use, capacity, counters, taints."""
     state = allocated_state(claims)
-    admin = {(r["driver"], r["pool"], r["device"]) for c in claims for r in allocation_results(c) if r.get("adminAccess")}
+    admin = {
+        (r["driver"], r["pool"], r["device"]) for c in claims for r in allocation_results(c) if r.get("adminAccess")
+    }
     out: dict[str, NodeFree] = {}
     for pool in all_pools(slices):
         available = available_counters(pool, state) if pool.counter_sets else {}
@@ -208,14 +255,25 @@ def rich_table(rows: list[Row], free: dict[str, NodeFree], wide: bool = False, t
     table = Table(title=title or None, box=None, header_style="bold", pad_edge=False)
     for column in HEADER + (("ATTRIBUTES",) if wide else ()):
         table.add_column(column, overflow="fold")
-    styles = {"binding": "yellow", "binding-failed": "red", "pending": "yellow", "missing": "red",
-              "waiting": "yellow", "deleting": "magenta", "reserved": "green", "allocated": "cyan"}
+    styles = {
+        "binding": "yellow",
+        "binding-failed": "red",
+        "pending": "yellow",
+        "missing": "red",
+        "waiting": "yellow",
+        "deleting": "magenta",
+        "reserved": "green",
+        "allocated": "cyan",
+    }
     for r in rows:
         cells = list(r.cells(wide))
         cells[4] = Text(r.state, style=styles.get(r.state, ""))
         table.add_row(*cells)
-    footer = Text("\n".join(["free devices:"] + [f"  {node}: {f.text()}" for node, f in free.items()])
-                  if free else "free devices: none published")
+    footer = Text(
+        "\n".join(["free devices:"] + [f"  {node}: {f.text()}" for node, f in free.items()])
+        if free
+        else "free devices: none published"
+    )
     return Group(table, Text(""), footer)
 
 

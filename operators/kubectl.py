@@ -11,7 +11,8 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import click
 import yaml
@@ -21,14 +22,27 @@ OUTPUTS = ("table", "wide", "json", "yaml")
 
 def kubectl_options(func: Callable) -> Callable:
     """--kubeconfig, --context, -n/--namespace, -A/--all-namespaces, -o/--output."""
-    for option in reversed((
-        click.option("--kubeconfig", envvar=None, default=None, help="Path to the kubeconfig file (default: KUBECONFIG, ~/.kube/config)."),
-        click.option("--context", default=None, help="The kubeconfig context to use."),
-        click.option("-n", "--namespace", default=None, help="Namespace (default: the context's, else 'default')."),
-        click.option("-A", "--all-namespaces", is_flag=True, help="All namespaces."),
-        click.option("-o", "--output", type=click.Choice(OUTPUTS), default="table", show_default=True,
-                     help="table, wide (more columns and detail), json or yaml."),
-    )):
+    for option in reversed(
+        (
+            click.option(
+                "--kubeconfig",
+                envvar=None,
+                default=None,
+                help="Path to the kubeconfig file (default: KUBECONFIG, ~/.kube/config).",
+            ),
+            click.option("--context", default=None, help="The kubeconfig context to use."),
+            click.option("-n", "--namespace", default=None, help="Namespace (default: the context's, else 'default')."),
+            click.option("-A", "--all-namespaces", is_flag=True, help="All namespaces."),
+            click.option(
+                "-o",
+                "--output",
+                type=click.Choice(OUTPUTS),
+                default="table",
+                show_default=True,
+                help="table, wide (more columns and detail), json or yaml.",
+            ),
+        )
+    ):
         func = option(func)
     return func
 
@@ -58,6 +72,7 @@ def run_with_kube(kubeconfig: str | None, context: str | None, work: Callable[[A
     except Exception as e:  # noqa: BLE001 - one line, as kubectl reports a failed request
         from .core.api.diagnose import kubeconfig_problem
         from .core.api.kubeconfig import KubeconfigError
+
         if isinstance(e, KubeconfigError):
             raise click.ClickException(kubeconfig_problem(kubeconfig or "~/.kube/config", e, [])) from None
         raise click.ClickException(f"{type(e).__name__}: {e}") from None
@@ -65,6 +80,7 @@ def run_with_kube(kubeconfig: str | None, context: str | None, work: Callable[[A
 
 def resolve_namespace(kubeconfig: str | None, context: str | None, namespace: str | None) -> str:
     from .core.api.kubeconfig import context_namespace
+
     return namespace or context_namespace(kubeconfig, context)
 
 
@@ -89,8 +105,14 @@ def parse_target(target: str) -> tuple[str, str]:
 @click.command("explain")
 @click.argument("targets", nargs=-1)
 @kubectl_options
-def explain(targets: tuple[str, ...], kubeconfig: str | None, context: str | None, namespace: str | None,
-            all_namespaces: bool, output: str) -> None:
+def explain(
+    targets: tuple[str, ...],
+    kubeconfig: str | None,
+    context: str | None,
+    namespace: str | None,
+    all_namespaces: bool,
+    output: str,
+) -> None:
     """Why a Pod is pending and which devices its claims got: every claim's story and, for a
     claim not allocated, each request checked against every device as kube-scheduler checks it.
 
@@ -108,7 +130,10 @@ def explain(targets: tuple[str, ...], kubeconfig: str | None, context: str | Non
         reports = []
         if not parsed:
             for pod in sorted(world.pods, key=lambda p: (p["metadata"]["namespace"], p["metadata"]["name"])):
-                if (pod.get("spec") or {}).get("resourceClaims") and (pod.get("status") or {}).get("phase") in (None, "Pending"):
+                if (pod.get("spec") or {}).get("resourceClaims") and (pod.get("status") or {}).get("phase") in (
+                    None,
+                    "Pending",
+                ):
                     reports.append(story.explain_pod(world, pod))
             return reports
         for kind, name in parsed:
@@ -130,8 +155,10 @@ def explain(targets: tuple[str, ...], kubeconfig: str | None, context: str | Non
     if output in ("json", "yaml"):
         click.echo(dump(reports[0] if len(parsed) == 1 else {"items": reports}, output))
     else:
-        texts = [render.render_pod(r, output == "wide") if "pod" in r else render.render_claim(r, output == "wide")
-                 for r in reports]
+        texts = [
+            render.render_pod(r, output == "wide") if "pod" in r else render.render_claim(r, output == "wide")
+            for r in reports
+        ]
         click.echo("\n\n".join(texts) if texts else "No Pending Pod with ResourceClaims.")
     if any(not _fine(r) for r in reports):
         sys.exit(1)
@@ -151,8 +178,15 @@ def _fine(report: dict) -> bool:
 @kubectl_options
 @click.option("--watch", "-w", is_flag=True, help="Refresh in place every --interval seconds until Ctrl-C.")
 @click.option("--interval", default=2.0, show_default=True)
-def devices(kubeconfig: str | None, context: str | None, namespace: str | None, all_namespaces: bool,
-            output: str, watch: bool, interval: float) -> None:
+def devices(
+    kubeconfig: str | None,
+    context: str | None,
+    namespace: str | None,
+    all_namespaces: bool,
+    output: str,
+    watch: bool,
+    interval: float,
+) -> None:
     """Which Pod holds which device on which node, with claim state (binding while the
     scheduler waits for binding conditions), and the free devices per node. All namespaces
     unless -n is given; -o wide adds device attributes (model, uuid)."""
@@ -179,8 +213,9 @@ def devices(kubeconfig: str | None, context: str | None, namespace: str | None, 
 
         console = Console()
         rows, free = await once(kube)
-        with Live(table.rich_table(rows, free, wide), console=console, auto_refresh=False,
-                  screen=False, transient=False) as view:
+        with Live(
+            table.rich_table(rows, free, wide), console=console, auto_refresh=False, screen=False, transient=False
+        ) as view:
             while True:
                 await asyncio.sleep(interval)
                 rows, free = await once(kube)
@@ -195,19 +230,21 @@ def devices(kubeconfig: str | None, context: str | None, namespace: str | None, 
 @click.command("preview")
 @click.argument("rule")
 @kubectl_options
-def preview(rule: str, kubeconfig: str | None, context: str | None, namespace: str | None,
-            all_namespaces: bool, output: str) -> None:
+def preview(
+    rule: str, kubeconfig: str | None, context: str | None, namespace: str | None, all_namespaces: bool, output: str
+) -> None:
     """The Pods the DeviceTaintRule RULE would evict, and when, without changing anything.
     RULE: a YAML file with a DeviceTaintRule ('-' reads stdin) or an existing rule's name.
     (-n/-A are accepted for kubectl's sake: rules are cluster-scoped and the preview covers
     every namespace.)"""
-    from .core.logging import configure_logging
     from .core.dra.metatime import utcnow
+    from .core.logging import configure_logging
     from .taints.cli import rule_from_file
     from .taints.preview import compute, load, prepare_rule, render
 
     configure_logging("ERROR", "console")
     from pathlib import Path
+
     body = rule_from_file(rule) if rule == "-" or Path(rule).is_file() else None
 
     async def work(kube) -> str:
@@ -231,8 +268,15 @@ def preview(rule: str, kubeconfig: str | None, context: str | None, namespace: s
 @click.argument("files", nargs=-1, required=True)
 @kubectl_options
 @click.option("--offline", is_flag=True, help="Do not ask a cluster: only the rules that need no cluster.")
-def lint(files: tuple[str, ...], kubeconfig: str | None, context: str | None, namespace: str | None,
-         all_namespaces: bool, output: str, offline: bool) -> None:
+def lint(
+    files: tuple[str, ...],
+    kubeconfig: str | None,
+    context: str | None,
+    namespace: str | None,
+    all_namespaces: bool,
+    output: str,
+    offline: bool,
+) -> None:
     """Check DRA YAML before applying it: API versions and field layouts, unqualified attributes
     in CEL and constraints, sharedCounters beside devices, claim templates in Pod specs or
     missing, selectors that match no published device, then the API server's own server-side
@@ -272,7 +316,9 @@ def lint(files: tuple[str, ...], kubeconfig: str | None, context: str | None, na
     if output in ("json", "yaml"):
         click.echo(dump(to_json(result.findings, result.loaded.errors, result.mode), output))
     else:
-        click.echo(render(result.findings, result.files, len(result.loaded.documents), result.loaded.errors, result.mode))
+        click.echo(
+            render(result.findings, result.files, len(result.loaded.documents), result.loaded.errors, result.mode)
+        )
     if result.failed:
         sys.exit(1)
 

@@ -11,8 +11,15 @@ from __future__ import annotations
 import pytest
 
 # Modules whose tests never touch the shared lab (each starts the labs it needs), and the unit tests.
-OWN_LABS = {"test_chaos.py", "test_lab_faults.py", "test_real_node.py", "test_image.py", "test_lab_deploy.py",
-            "test_nodeagent_claim_status_policy.py", "test_lab_node_namespaces.py"}
+OWN_LABS = {
+    "test_chaos.py",
+    "test_lab_faults.py",
+    "test_real_node.py",
+    "test_image.py",
+    "test_lab_deploy.py",
+    "test_nodeagent_claim_status_policy.py",
+    "test_lab_node_namespaces.py",
+}
 
 
 def group_of(item: pytest.Item) -> str:

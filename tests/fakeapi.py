@@ -33,8 +33,9 @@ import copy
 import inspect
 import itertools
 import json
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any
 from urllib.parse import unquote
 
 from operators.core.api import resources as r
@@ -48,19 +49,40 @@ DELETION_TIMESTAMP = "2026-01-01T00:00:01Z"
 
 # The resources a test may name by kind (``FakeApi.add(obj)`` without a resource).
 KNOWN: dict[str, Resource] = {
-    "Namespace": r.NAMESPACES, "Node": r.NODES, "Pod": r.PODS, "Event": r.EVENTS,
-    "ServiceAccount": r.SERVICE_ACCOUNTS, "Lease": r.LEASES, "PodDisruptionBudget": r.POD_DISRUPTION_BUDGETS,
-    "DeviceClass": r.DEVICE_CLASSES, "ResourceClaim": r.RESOURCE_CLAIMS,
-    "ResourceClaimTemplate": r.RESOURCE_CLAIM_TEMPLATES, "ResourceSlice": r.RESOURCE_SLICES,
-    "DeviceTaintRule": r.DEVICE_TAINT_RULES, "PodGroup": r.POD_GROUPS,
+    "Namespace": r.NAMESPACES,
+    "Node": r.NODES,
+    "Pod": r.PODS,
+    "Event": r.EVENTS,
+    "ServiceAccount": r.SERVICE_ACCOUNTS,
+    "Lease": r.LEASES,
+    "PodDisruptionBudget": r.POD_DISRUPTION_BUDGETS,
+    "DeviceClass": r.DEVICE_CLASSES,
+    "ResourceClaim": r.RESOURCE_CLAIMS,
+    "ResourceClaimTemplate": r.RESOURCE_CLAIM_TEMPLATES,
+    "ResourceSlice": r.RESOURCE_SLICES,
+    "DeviceTaintRule": r.DEVICE_TAINT_RULES,
+    "PodGroup": r.POD_GROUPS,
     "ResourcePoolStatusRequest": r.RESOURCE_POOL_STATUS_REQUESTS,
 }
 # Resources whose status is a subresource: a write of the object leaves the status alone.
-STATUS_SUBRESOURCE = {"pods", "nodes", "resourceclaims", "devicetaintrules", "podgroups",
-                      "resourcepoolstatusrequests", "poddisruptionbudgets", "namespaces"}
+STATUS_SUBRESOURCE = {
+    "pods",
+    "nodes",
+    "resourceclaims",
+    "devicetaintrules",
+    "podgroups",
+    "resourcepoolstatusrequests",
+    "poddisruptionbudgets",
+    "namespaces",
+}
 # Lists of objects merged by these keys in strategic merge and apply patches (listType=map).
-MERGE_KEYS = {"conditions": "type", "resourceClaimStatuses": "name", "reservedFor": "uid",
-              "containerStatuses": "name", "ownerReferences": "uid"}
+MERGE_KEYS = {
+    "conditions": "type",
+    "resourceClaimStatuses": "name",
+    "reservedFor": "uid",
+    "containerStatuses": "name",
+    "ownerReferences": "uid",
+}
 
 
 # -- Status errors, as k8s.io/apimachinery/pkg/api/errors builds them ----------------------------
@@ -71,13 +93,36 @@ def qualified(res: Resource) -> str:
     return f"{res.plural}.{res.group}" if res.group else res.plural
 
 
-def status_error(code: int, reason: str, message: str, res: Resource | None = None, name: str = "",
-                 method: str = "", path: str = "", **details: Any) -> ApiError:
-    body: JSON = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                  "message": message, "reason": reason, "code": code}
+def status_error(
+    code: int,
+    reason: str,
+    message: str,
+    res: Resource | None = None,
+    name: str = "",
+    method: str = "",
+    path: str = "",
+    **details: Any,
+) -> ApiError:
+    body: JSON = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
     if res is not None or name or details:
-        body["details"] = {k: v for k, v in {"name": name, "group": res.group if res else None,
-                                             "kind": res.plural if res else None, **details}.items() if v}
+        body["details"] = {
+            k: v
+            for k, v in {
+                "name": name,
+                "group": res.group if res else None,
+                "kind": res.plural if res else None,
+                **details,
+            }.items()
+            if v
+        }
     return ApiError(code, body, method, path)
 
 
@@ -91,11 +136,15 @@ def already_exists(res: Resource, name: str) -> ApiError:
     return status_error(409, "AlreadyExists", f'{qualified(res)} "{name}" already exists', res, name)
 
 
-def conflict(res: Resource, name: str, why: str = "the object has been modified; please apply your changes "
-             "to the latest version and try again") -> ApiError:
+def conflict(
+    res: Resource,
+    name: str,
+    why: str = "the object has been modified; please apply your changes to the latest version and try again",
+) -> ApiError:
     """``errors.NewConflict``."""
-    return status_error(409, "Conflict", f'Operation cannot be fulfilled on {qualified(res)} "{name}": {why}',
-                        res, name)
+    return status_error(
+        409, "Conflict", f'Operation cannot be fulfilled on {qualified(res)} "{name}": {why}', res, name
+    )
 
 
 def invalid(res: Resource, name: str, why: str) -> ApiError:
@@ -123,11 +172,11 @@ class Action:
     """One call, as client-go's ``testing.Action`` (verb, resource, namespace, subresource, ...)."""
 
     verb: str
-    resource: str                 # the plural
+    resource: str  # the plural
     namespace: str | None = None
     name: str | None = None
     subresource: str | None = None
-    obj: Any = None               # the body of a create or update, the patch of a patch
+    obj: Any = None  # the body of a create or update, the patch of a patch
     patch_type: str | None = None
     params: dict[str, Any] = field(default_factory=dict)
 
@@ -183,6 +232,7 @@ class FakeApi:
                     return None
                 left[0] -= 1
             raise error
+
         self.prepend_reactor(verb, plural, reactor)
 
     def clear_actions(self) -> None:
@@ -232,8 +282,11 @@ class FakeApi:
 
     def objects(self, res: Resource, namespace: str | None = None) -> list[JSON]:
         """Every stored object of ``res`` (in ``namespace``), by namespace and name."""
-        found = [(k, o) for k, o in self._objects.items()
-                 if k[0] == res.plural and (namespace is None or k[1] == (namespace if res.namespaced else ""))]
+        found = [
+            (k, o)
+            for k, o in self._objects.items()
+            if k[0] == res.plural and (namespace is None or k[1] == (namespace if res.namespaced else ""))
+        ]
         return [copy.deepcopy(o) for _, o in sorted(found, key=lambda item: item[0])]
 
     def remove(self, res: Resource, name: str, namespace: str | None = None) -> None:
@@ -257,8 +310,7 @@ class FakeApi:
 
     # -- the Kube interface ----------------------------------------------------------------------
 
-    async def get(self, res: Resource, name: str, namespace: str | None = None,
-                  subresource: str | None = None) -> JSON:
+    async def get(self, res: Resource, name: str, namespace: str | None = None, subresource: str | None = None) -> JSON:
         return await self._fake_do(res, Action("get", res.plural, namespace, name, subresource))
 
     async def get_or_none(self, res: Resource, name: str, namespace: str | None = None) -> JSON | None:
@@ -269,51 +321,136 @@ class FakeApi:
                 return None
             raise
 
-    async def list(self, res: Resource, namespace: str | None = None, *, label_selector: str | None = None,
-                   field_selector: str | None = None, limit: int = 500,
-                   keep: Callable[[JSON], bool] | None = None) -> list[JSON]:
-        items, _ = await self.list_with_version(res, namespace, label_selector=label_selector,
-                                                field_selector=field_selector, limit=limit, keep=keep)
+    async def list(
+        self,
+        res: Resource,
+        namespace: str | None = None,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        limit: int = 500,
+        keep: Callable[[JSON], bool] | None = None,
+    ) -> list[JSON]:
+        items, _ = await self.list_with_version(
+            res, namespace, label_selector=label_selector, field_selector=field_selector, limit=limit, keep=keep
+        )
         return items
 
-    async def list_with_version(self, res: Resource, namespace: str | None = None, *,
-                                label_selector: str | None = None, field_selector: str | None = None,
-                                limit: int = 500, keep: Callable[[JSON], bool] | None = None,
-                                ) -> tuple[list[JSON], str]:
-        answer = await self._fake_do(res, Action("list", res.plural, namespace, params={
-            "labelSelector": label_selector, "fieldSelector": field_selector, "limit": limit}))
+    async def list_with_version(
+        self,
+        res: Resource,
+        namespace: str | None = None,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        limit: int = 500,
+        keep: Callable[[JSON], bool] | None = None,
+    ) -> tuple[list[JSON], str]:
+        answer = await self._fake_do(
+            res,
+            Action(
+                "list",
+                res.plural,
+                namespace,
+                params={"labelSelector": label_selector, "fieldSelector": field_selector, "limit": limit},
+            ),
+        )
         items = [i for i in answer.get("items") or [] if keep is None or keep(i)]
         return items, (answer.get("metadata") or {}).get("resourceVersion", "")
 
-    async def create(self, res: Resource, body: JSON, namespace: str | None = None, *,
-                     field_manager: str | None = None, dry_run: bool = False) -> JSON:
+    async def create(
+        self,
+        res: Resource,
+        body: JSON,
+        namespace: str | None = None,
+        *,
+        field_manager: str | None = None,
+        dry_run: bool = False,
+    ) -> JSON:
         namespace = namespace or (body.get("metadata") or {}).get("namespace")
-        return await self._fake_do(res, Action("create", res.plural, namespace, (body.get("metadata") or {}).get("name"),
-                                          obj=copy.deepcopy(body),
-                                          params={"fieldManager": field_manager, "dryRun": dry_run}))
+        return await self._fake_do(
+            res,
+            Action(
+                "create",
+                res.plural,
+                namespace,
+                (body.get("metadata") or {}).get("name"),
+                obj=copy.deepcopy(body),
+                params={"fieldManager": field_manager, "dryRun": dry_run},
+            ),
+        )
 
-    async def replace(self, res: Resource, body: JSON, *, subresource: str | None = None,
-                      field_manager: str | None = None) -> JSON:
+    async def replace(
+        self, res: Resource, body: JSON, *, subresource: str | None = None, field_manager: str | None = None
+    ) -> JSON:
         meta = body["metadata"]
-        return await self._fake_do(res, Action("update", res.plural, meta.get("namespace"), meta["name"], subresource,
-                                          obj=copy.deepcopy(body), params={"fieldManager": field_manager}))
+        return await self._fake_do(
+            res,
+            Action(
+                "update",
+                res.plural,
+                meta.get("namespace"),
+                meta["name"],
+                subresource,
+                obj=copy.deepcopy(body),
+                params={"fieldManager": field_manager},
+            ),
+        )
 
-    async def patch(self, res: Resource, name: str, patch: Any, namespace: str | None = None, *,
-                    content_type: str = MERGE_PATCH, subresource: str | None = None,
-                    field_manager: str | None = None) -> JSON:
-        return await self._fake_do(res, Action("patch", res.plural, namespace, name, subresource, copy.deepcopy(patch),
-                                          content_type, {"fieldManager": field_manager}))
+    async def patch(
+        self,
+        res: Resource,
+        name: str,
+        patch: Any,
+        namespace: str | None = None,
+        *,
+        content_type: str = MERGE_PATCH,
+        subresource: str | None = None,
+        field_manager: str | None = None,
+    ) -> JSON:
+        return await self._fake_do(
+            res,
+            Action(
+                "patch",
+                res.plural,
+                namespace,
+                name,
+                subresource,
+                copy.deepcopy(patch),
+                content_type,
+                {"fieldManager": field_manager},
+            ),
+        )
 
-    async def apply(self, res: Resource, body: JSON, *, field_manager: str, force: bool = False,
-                    subresource: str | None = None) -> JSON:
+    async def apply(
+        self, res: Resource, body: JSON, *, field_manager: str, force: bool = False, subresource: str | None = None
+    ) -> JSON:
         meta = body["metadata"]
-        return await self._fake_do(res, Action("patch", res.plural, meta.get("namespace"), meta["name"], subresource,
-                                          copy.deepcopy(body), APPLY_PATCH,
-                                          {"fieldManager": field_manager, "force": force}))
+        return await self._fake_do(
+            res,
+            Action(
+                "patch",
+                res.plural,
+                meta.get("namespace"),
+                meta["name"],
+                subresource,
+                copy.deepcopy(body),
+                APPLY_PATCH,
+                {"fieldManager": field_manager, "force": force},
+            ),
+        )
 
-    async def delete(self, res: Resource, name: str, namespace: str | None = None, *, uid: str | None = None,
-                     resource_version: str | None = None, grace_period_seconds: int | None = None,
-                     propagation_policy: str | None = None) -> JSON:
+    async def delete(
+        self,
+        res: Resource,
+        name: str,
+        namespace: str | None = None,
+        *,
+        uid: str | None = None,
+        resource_version: str | None = None,
+        grace_period_seconds: int | None = None,
+        propagation_policy: str | None = None,
+    ) -> JSON:
         preconditions = {k: v for k, v in (("uid", uid), ("resourceVersion", resource_version)) if v}
         options: JSON = {"kind": "DeleteOptions", "apiVersion": "v1"}
         if preconditions:
@@ -324,20 +461,45 @@ class FakeApi:
             options["propagationPolicy"] = propagation_policy
         return await self._fake_do(res, Action("delete", res.plural, namespace, name, obj=options))
 
-    async def request(self, method: str, path: str, *, params: Iterable[tuple[str, Any]] | None = None,
-                      body: Any = None, content_type: str = "application/json", timeout: float | None = 60,
-                      retry: bool = True, raw: bool = False, stop_at: str | None = None) -> Any:
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Iterable[tuple[str, Any]] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        timeout: float | None = 60,
+        retry: bool = True,
+        raw: bool = False,
+        stop_at: str | None = None,
+    ) -> Any:
         """A raw call by path: parsed into the same actions as the verbs above."""
         query = {k: v for k, v in (params or []) if v is not None}
         if path == "/version":
             return {"major": "1", "minor": "37", "gitVersion": "v1.37.1"}
         res, namespace, name, subresource = self._fake_parse(path)
-        verb = {"GET": "get" if name else "list", "POST": "create", "PUT": "update",
-                "PATCH": "patch", "DELETE": "delete"}[method]
+        verb = {
+            "GET": "get" if name else "list",
+            "POST": "create",
+            "PUT": "update",
+            "PATCH": "patch",
+            "DELETE": "delete",
+        }[method]
         if verb == "create" and name and not subresource:
-            raise status_error(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
-        action = Action(verb, res.plural, namespace, name, subresource, copy.deepcopy(body),
-                        content_type if verb == "patch" else None, query)
+            raise status_error(
+                405, "MethodNotAllowed", "the server does not allow this method on the requested resource"
+            )
+        action = Action(
+            verb,
+            res.plural,
+            namespace,
+            name,
+            subresource,
+            copy.deepcopy(body),
+            content_type if verb == "patch" else None,
+            query,
+        )
         if verb == "patch" and content_type == APPLY_PATCH:
             action.params["force"] = query.get("force") == "true"
         return await self._fake_do(res, action)
@@ -375,10 +537,10 @@ class FakeApi:
 
     # -- what Kube has besides the verbs --
 
-    def without_retries(self) -> "FakeApi":
+    def without_retries(self) -> FakeApi:
         return self
 
-    def for_leader_election(self) -> "FakeApi":
+    def for_leader_election(self) -> FakeApi:
         return self
 
     async def close(self) -> None:
@@ -419,10 +581,17 @@ class FakeApi:
 
     def _tracker_list(self, res: Resource, action: Action) -> JSON:
         selector = _label_selector(action.params.get("labelSelector"))
-        items = [o for o in self.objects(res, action.namespace)
-                 if all((o["metadata"].get("labels") or {}).get(k) == v for k, v in selector.items())]
-        return {"kind": "List", "apiVersion": res.group_version, "items": items,
-                "metadata": {"resourceVersion": str(self.resource_version)}}
+        items = [
+            o
+            for o in self.objects(res, action.namespace)
+            if all((o["metadata"].get("labels") or {}).get(k) == v for k, v in selector.items())
+        ]
+        return {
+            "kind": "List",
+            "apiVersion": res.group_version,
+            "items": items,
+            "metadata": {"resourceVersion": str(self.resource_version)},
+        }
 
     def _tracker_create(self, res: Resource, action: Action) -> JSON:
         if action.subresource == "eviction" and res.plural == "pods":
@@ -452,15 +621,20 @@ class FakeApi:
         self._objects[key] = obj
         return copy.deepcopy(obj)
 
-    def _fake_check_preconditions(self, res: Resource, stored: JSON, name: str, uid: str | None, rv: str | None) -> None:
+    def _fake_check_preconditions(
+        self, res: Resource, stored: JSON, name: str, uid: str | None, rv: str | None
+    ) -> None:
         meta = stored["metadata"]
         if uid and uid != meta.get("uid"):
-            raise conflict(res, name, f"Precondition failed: UID in precondition: {uid}, "
-                                      f"UID in object meta: {meta.get('uid')}")
+            raise conflict(
+                res, name, f"Precondition failed: UID in precondition: {uid}, UID in object meta: {meta.get('uid')}"
+            )
         if rv and rv != meta.get("resourceVersion"):
             raise conflict(res, name)
 
-    def _fake_write(self, res: Resource, key: tuple[str, str, str], old: JSON, new: JSON, subresource: str | None) -> JSON:
+    def _fake_write(
+        self, res: Resource, key: tuple[str, str, str], old: JSON, new: JSON, subresource: str | None
+    ) -> JSON:
         """Store ``new`` over ``old``: only the status for the status subresource, everything but
         the status for the object; a deleted object goes with its last finalizer."""
         if subresource == "status":
@@ -497,7 +671,9 @@ class FakeApi:
         old = self._fake_stored_or_404(res, action)
         meta = action.obj.get("metadata") or {}
         self._fake_check_preconditions(res, old, action.name, meta.get("uid"), meta.get("resourceVersion"))
-        return self._fake_write(res, self._fake_key(res, action.namespace, action.name), old, action.obj, action.subresource)
+        return self._fake_write(
+            res, self._fake_key(res, action.namespace, action.name), old, action.obj, action.subresource
+        )
 
     def _tracker_patch(self, res: Resource, action: Action) -> JSON:
         key = self._fake_key(res, action.namespace, action.name)
@@ -507,8 +683,9 @@ class FakeApi:
             patch = json.loads(patch)
         if old is None:
             if action.patch_type == APPLY_PATCH and not action.subresource:
-                return self._tracker_create(res, Action("create", res.plural, action.namespace, action.name,
-                                                obj=copy.deepcopy(patch)))
+                return self._tracker_create(
+                    res, Action("create", res.plural, action.namespace, action.name, obj=copy.deepcopy(patch))
+                )
             raise not_found(res, action.name)
         if action.patch_type == JSON_PATCH:
             new = _json_patch(res, action.name, old, patch)
@@ -523,7 +700,9 @@ class FakeApi:
         key = self._fake_key(res, action.namespace, action.name)
         old = self._fake_stored_or_404(res, action)
         preconditions = (action.obj or {}).get("preconditions") or {}
-        self._fake_check_preconditions(res, old, action.name, preconditions.get("uid"), preconditions.get("resourceVersion"))
+        self._fake_check_preconditions(
+            res, old, action.name, preconditions.get("uid"), preconditions.get("resourceVersion")
+        )
         if old["metadata"].get("finalizers"):
             if old["metadata"].get("deletionTimestamp"):
                 return copy.deepcopy(old)
@@ -557,8 +736,14 @@ def _merge(target: Any, patch: Any, by_key: bool, field_name: str = "") -> Any:
         key = MERGE_KEYS[field_name]
         merged = [copy.deepcopy(item) for item in target]
         for item in patch:
-            index = next((i for i, old in enumerate(merged) if isinstance(old, dict) and isinstance(item, dict)
-                          and old.get(key) == item.get(key)), None)
+            index = next(
+                (
+                    i
+                    for i, old in enumerate(merged)
+                    if isinstance(old, dict) and isinstance(item, dict) and old.get(key) == item.get(key)
+                ),
+                None,
+            )
             if index is None:
                 merged.append(copy.deepcopy(item))
             else:
@@ -589,8 +774,12 @@ def _json_patch(res: Resource, name: str, obj: JSON, operations: list[JSON]) -> 
         if kind == "test":
             current = parent[int(last)] if isinstance(parent, list) else parent.get(last)
             if current != op.get("value"):
-                raise invalid(res, name, f"the server rejected our request due to an error in our request: "
-                                         f"test operation for path {op['path']} failed")
+                raise invalid(
+                    res,
+                    name,
+                    f"the server rejected our request due to an error in our request: "
+                    f"test operation for path {op['path']} failed",
+                )
         elif kind == "remove":
             del parent[int(last) if isinstance(parent, list) else last]
         elif kind in ("add", "replace"):

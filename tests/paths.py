@@ -1,4 +1,5 @@
 """Where the tests find the repository's files."""
+
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]

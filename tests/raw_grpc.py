@@ -45,7 +45,7 @@ class RawGrpc:
         self._reading = asyncio.get_running_loop().create_task(self._read())
 
     @classmethod
-    async def connect(cls, host: str = "127.0.0.1", port: int | None = None, path: str | None = None) -> "RawGrpc":
+    async def connect(cls, host: str = "127.0.0.1", port: int | None = None, path: str | None = None) -> RawGrpc:
         if path is not None:
             reader, writer = await asyncio.open_unix_connection(path)
         else:
@@ -93,9 +93,18 @@ class RawGrpc:
         """Open a call of ``method`` (``/package.Service/Method``) sending ``message`` (a whole gRPC
         message, see ``frame``; b"" sends nothing yet); its stream id."""
         stream_id = self.h2.get_next_available_stream_id()
-        self.h2.send_headers(stream_id, [(":method", "POST"), (":scheme", "http"), (":path", method),
-                                         (":authority", "localhost"), ("content-type", "application/grpc"),
-                                         ("te", "trailers")], end_stream=end and not message)
+        self.h2.send_headers(
+            stream_id,
+            [
+                (":method", "POST"),
+                (":scheme", "http"),
+                (":path", method),
+                (":authority", "localhost"),
+                ("content-type", "application/grpc"),
+                ("te", "trailers"),
+            ],
+            end_stream=end and not message,
+        )
         self.calls[stream_id] = Call()
         if message:
             self.h2.send_data(stream_id, message, end_stream=end)  # small: within the initial window
@@ -116,7 +125,7 @@ class RawGrpc:
                 await self.changed.wait()
                 continue
             try:
-                self.h2.send_data(stream_id, zeros[:size] if isinstance(data, int) else data[sent:sent + size])
+                self.h2.send_data(stream_id, zeros[:size] if isinstance(data, int) else data[sent : sent + size])
             except h2.exceptions.StreamClosedError:
                 break
             sent += size

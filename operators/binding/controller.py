@@ -13,10 +13,10 @@ from dataclasses import dataclass
 
 import structlog
 
-from ..core.machinery.events import NORMAL, WARNING, EventRecorder
 from ..core.api.kube import ApiError, Kube
-from ..core.dra.metatime import format_time, utcnow
 from ..core.api.resources import RESOURCE_CLAIMS, Resource
+from ..core.dra.metatime import format_time, utcnow
+from ..core.machinery.events import NORMAL, WARNING, EventRecorder
 from ..core.machinery.store import Store, key_of
 from ..core.machinery.workqueue import RetryableError, WorkQueue
 from . import decisions as d
@@ -37,14 +37,14 @@ class Tracked:
     prep: Preparation
     ref: d.DeviceRef
     allocated: str | None
-    involved: dict                # enough of the claim for Events after it is gone
-    attempted: bool = False       # prepare() was called (here or before a restart): undo needed
+    involved: dict  # enough of the claim for Events after it is gone
+    attempted: bool = False  # prepare() was called (here or before a restart): undo needed
     task: asyncio.Task | None = None
     outcome: Outcome | None = None
     outcome_label: str = ""
-    written: bool = False         # the outcome is in the claim (or the claim no longer takes it)
-    undone: bool = False          # undo() succeeded; only the record remains to be removed
-    pods: tuple[str, ...] = ()    # the claim's consumers, for logs
+    written: bool = False  # the outcome is in the claim (or the claim no longer takes it)
+    undone: bool = False  # undo() succeeded; only the record remains to be removed
+    pods: tuple[str, ...] = ()  # the claim's consumers, for logs
 
     @property
     def log(self):
@@ -55,35 +55,62 @@ class Tracked:
         return self.task is not None and not self.task.done()
 
     def known(self) -> d.Known:
-        return d.Known(self.prep.claim_uid, self.allocated, self.prep.started, self.running,
-                       self.outcome is not None and not self.written)
+        return d.Known(
+            self.prep.claim_uid,
+            self.allocated,
+            self.prep.started,
+            self.running,
+            self.outcome is not None and not self.written,
+        )
 
 
 def _involved(claim: d.Obj) -> dict:
     meta = claim["metadata"]
-    return {"apiVersion": claim.get("apiVersion", d.API_VERSION), "kind": claim.get("kind", "ResourceClaim"),
-            "metadata": {k: meta.get(k) for k in ("name", "namespace", "uid", "resourceVersion")}}
+    return {
+        "apiVersion": claim.get("apiVersion", d.API_VERSION),
+        "kind": claim.get("kind", "ResourceClaim"),
+        "metadata": {k: meta.get(k) for k in ("name", "namespace", "uid", "resourceVersion")},
+    }
 
 
 class BindingController:
-    def __init__(self, kube: Kube, preparer: Preparer, drivers: d.DriverFilter, *, timeout: float = 600.0,
-                 workers: int = 10, max_parallel: int = 100, rules: Resource | None = None,
-                 cool_off: float = 300.0, taint_key: str = f"{d.DOMAIN}/preparation-failed",
-                 taint_effect: str = "NoSchedule", metrics: Metrics | None = None):
+    def __init__(
+        self,
+        kube: Kube,
+        preparer: Preparer,
+        drivers: d.DriverFilter,
+        *,
+        timeout: float = 600.0,
+        workers: int = 10,
+        max_parallel: int = 100,
+        rules: Resource | None = None,
+        cool_off: float = 300.0,
+        taint_key: str = f"{d.DOMAIN}/preparation-failed",
+        taint_effect: str = "NoSchedule",
+        metrics: Metrics | None = None,
+    ):
         self.kube = kube
         self.preparer = preparer
         self.drivers = drivers
         self.timeout = timeout
         self.metrics = metrics or Metrics()
         self.claims = Store()
-        self.tracked: dict[str, dict[str, Tracked]] = {}   # claim ns/name -> device key -> Tracked
+        self.tracked: dict[str, dict[str, Tracked]] = {}  # claim ns/name -> device key -> Tracked
         self.events = EventRecorder(kube, EVENT_COMPONENT)
         # The recorder folds repeats per object, type and reason; a claim's devices each get their
         # own so that every device's Events stay visible (folded per claim, device and reason).
         self._device_events: dict[tuple[str, str], EventRecorder] = {}
         self.queue = WorkQueue("binding", self.sync, workers=workers)
-        self.cool_off = CoolOff(kube, rules, drivers, cool_off, taint_key, taint_effect, self.metrics,
-                                lambda name, delay: self.queue.add_after(RULE_PREFIX + name, delay))
+        self.cool_off = CoolOff(
+            kube,
+            rules,
+            drivers,
+            cool_off,
+            taint_key,
+            taint_effect,
+            self.metrics,
+            lambda name, delay: self.queue.add_after(RULE_PREFIX + name, delay),
+        )
         self._slots = asyncio.Semaphore(max_parallel)
         # Preparations undone lately, by (claim UID, device, start): a record that a stale cached
         # copy of the claim still shows must not be adopted and undone a second time.
@@ -109,9 +136,9 @@ class BindingController:
 
     async def sync(self, key: str) -> None:
         if key.startswith(CLAIM_PREFIX):
-            await self.sync_claim(key[len(CLAIM_PREFIX):])
+            await self.sync_claim(key[len(CLAIM_PREFIX) :])
         elif key.startswith(RULE_PREFIX):
-            await self.cool_off.sync_rule(key[len(RULE_PREFIX):])
+            await self.cool_off.sync_rule(key[len(RULE_PREFIX) :])
         else:
             log.error("unexpected work queue key", key=key)
 
@@ -149,8 +176,11 @@ class BindingController:
         for dev in (dev for dev in plan.expire if dev.ref.key not in blocked):
             t = tracked.get(dev.ref.key) or self._new(claim, dev, at)
             tracked[dev.ref.key] = t
-            t.outcome = Outcome.failed(d.REASON_TIMEOUT, f"too late to prepare {dev.ref.key}: the scheduler's "
-                                       f"binding timeout ({self.timeout:g}s after allocation) has passed")
+            t.outcome = Outcome.failed(
+                d.REASON_TIMEOUT,
+                f"too late to prepare {dev.ref.key}: the scheduler's "
+                f"binding timeout ({self.timeout:g}s after allocation) has passed",
+            )
             t.outcome_label = d.OUTCOME_TIMEOUT
         for dev in (dev for dev in plan.start if dev.ref.key not in blocked):
             t = tracked.get(dev.ref.key) or self._new(claim, dev, at)
@@ -175,18 +205,35 @@ class BindingController:
 
     # -- steps -------------------------------------------------------------------------------
 
-    def _new(self, claim: d.Obj, dev: d.BindingDevice, started, attempted: bool = False,
-             allocated: str | None = None, node: str | None = None) -> Tracked:
+    def _new(
+        self,
+        claim: d.Obj,
+        dev: d.BindingDevice,
+        started,
+        attempted: bool = False,
+        allocated: str | None = None,
+        node: str | None = None,
+    ) -> Tracked:
         meta = claim["metadata"]
         allocated = allocated if attempted else d.allocation_timestamp(claim)
         prep = Preparation(
-            driver=dev.ref.driver, pool=dev.ref.pool, device=dev.ref.device, share_id=dev.ref.share_id,
-            node=node if attempted else d.node_of(claim), claim_namespace=meta["namespace"],
-            claim_name=meta["name"], claim_uid=meta["uid"], request=dev.request,
-            binding_conditions=dev.conditions, binding_failure_conditions=dev.failure_conditions,
-            started=started, deadline=d.deadline(allocated, started, self.timeout))
-        return Tracked(prep, dev.ref, allocated, _involved(claim), attempted=attempted,
-                       pods=tuple(d.consumer_pods(claim)))
+            driver=dev.ref.driver,
+            pool=dev.ref.pool,
+            device=dev.ref.device,
+            share_id=dev.ref.share_id,
+            node=node if attempted else d.node_of(claim),
+            claim_namespace=meta["namespace"],
+            claim_name=meta["name"],
+            claim_uid=meta["uid"],
+            request=dev.request,
+            binding_conditions=dev.conditions,
+            binding_failure_conditions=dev.failure_conditions,
+            started=started,
+            deadline=d.deadline(allocated, started, self.timeout),
+        )
+        return Tracked(
+            prep, dev.ref, allocated, _involved(claim), attempted=attempted, pods=tuple(d.consumer_pods(claim))
+        )
 
     def _adopt(self, claim: d.Obj, tracked: dict[str, Tracked]) -> None:
         """Records written before a restart: resume the preparation or undo it."""
@@ -196,10 +243,16 @@ class BindingController:
                 continue
             dev = current.get(record.ref.key) or d.BindingDevice(record.ref, "", (), ())
             started = d.parse_time(record.started) or utcnow()
-            tracked[record.ref.key] = self._new(claim, dev, started, attempted=True,
-                                                allocated=record.allocated, node=record.node)
-            log.info("adopted preparation from before a restart", claim=key_of(claim), device=record.ref.key,
-                     node=record.node, started=record.started)
+            tracked[record.ref.key] = self._new(
+                claim, dev, started, attempted=True, allocated=record.allocated, node=record.node
+            )
+            log.info(
+                "adopted preparation from before a restart",
+                claim=key_of(claim),
+                device=record.ref.key,
+                node=record.node,
+                started=record.started,
+            )
 
     async def _report_bad_records(self, claim: d.Obj) -> None:
         """Annotations under our record prefix that are no usable record are ignored: say so once."""
@@ -211,10 +264,13 @@ class BindingController:
             self._bad_records[marker] = None
             while len(self._bad_records) > 4096:
                 self._bad_records.popitem(last=False)
-            message = (f"annotation {annotation} {problem}; it is ignored. Remove it: kubectl annotate "
-                       f"resourceclaim -n {meta['namespace']} {meta['name']} {annotation}-")
-            log.warning("unusable preparation record ignored", claim=key_of(claim), annotation=annotation,
-                        problem=problem)
+            message = (
+                f"annotation {annotation} {problem}; it is ignored. Remove it: kubectl annotate "
+                f"resourceclaim -n {meta['namespace']} {meta['name']} {annotation}-"
+            )
+            log.warning(
+                "unusable preparation record ignored", claim=key_of(claim), annotation=annotation, problem=problem
+            )
             await self.events.event(_involved(claim), WARNING, "InvalidBindingRecord", message)
 
     async def _start(self, key: str, claim: d.Obj, t: Tracked) -> None:
@@ -226,8 +282,9 @@ class BindingController:
         t.attempted = True
         t.task = asyncio.create_task(self._run(key, t), name=f"prepare {key} {t.ref.key}")
         where = f" for node {t.prep.node}" if t.prep.node else ""
-        await self._event(t, NORMAL, "PreparingDevice",
-                                f"{'resuming' if resumed else 'preparing'} device {t.ref.key}{where}")
+        await self._event(
+            t, NORMAL, "PreparingDevice", f"{'resuming' if resumed else 'preparing'} device {t.ref.key}{where}"
+        )
         t.log.info("preparation started", resumed=resumed, deadline=format_time(t.prep.deadline))
 
     async def _run(self, key: str, t: Tracked) -> None:
@@ -242,12 +299,15 @@ class BindingController:
                         self.metrics.in_flight.dec()
             label = d.OUTCOME_READY if outcome.ready else d.OUTCOME_FAILED
         except TimeoutError:
-            outcome = Outcome.failed(d.REASON_TIMEOUT, f"preparation of {t.ref.key} did not finish within the "
-                                     f"binding timeout ({self.timeout:g}s after allocation)")
+            outcome = Outcome.failed(
+                d.REASON_TIMEOUT,
+                f"preparation of {t.ref.key} did not finish within the "
+                f"binding timeout ({self.timeout:g}s after allocation)",
+            )
             label = d.OUTCOME_TIMEOUT
         except asyncio.CancelledError:
             raise
-        except Exception as e:  # noqa: BLE001 - a broken preparer fails this device, not the operator
+        except Exception as e:  # a broken preparer fails this device, not the operator
             t.log.error("preparer raised", exc_info=True)
             outcome = Outcome.failed(d.REASON_PREPARER_ERROR, f"{type(e).__name__}: {e}")
             label = d.OUTCOME_FAILED
@@ -267,24 +327,30 @@ class BindingController:
         if claim is None or claim["metadata"]["uid"] != t.prep.claim_uid:
             accepted = False
         else:
-            conditions = d.outcome_conditions(dev, outcome.ready, reason, outcome.message,
-                                              d.device_status(claim, t.ref), utcnow())
+            conditions = d.outcome_conditions(
+                dev, outcome.ready, reason, outcome.message, d.device_status(claim, t.ref), utcnow()
+            )
             accepted = await self._apply_status(key, claim, dev, conditions, outcome.data)
         t.written = True
         self.metrics.prepared(t.ref.driver, t.outcome_label, (utcnow() - t.prep.started).total_seconds())
-        t.log.info("preparation finished", outcome=t.outcome_label, reason=reason, message=outcome.message,
-                   written=accepted, cool_off_rule=rule)
+        t.log.info(
+            "preparation finished",
+            outcome=t.outcome_label,
+            reason=reason,
+            message=outcome.message,
+            written=accepted,
+            cool_off_rule=rule,
+        )
         if not accepted:
             return  # the allocation went away meanwhile: undo follows from its event
         if outcome.ready:
-            await self._event(t, NORMAL, "DevicePrepared",
-                                    f"device {t.ref.key} prepared: {outcome.message or reason}")
+            await self._event(t, NORMAL, "DevicePrepared", f"device {t.ref.key} prepared: {outcome.message or reason}")
         else:
-            reason_event = "DevicePreparationTimedOut" if t.outcome_label == d.OUTCOME_TIMEOUT \
-                else "DevicePreparationFailed"
+            reason_event = (
+                "DevicePreparationTimedOut" if t.outcome_label == d.OUTCOME_TIMEOUT else "DevicePreparationFailed"
+            )
             cool = f"; tainted by DeviceTaintRule {rule} for {self.cool_off.seconds:g}s" if rule else ""
-            await self._event(t, WARNING, reason_event,
-                                    f"device {t.ref.key}: {reason}: {outcome.message}{cool}")
+            await self._event(t, WARNING, reason_event, f"device {t.ref.key}: {reason}: {outcome.message}{cool}")
 
     async def _undo(self, key: str, t: Tracked) -> None:
         if t.running:
@@ -297,11 +363,16 @@ class BindingController:
             timed_out = d.undo_means_timeout(t.known(), t.allocated, self.timeout, at, False)
             label = t.outcome_label or (d.OUTCOME_TIMEOUT if timed_out else d.OUTCOME_CANCELLED)
             if t.outcome is not None and not t.outcome.ready:
-                await self.cool_off.taint(t.ref, d.condition_reason(t.outcome.reason, "PreparationFailed"),
-                                          t.outcome.message, key)
+                await self.cool_off.taint(
+                    t.ref, d.condition_reason(t.outcome.reason, "PreparationFailed"), t.outcome.message, key
+                )
             elif timed_out and t.attempted:
-                await self.cool_off.taint(t.ref, d.REASON_TIMEOUT, "the scheduler's binding timeout passed "
-                                          "before the device was prepared", key)
+                await self.cool_off.taint(
+                    t.ref,
+                    d.REASON_TIMEOUT,
+                    "the scheduler's binding timeout passed before the device was prepared",
+                    key,
+                )
             if t.attempted:
                 self.metrics.prepared(t.ref.driver, label, (at - t.prep.started).total_seconds())
             t.written, t.outcome_label = True, label
@@ -310,18 +381,20 @@ class BindingController:
                 await self.preparer.undo(t.prep)
             except asyncio.CancelledError:
                 raise
-            except Exception as e:  # noqa: BLE001 - retried with backoff, reported each time
+            except Exception as e:  # retried with backoff, reported each time
                 self.metrics.undos.labels(t.ref.driver, "error").inc()
-                await self._event(t, WARNING, "DeviceUnprepareFailed",
-                                        f"undoing the preparation of device {t.ref.key} failed: {e}")
+                await self._event(
+                    t, WARNING, "DeviceUnprepareFailed", f"undoing the preparation of device {t.ref.key} failed: {e}"
+                )
                 raise RetryableError(f"undo {t.ref.key}: {e}") from e
             t.undone = True
             self._undone[(t.prep.claim_uid, t.ref.key, format_time(t.prep.started))] = None
             while len(self._undone) > 4096:
                 self._undone.popitem(last=False)
             self.metrics.undos.labels(t.ref.driver, "success").inc()
-            await self._event(t, NORMAL, "DeviceUnprepared",
-                                    f"preparation of device {t.ref.key} undone: its allocation was cleared")
+            await self._event(
+                t, NORMAL, "DeviceUnprepared", f"preparation of device {t.ref.key} undone: its allocation was cleared"
+            )
         claim = self.claims.get(key)
         if claim is not None and claim["metadata"]["uid"] == t.prep.claim_uid and not d.has_record(claim, t.ref, None):
             await self._apply_record(key, claim, t.ref, None)
@@ -338,8 +411,9 @@ class BindingController:
 
     async def _apply_record(self, key: str, claim: d.Obj, ref: d.DeviceRef, record: d.Record | None) -> bool:
         try:
-            updated = await self.kube.apply(RESOURCE_CLAIMS, d.record_apply(claim, ref, record),
-                                            field_manager=ref.field_manager, force=True)
+            updated = await self.kube.apply(
+                RESOURCE_CLAIMS, d.record_apply(claim, ref, record), field_manager=ref.field_manager, force=True
+            )
         except ApiError as e:
             # A UID precondition that fails answers 409 (claim gone) or 422 (replaced).
             if e.not_found:
@@ -352,18 +426,26 @@ class BindingController:
         self.claims.upsert(updated)
         return True
 
-    async def _apply_status(self, key: str, claim: d.Obj, dev: d.BindingDevice, conditions: list[d.Obj],
-                            data: d.Obj | None) -> bool:
+    async def _apply_status(
+        self, key: str, claim: d.Obj, dev: d.BindingDevice, conditions: list[d.Obj], data: d.Obj | None
+    ) -> bool:
         """Write one device's conditions; False when the claim no longer takes them."""
         started = time.monotonic()
         try:
-            updated = await self.kube.apply(RESOURCE_CLAIMS, d.status_apply(claim, dev, conditions, data),
-                                            field_manager=dev.ref.field_manager, force=True, subresource="status")
+            updated = await self.kube.apply(
+                RESOURCE_CLAIMS,
+                d.status_apply(claim, dev, conditions, data),
+                field_manager=dev.ref.field_manager,
+                force=True,
+                subresource="status",
+            )
         except ApiError as e:
             if e.not_found:
                 self._forget_claim(key, claim["metadata"]["uid"])
-            if e.not_found or ((e.invalid or e.conflict) and not await self._still_there(
-                    key, claim["metadata"]["uid"], dev.ref, d.allocation_timestamp(claim))):
+            if e.not_found or (
+                (e.invalid or e.conflict)
+                and not await self._still_there(key, claim["metadata"]["uid"], dev.ref, d.allocation_timestamp(claim))
+            ):
                 # Deleted, replaced (UID), or the device is no longer allocated.
                 log.info("claim no longer takes the outcome", claim=key, device=dev.ref.key, error=e.message)
                 return False
@@ -374,8 +456,9 @@ class BindingController:
         log.debug("device status written", claim=key, device=dev.ref.key, seconds=time.monotonic() - started)
         return True
 
-    async def _still_there(self, key: str, uid: str, ref: d.DeviceRef | None = None,
-                           allocated: str | None = None) -> bool:
+    async def _still_there(
+        self, key: str, uid: str, ref: d.DeviceRef | None = None, allocated: str | None = None
+    ) -> bool:
         """After a 422: is it the same claim (and, with ``ref``, the same allocation of the device)?
         The API server decides, the cache may be behind."""
         namespace, _, name = key.partition("/")
@@ -391,8 +474,9 @@ class BindingController:
             return False
         if ref is None:
             return True
-        return d.allocation_timestamp(live) == allocated and \
-            any(dev.ref == ref for dev in d.binding_devices(live, self.drivers))
+        return d.allocation_timestamp(live) == allocated and any(
+            dev.ref == ref for dev in d.binding_devices(live, self.drivers)
+        )
 
     def _forget_claim(self, key: str, uid: str) -> None:
         """The API server says the claim is gone: drop the cached copy before its DELETED event
@@ -402,10 +486,20 @@ class BindingController:
             self.claims.delete(cached)
 
     async def _write_failed(self, claim: d.Obj, ref: d.DeviceRef, what: str, error: ApiError) -> None:
-        log.error("claim write refused", claim=key_of(claim), device=ref.key, what=what, status=error.status,
-                  error=error.message)
-        await self.events.event(_involved(claim), WARNING, "FailedDeviceStatusUpdate",
-                                f"writing the {what} of device {ref.key} failed ({error.status}): {error.message}")
+        log.error(
+            "claim write refused",
+            claim=key_of(claim),
+            device=ref.key,
+            what=what,
+            status=error.status,
+            error=error.message,
+        )
+        await self.events.event(
+            _involved(claim),
+            WARNING,
+            "FailedDeviceStatusUpdate",
+            f"writing the {what} of device {ref.key} failed ({error.status}): {error.message}",
+        )
 
     # -- shutdown ----------------------------------------------------------------------------
 

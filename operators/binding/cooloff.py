@@ -7,13 +7,13 @@ the cool-off. Rules carry their end time in an annotation, so a restarted operat
 from __future__ import annotations
 
 import datetime
-from typing import Callable
+from collections.abc import Callable
 
 import structlog
 
 from ..core.api.kube import ApiError, Kube
-from ..core.dra.metatime import format_time, utcnow
 from ..core.api.resources import Resource
+from ..core.dra.metatime import format_time, utcnow
 from ..core.machinery.workqueue import RetryableError
 from . import decisions as d
 from .metrics import Metrics
@@ -22,8 +22,17 @@ log = structlog.stdlib.get_logger("operators.binding")
 
 
 class CoolOff:
-    def __init__(self, kube: Kube, rules: Resource | None, drivers: d.DriverFilter, seconds: float,
-                 taint_key: str, effect: str, metrics: Metrics, schedule: Callable[[str, float], None]):
+    def __init__(
+        self,
+        kube: Kube,
+        rules: Resource | None,
+        drivers: d.DriverFilter,
+        seconds: float,
+        taint_key: str,
+        effect: str,
+        metrics: Metrics,
+        schedule: Callable[[str, float], None],
+    ):
         self.kube = kube
         self.rules = rules
         self.drivers = drivers
@@ -31,7 +40,7 @@ class CoolOff:
         self.taint_key = taint_key
         self.effect = effect
         self.metrics = metrics
-        self._schedule = schedule     # (rule name, delay): sync_rule(name) after delay
+        self._schedule = schedule  # (rule name, delay): sync_rule(name) after delay
         self.until: dict[str, datetime.datetime] = {}
 
     @property
@@ -57,8 +66,9 @@ class CoolOff:
             return None
         assert self.rules is not None
         until = utcnow() + datetime.timedelta(seconds=self.seconds)
-        body = d.cool_off_rule(ref, self.rules.group_version, self.taint_key, self.effect, reason, until,
-                               claim, message)
+        body = d.cool_off_rule(
+            ref, self.rules.group_version, self.taint_key, self.effect, reason, until, claim, message
+        )
         name = body["metadata"]["name"]
         try:
             await self.kube.apply(self.rules, body, field_manager=d.FIELD_MANAGER, force=True)
@@ -66,8 +76,14 @@ class CoolOff:
             raise RetryableError(f"cool-off taint for {ref.key}: {e}") from e
         self.until[name] = until
         self.metrics.cool_offs.labels(ref.driver, "added").inc()
-        log.info("device tainted for cool-off", device=ref.key, rule=name, until=format_time(until),
-                 claim=claim, reason=reason)
+        log.info(
+            "device tainted for cool-off",
+            device=ref.key,
+            rule=name,
+            until=format_time(until),
+            claim=claim,
+            reason=reason,
+        )
         self._schedule(name, self.seconds)
         return name
 

@@ -20,8 +20,8 @@ import fnmatch
 import hashlib
 import json
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping
 
 from ..core.dra import metatime
 from ..core.dra.claimstate import PENDING, device_binding_verdict
@@ -57,6 +57,7 @@ _MAX_MESSAGE = 32768
 
 # -- time --------------------------------------------------------------------------------------
 
+
 def parse_time(text: str | None) -> datetime.datetime | None:
     """Lenient: an annotation of ours can be edited to anything, and a time that does not parse
     counts as none."""
@@ -68,6 +69,7 @@ def parse_time(text: str | None) -> datetime.datetime | None:
 
 # -- which drivers this instance serves ---------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class DriverFilter:
     """Comma-separated driver names or shell patterns (``*.example.com``; ``*`` for every driver)."""
@@ -75,7 +77,7 @@ class DriverFilter:
     patterns: tuple[str, ...] = ()
 
     @classmethod
-    def parse(cls, text: str) -> "DriverFilter":
+    def parse(cls, text: str) -> DriverFilter:
         return cls(tuple(p.strip() for p in text.split(",") if p.strip()))
 
     def serves(self, driver: str) -> bool:
@@ -90,6 +92,7 @@ class DriverFilter:
 
 
 # -- devices of a claim ------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class DeviceRef:
@@ -154,8 +157,11 @@ def binding_devices(claim: Obj | None, drivers: DriverFilter) -> list[BindingDev
         if not conditions or not drivers.serves(result.get("driver", "")):
             continue
         ref = DeviceRef(result["driver"], result["pool"], result["device"], result.get("shareID"))
-        devices.append(BindingDevice(ref, result.get("request", ""), conditions,
-                                     tuple(result.get("bindingFailureConditions") or ())))
+        devices.append(
+            BindingDevice(
+                ref, result.get("request", ""), conditions, tuple(result.get("bindingFailureConditions") or ())
+            )
+        )
     return devices
 
 
@@ -213,6 +219,7 @@ def deadline(allocated_at: str | None, started: datetime.datetime, timeout: floa
 
 # -- the outcome, as conditions ----------------------------------------------------------------
 
+
 def condition_reason(text: str, default: str) -> str:
     """metav1.Condition reasons are CamelCase identifiers; an external service's text may not be."""
     words = re.findall(r"[A-Za-z0-9]+", text or "")
@@ -221,8 +228,9 @@ def condition_reason(text: str, default: str) -> str:
     return reason if reason and _REASON_RE.match(reason) else default
 
 
-def outcome_conditions(dev: BindingDevice, ready: bool, reason: str, message: str,
-                       existing: Obj | None, at: datetime.datetime) -> list[Obj]:
+def outcome_conditions(
+    dev: BindingDevice, ready: bool, reason: str, message: str, existing: Obj | None, at: datetime.datetime
+) -> list[Obj]:
     """Ready: every binding condition True. Failed: the first failure condition True and the
     binding conditions False, all with the reason and message. A condition whose status does not
     change keeps its ``lastTransitionTime``."""
@@ -233,10 +241,14 @@ def outcome_conditions(dev: BindingDevice, ready: bool, reason: str, message: st
     conditions = []
     for type_, status in wanted:
         old = _condition(existing, type_)
-        since = old["lastTransitionTime"] if old and old.get("status") == status and old.get("lastTransitionTime") \
+        since = (
+            old["lastTransitionTime"]
+            if old and old.get("status") == status and old.get("lastTransitionTime")
             else format_time(at)
-        conditions.append({"type": type_, "status": status, "reason": reason, "message": message,
-                           "lastTransitionTime": since})
+        )
+        conditions.append(
+            {"type": type_, "status": status, "reason": reason, "message": message, "lastTransitionTime": since}
+        )
     return conditions
 
 
@@ -251,11 +263,16 @@ def status_apply(claim: Obj, dev: BindingDevice, conditions: list[Obj], data: Ob
     entry = {**dev.ref.status_key(), "conditions": conditions}
     if data:
         entry["data"] = data
-    return {"apiVersion": API_VERSION, "kind": "ResourceClaim", "metadata": claim_ref(claim),
-            "status": {"devices": [entry]}}
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "ResourceClaim",
+        "metadata": claim_ref(claim),
+        "status": {"devices": [entry]},
+    }
 
 
 # -- records: what survives a restart and a deallocation ---------------------------------------
+
 
 @dataclass(frozen=True)
 class Record:
@@ -272,7 +289,7 @@ class Record:
         return json.dumps({k: v for k, v in body.items() if v is not None}, sort_keys=True, separators=(",", ":"))
 
     @classmethod
-    def from_json(cls, text: str) -> "Record | None":
+    def from_json(cls, text: str) -> Record | None:
         """The record in an annotation's value; None for anything that is not one (edited by hand)."""
         try:
             body = json.loads(text)
@@ -283,7 +300,8 @@ class Record:
         required = (ref.driver, ref.pool, ref.device, record.started)
         optional = (ref.share_id, record.node, record.allocated)
         if not all(isinstance(v, str) and v for v in required) or not all(
-                v is None or isinstance(v, str) for v in optional):
+            v is None or isinstance(v, str) for v in optional
+        ):
             return None
         return record
 
@@ -312,11 +330,21 @@ def record_problems(claim: Obj | None) -> list[tuple[str, str]]:
             continue
         record = Record.from_json(value)
         if record is None:
-            problems.append((key, "is not a preparation record of the binding operator (a JSON object with "
-                                  "driver, pool, device and started)"))
+            problems.append(
+                (
+                    key,
+                    "is not a preparation record of the binding operator (a JSON object with "
+                    "driver, pool, device and started)",
+                )
+            )
         elif record.ref.record_annotation != key:
-            problems.append((key, f"holds the record of device {record.ref.key}, whose record annotation is "
-                                  f"{record.ref.record_annotation} (copied or edited by hand)"))
+            problems.append(
+                (
+                    key,
+                    f"holds the record of device {record.ref.key}, whose record annotation is "
+                    f"{record.ref.record_annotation} (copied or edited by hand)",
+                )
+            )
     return problems
 
 
@@ -353,6 +381,7 @@ def records_without_finalizer(claim: Obj | None, drivers: DriverFilter) -> list[
 
 # -- the plan for one claim --------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Known:
     """What the controller knows about one device key of a claim."""
@@ -366,16 +395,17 @@ class Known:
 
 @dataclass
 class Plan:
-    undo: list[str] = field(default_factory=list)              # keys whose allocation is gone
-    start: list[BindingDevice] = field(default_factory=list)   # prepare now
+    undo: list[str] = field(default_factory=list)  # keys whose allocation is gone
+    start: list[BindingDevice] = field(default_factory=list)  # prepare now
     expire: list[BindingDevice] = field(default_factory=list)  # too late to prepare: report timeout
     report: list[BindingDevice] = field(default_factory=list)  # a finished preparation to write
     settled: list[BindingDevice] = field(default_factory=list)  # the claim already shows the outcome
     waiting: list[BindingDevice] = field(default_factory=list)  # a preparation is running
 
 
-def plan(claim: Obj | None, known: Mapping[str, Known], drivers: DriverFilter, timeout: float,
-         at: datetime.datetime) -> Plan:
+def plan(
+    claim: Obj | None, known: Mapping[str, Known], drivers: DriverFilter, timeout: float, at: datetime.datetime
+) -> Plan:
     """Level-triggered: from the claim as it is and what is known, what to do now."""
     result = Plan()
     uid = ((claim or {}).get("metadata") or {}).get("uid")
@@ -404,14 +434,16 @@ def plan(claim: Obj | None, known: Mapping[str, Known], drivers: DriverFilter, t
     return result
 
 
-def undo_means_timeout(known: Known, allocated_at: str | None, timeout: float, at: datetime.datetime,
-                       outcome_written: bool) -> bool:
+def undo_means_timeout(
+    known: Known, allocated_at: str | None, timeout: float, at: datetime.datetime, outcome_written: bool
+) -> bool:
     """The allocation went away while our preparation had not finished, after the scheduler's
     deadline: the scheduler gave up on this device, which makes it a failed device."""
     return not outcome_written and at >= deadline(allocated_at, known.started, timeout)
 
 
 # -- cool-off: a DeviceTaintRule per failed device ---------------------------------------------
+
 
 def cool_off_rule_name(ref: DeviceRef) -> str:
     # Device names are DNS labels (<= 63), so the name stays a valid DNS subdomain (<= 253).
@@ -424,16 +456,28 @@ def label_value(text: str) -> str:
     return cleaned.strip("_.-")
 
 
-def cool_off_rule(ref: DeviceRef, api_version: str, key: str, effect: str, reason: str, until: datetime.datetime,
-                  claim: str, message: str) -> Obj:
+def cool_off_rule(
+    ref: DeviceRef,
+    api_version: str,
+    key: str,
+    effect: str,
+    reason: str,
+    until: datetime.datetime,
+    claim: str,
+    message: str,
+) -> Obj:
     """A DeviceTaintRule that makes the allocator avoid one device until ``until``."""
     return {
-        "apiVersion": api_version, "kind": "DeviceTaintRule",
+        "apiVersion": api_version,
+        "kind": "DeviceTaintRule",
         "metadata": {
             "name": cool_off_rule_name(ref),
             "labels": {MANAGED_BY_LABEL: MANAGED_BY, DRIVER_LABEL: label_value(ref.driver)},
-            "annotations": {COOL_OFF_UNTIL_ANNOTATION: format_time(until), COOL_OFF_CLAIM_ANNOTATION: claim,
-                            COOL_OFF_MESSAGE_ANNOTATION: (message or "")[:1024]},
+            "annotations": {
+                COOL_OFF_UNTIL_ANNOTATION: format_time(until),
+                COOL_OFF_CLAIM_ANNOTATION: claim,
+                COOL_OFF_MESSAGE_ANNOTATION: (message or "")[:1024],
+            },
         },
         "spec": {
             "deviceSelector": {"driver": ref.driver, "pool": ref.pool, "device": ref.device},

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import kopf
 
-from ..core.logging import get_logger
-from ..core.framework.metrics import serve
 from ..core.api.resources import DEVICE_TAINT_RULES, RESOURCE_CLAIMS
+from ..core.framework.metrics import serve
 from ..core.framework.operator import ConfigurationError, OperatorSpec, register
 from ..core.framework.runtime import Runtime
+from ..core.logging import get_logger
 from ..core.settings import Settings
 from . import decisions as d
-from . import rbac
-from . import preparers
+from . import preparers, rbac
 from .controller import BindingController
 from .metrics import Metrics
 
@@ -26,15 +25,18 @@ def check(config: Settings, memo: kopf.Memo) -> None:
     if not d.DriverFilter.parse(config.binding_drivers).patterns:
         log.warning("binding operator serves no driver: set DRA_BINDING_DRIVERS (names, patterns, or *)")
     if config.binding_taint_effect not in TAINT_EFFECTS:
-        raise ConfigurationError(f"DRA_BINDING_TAINT_EFFECT={config.binding_taint_effect!r}: "
-                                 f"use one of {', '.join(TAINT_EFFECTS)}")
+        raise ConfigurationError(
+            f"DRA_BINDING_TAINT_EFFECT={config.binding_taint_effect!r}: use one of {', '.join(TAINT_EFFECTS)}"
+        )
     try:
-        memo.binding_preparer = preparers.load(config.binding_preparer,
-                                               preparers.parse_config(config.binding_preparer_config))
+        memo.binding_preparer = preparers.load(
+            config.binding_preparer, preparers.parse_config(config.binding_preparer_config)
+        )
     except preparers.ConfigError as e:
         raise ConfigurationError(
             f"DRA_BINDING_PREPARER={config.binding_preparer!r} with DRA_BINDING_PREPARER_CONFIG: {e}; fix the "
-            "preparer's name or its configuration (a JSON object, or @file with JSON or YAML)") from None
+            "preparer's name or its configuration (a JSON object, or @file with JSON or YAML)"
+        ) from None
 
 
 async def start(runtime: Runtime, config: Settings, memo: kopf.Memo) -> None:
@@ -48,9 +50,18 @@ async def start(runtime: Runtime, config: Settings, memo: kopf.Memo) -> None:
             log.warning("DeviceTaintRules are not served: failed devices get no cool-off taint")
     metrics = Metrics()
     controller = BindingController(
-        kube, memo.binding_preparer, drivers, timeout=config.binding_timeout, workers=config.binding_workers,
-        max_parallel=config.binding_max_parallel, rules=rules, cool_off=config.binding_cool_off,
-        taint_key=config.binding_taint_key, taint_effect=config.binding_taint_effect, metrics=metrics)
+        kube,
+        memo.binding_preparer,
+        drivers,
+        timeout=config.binding_timeout,
+        workers=config.binding_workers,
+        max_parallel=config.binding_max_parallel,
+        rules=rules,
+        cool_off=config.binding_cool_off,
+        taint_key=config.binding_taint_key,
+        taint_effect=config.binding_taint_effect,
+        metrics=metrics,
+    )
     runtime.on_cleanup(controller.stop)
     # Fill the cache before any worker runs: records on claims tell a restarted operator which
     # preparations to resume and which to undo; rules tell it which cool-offs to end.
@@ -63,10 +74,16 @@ async def start(runtime: Runtime, config: Settings, memo: kopf.Memo) -> None:
     # write conditions and taints. A leader that loses its Lease cancels its preparations and
     # exits; the new leader resumes them from the records on the claims.
     await runtime.lead(config, rbac.LEASE, controller.queue, stop=controller.stop)
-    log.info("binding operator started", drivers=list(drivers.patterns), preparer=config.binding_preparer,
-             timeout=config.binding_timeout, claims=len(controller.claims),
-             cool_off=config.binding_cool_off if rules else 0, taint_rules=rules.group_version if rules else None,
-             metrics_port=config.metrics_port)
+    log.info(
+        "binding operator started",
+        drivers=list(drivers.patterns),
+        preparer=config.binding_preparer,
+        timeout=config.binding_timeout,
+        claims=len(controller.claims),
+        cool_off=config.binding_cool_off if rules else 0,
+        taint_rules=rules.group_version if rules else None,
+        metrics_port=config.metrics_port,
+    )
 
 
 register(OperatorSpec("binding", start, check=check))

@@ -32,23 +32,33 @@ LEASE = "dra-operators-binding"  # the Lease the operator elects its leader on (
 
 def rules(drivers: DriverFilter) -> list[dict[str, Any]]:
     names = drivers.exact_names
-    driver_rule: dict[str, Any] = {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims/driver"],
-                                   "verbs": ["arbitrary-node:patch", "arbitrary-node:update"]}
+    driver_rule: dict[str, Any] = {
+        "apiGroups": ["resource.k8s.io"],
+        "resources": ["resourceclaims/driver"],
+        "verbs": ["arbitrary-node:patch", "arbitrary-node:update"],
+    }
     if names is not None:
         driver_rule["resourceNames"] = names  # patterns (or *) can only be granted for every driver
     return [
         {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["get", "list", "watch", "patch"]},
         {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims/status"], "verbs": ["get", "patch", "update"]},
         driver_rule,
-        {"apiGroups": ["resource.k8s.io"], "resources": ["devicetaintrules"],
-         "verbs": ["get", "list", "watch", "create", "patch", "update", "delete"]},
+        {
+            "apiGroups": ["resource.k8s.io"],
+            "resources": ["devicetaintrules"],
+            "verbs": ["get", "list", "watch", "create", "patch", "update", "delete"],
+        },
         {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch", "update"]},
     ]
 
 
 def cluster_role(drivers: DriverFilter, name: str = NAME) -> dict[str, Any]:
-    return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-            "metadata": {"name": name}, "rules": rules(drivers)}
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": name},
+        "rules": rules(drivers),
+    }
 
 
 def _subjects(service_account: str, namespace: str) -> list[dict[str, str]]:
@@ -56,26 +66,41 @@ def _subjects(service_account: str, namespace: str) -> list[dict[str, str]]:
 
 
 def cluster_role_binding(service_account: str, namespace: str, name: str = NAME) -> dict[str, Any]:
-    return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-            "metadata": {"name": name},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
-            "subjects": _subjects(service_account, namespace)}
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+        "subjects": _subjects(service_account, namespace),
+    }
 
 
 def leader_election_role(namespace: str, name: str = LEADER_ELECTION, lease: str = LEASE) -> dict[str, Any]:
     """Its own Lease only (``resourceNames``); create cannot be restricted by name in RBAC."""
-    return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-            "metadata": {"name": name, "namespace": namespace},
-            "rules": [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
-                       "resourceNames": [lease], "verbs": ["get", "update"]},
-                      {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]}]}
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": {"name": name, "namespace": namespace},
+        "rules": [
+            {
+                "apiGroups": ["coordination.k8s.io"],
+                "resources": ["leases"],
+                "resourceNames": [lease],
+                "verbs": ["get", "update"],
+            },
+            {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+        ],
+    }
 
 
 def leader_election_role_binding(service_account: str, namespace: str, name: str = LEADER_ELECTION) -> dict[str, Any]:
-    return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-            "metadata": {"name": name, "namespace": namespace},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
-            "subjects": _subjects(service_account, namespace)}
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": name, "namespace": namespace},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+        "subjects": _subjects(service_account, namespace),
+    }
 
 
 def manifests(drivers: DriverFilter, namespace: str, service_account: str = SERVICE_ACCOUNT) -> list[dict[str, Any]]:

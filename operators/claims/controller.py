@@ -8,15 +8,15 @@ from dataclasses import dataclass
 
 import structlog
 
+from ..core.api.kube import APPLY_PATCH, ApiError, ConnectionLost, Kube
+from ..core.api.resources import POD_GROUPS, PODS, RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS
 from ..core.dra import podgroup as pg
 from ..core.dra import resourceclaim as rc
 from ..core.machinery import slim
 from ..core.machinery.events import WARNING, EventRecorder
-from ..core.api.kube import APPLY_PATCH, ApiError, ConnectionLost, Kube
-from ..core.api.resources import POD_GROUPS, PODS, RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS
 from ..core.machinery.store import Store, key_of
-from ..core.machinery.workqueue import RetryableError, WorkQueue
 from ..core.machinery.uidcache import UidCache
+from ..core.machinery.workqueue import RetryableError, WorkQueue
 from . import decisions as d
 from .metrics import Metrics
 
@@ -32,8 +32,11 @@ def _pod_claim_index(pod: d.Obj) -> list[str]:
 
 
 def _pod_template_index(pod: d.Obj) -> list[str]:
-    return [f"{pod['metadata']['namespace']}/{c['resourceClaimTemplateName']}"
-            for c in rc.pod_claims(pod) if c.get("resourceClaimTemplateName")]
+    return [
+        f"{pod['metadata']['namespace']}/{c['resourceClaimTemplateName']}"
+        for c in rc.pod_claims(pod)
+        if c.get("resourceClaimTemplateName")
+    ]
 
 
 def _claim_owner_index(claim: d.Obj) -> list[str]:
@@ -55,13 +58,13 @@ class Features:
 
 
 class ClaimsController:
-    def __init__(self, kube: Kube, workers: int = 50, features: Features = Features(),
-                 metrics: Metrics | None = None):
+    def __init__(self, kube: Kube, workers: int = 50, features: Features = Features(), metrics: Metrics | None = None):
         self.kube = kube
         self.features = features
         self.metrics = metrics or Metrics()
-        self.pods = Store({"claim": _pod_claim_index, "template": _pod_template_index, "group": pg.member_keys},
-                          transform=slim.pod)
+        self.pods = Store(
+            {"claim": _pod_claim_index, "template": _pod_template_index, "group": pg.member_keys}, transform=slim.pod
+        )
         self.claims = Store({"owner": _claim_owner_index})
         self.templates = Store()
         self.pod_groups = Store({"claim": pg.group_claim_keys, "template": pg.group_template_keys})
@@ -147,9 +150,13 @@ class ClaimsController:
         if not d.pod_needs_claims(pod, deleted):
             for key in rc.pod_claim_keys(pod):  # the scheduler-made extended-resource claim too
                 self.queue.add(CLAIM_PREFIX + key)
-        if not deleted and d.pod_needs_work(pod, self.claims.get, self.pod_groups.get,
-                                            generic_workload=self.features.generic_workload,
-                                            workload_claims=self.features.workload_claims):
+        if not deleted and d.pod_needs_work(
+            pod,
+            self.claims.get,
+            self.pod_groups.get,
+            generic_workload=self.features.generic_workload,
+            workload_claims=self.features.workload_claims,
+        ):
             self.queue.add(POD_PREFIX + rc.pod_key(pod))
 
     # -- sync --------------------------------------------------------------------------------
@@ -201,9 +208,12 @@ class ClaimsController:
             statuses = d.merge_claim_statuses(pod, new_claims)
             try:
                 updated = await self.kube.request(
-                    "PATCH", PODS.path(namespace, name, "status"),
-                    body=d.build_pod_status_apply(pod, statuses), content_type=APPLY_PATCH,
-                    params=[("fieldManager", d.FIELD_MANAGER), ("force", "true")])
+                    "PATCH",
+                    PODS.path(namespace, name, "status"),
+                    body=d.build_pod_status_apply(pod, statuses),
+                    content_type=APPLY_PATCH,
+                    params=[("fieldManager", d.FIELD_MANAGER), ("force", "true")],
+                )
             except ApiError as e:
                 if e.not_found:
                     return
@@ -231,8 +241,11 @@ class ClaimsController:
                     raise RetryableError(str(e)) from e
                 if pg.is_group_entry(consumer) and not accept_group:
                     # Allocated but unreserved because of the gate: said at info level, as upstream (V(3)).
-                    logger.info("not reserving PodGroup ResourceClaim because feature is disabled",
-                                feature="DRAWorkloadResourceClaims", claim=key_of(claim))
+                    logger.info(
+                        "not reserving PodGroup ResourceClaim because feature is disabled",
+                        feature="DRAWorkloadResourceClaims",
+                        claim=key_of(claim),
+                    )
                     continue
                 await self._reserve(consumer, claim, logger)
 
@@ -264,8 +277,10 @@ class ClaimsController:
             if name is None:
                 return None
         if name:
+
             def owned_by_pod(claim: d.Obj) -> str | None:
                 return pg.is_for_pod_or_group(pod, claim, self.features.workload_claims)
+
             if await self._claim_exists(namespace, name, check_owner, owned_by_pod, "pod", logger):
                 return None
         template_name = pod_claim.get("resourceClaimTemplateName")
@@ -278,18 +293,28 @@ class ClaimsController:
             raise ClaimError(str(e)) from e
         if pg.is_group_entry(consumer):
             if not self.features.workload_claims:
-                raise ClaimError(f"claim {pod_claim['name']} is a PodGroup claim but the DRAWorkloadResourceClaims "
-                                 "feature is disabled", retry=False)
+                raise ClaimError(
+                    f"claim {pod_claim['name']} is a PodGroup claim but the DRAWorkloadResourceClaims "
+                    "feature is disabled",
+                    retry=False,
+                )
             # The PodGroup's claim (sync_pod_group creates it): recorded once it exists.
             owned = self.claims.by_index("owner", f"{namespace}/{group['metadata']['uid']}")
             claim = d.find_generated_claim(owned, pod_claim["name"])
             return claim["metadata"]["name"] if claim else None
-        claim = await self._generated_claim(namespace, pod, pod_claim["name"], template_name,
-                                            lambda template: d.build_claim(pod, pod_claim, template), logger)
+        claim = await self._generated_claim(
+            namespace,
+            pod,
+            pod_claim["name"],
+            template_name,
+            lambda template: d.build_claim(pod, pod_claim, template),
+            logger,
+        )
         return claim["metadata"]["name"]
 
-    async def _generated_claim(self, namespace: str, owner: d.Obj, claim_key: str, template_name: str,
-                               build, logger) -> d.Obj:
+    async def _generated_claim(
+        self, namespace: str, owner: d.Obj, claim_key: str, template_name: str, build, logger
+    ) -> d.Obj:
         """The claim generated for ``claim_key`` of ``owner`` (a Pod or a PodGroup): one it
         already controls (``findPodResourceClaim``, ``findPodGroupResourceClaim``), or a new one."""
         # A claim created before a crash (or a moment ago, before its watch event) is reused.
@@ -298,14 +323,21 @@ class ClaimsController:
         claim = d.find_generated_claim(owned, claim_key)
         if claim is None and claim_key in self._uncertain_creates.get(owner_uid, ()):
             # A create whose answer was lost may have been carried out: look before creating again.
-            owned = [c for c in await self.kube.list(RESOURCE_CLAIMS, namespace,
-                                                     keep=lambda c: owner_uid in (rc.owning_pod(c)[1],
-                                                                                  pg.owning_group_uid(c)))]
+            owned = [
+                c
+                for c in await self.kube.list(
+                    RESOURCE_CLAIMS,
+                    namespace,
+                    keep=lambda c: owner_uid in (rc.owning_pod(c)[1], pg.owning_group_uid(c)),
+                )
+            ]
             claim = d.find_generated_claim(owned, claim_key)
             if claim is not None:
                 self.claims.upsert(claim)
-                logger.info("found the claim of a create whose answer was lost",
-                            claim=f"{namespace}/{claim['metadata']['name']}")
+                logger.info(
+                    "found the claim of a create whose answer was lost",
+                    claim=f"{namespace}/{claim['metadata']['name']}",
+                )
         self._settled(owner_uid, claim_key)  # found, or known not to exist: created below
         if claim is not None:
             return claim
@@ -314,7 +346,8 @@ class ClaimsController:
             raise ClaimError(
                 f'resource claim template "{template_name}": resourceclaimtemplates.resource.k8s.io '
                 f'"{template_name}" not found (create it in namespace {namespace}; the claim is '
-                "created as soon as it exists)")
+                "created as soon as it exists)"
+            )
         if problem := d.template_problem(template, self.features.admin_access, self.features.prioritized_list):
             raise ClaimError(problem)
         body = build(template)
@@ -324,14 +357,20 @@ class ClaimsController:
             self.metrics.claim_created(body, "failure")
             if isinstance(e, ConnectionLost) or e.status >= 500:
                 self._uncertain_creates.setdefault(owner_uid, set()).add(claim_key)
-                raise RetryableError(f"create ResourceClaim for {owner.get('kind') or 'Pod'} "
-                                     f"{namespace}/{owner['metadata']['name']}: "
-                                     f"outcome unknown ({e}); will look for it before trying again") from e
+                raise RetryableError(
+                    f"create ResourceClaim for {owner.get('kind') or 'Pod'} "
+                    f"{namespace}/{owner['metadata']['name']}: "
+                    f"outcome unknown ({e}); will look for it before trying again"
+                ) from e
             raise ClaimError(f"create ResourceClaim : {e.message or e}") from e
         self.metrics.claim_created(claim, "success")
         self.claims.upsert(claim)
-        logger.info("created ResourceClaim", claim=f"{namespace}/{claim['metadata']['name']}",
-                    template=template_name, claim_name=claim_key)
+        logger.info(
+            "created ResourceClaim",
+            claim=f"{namespace}/{claim['metadata']['name']}",
+            template=template_name,
+            claim_name=claim_key,
+        )
         return claim
 
     def _settled(self, owner_uid: str, claim_key: str) -> None:
@@ -342,8 +381,9 @@ class ClaimsController:
             if not keys:
                 del self._uncertain_creates[owner_uid]
 
-    async def _claim_exists(self, namespace: str, name: str, check_owner: bool, owner_problem, owner_kind: str,
-                            logger) -> bool:
+    async def _claim_exists(
+        self, namespace: str, name: str, check_owner: bool, owner_problem, owner_kind: str, logger
+    ) -> bool:
         """``claimExists``: the named claim exists and (if ``check_owner``) is still the owner's."""
         claim = self.claims.get(f"{namespace}/{name}")
         if claim is None:
@@ -353,8 +393,12 @@ class ClaimsController:
                 logger.info("generated claim is gone, creating it again", claim=f"{namespace}/{name}")
                 return False
         if check_owner and (problem := owner_problem(claim)):
-            logger.error(f"claim that was created for the {owner_kind} is no longer owned by the {owner_kind}, "
-                         "creating a new one", claim=f"{namespace}/{name}", problem=problem)
+            logger.error(
+                f"claim that was created for the {owner_kind} is no longer owned by the {owner_kind}, "
+                "creating a new one",
+                claim=f"{namespace}/{name}",
+                problem=problem,
+            )
             return False
         return True
 
@@ -392,9 +436,12 @@ class ClaimsController:
             return
         try:
             updated = await self.kube.request(
-                "PATCH", POD_GROUPS.path(namespace, name, "status"),
-                body=d.build_group_status_apply(group, new_claims), content_type=APPLY_PATCH,
-                params=[("fieldManager", d.FIELD_MANAGER), ("force", "true")])
+                "PATCH",
+                POD_GROUPS.path(namespace, name, "status"),
+                body=d.build_group_status_apply(group, new_claims),
+                content_type=APPLY_PATCH,
+                params=[("fieldManager", d.FIELD_MANAGER), ("force", "true")],
+            )
         except ApiError as e:
             if e.not_found:
                 return
@@ -415,21 +462,29 @@ class ClaimsController:
             if name is None:
                 return None
         if name:
+
             def owned_by_group(claim: d.Obj) -> str | None:
                 return pg.is_for_pod_group(group, claim)
+
             if await self._claim_exists(namespace, name, check_owner, owned_by_group, "PodGroup", logger):
                 return None
         template_name = group_claim.get("resourceClaimTemplateName")
         if not template_name:
             return None
-        claim = await self._generated_claim(namespace, {"kind": pg.KIND, **group}, group_claim["name"], template_name,
-                                            lambda template: d.build_group_claim(group, group_claim, template),
-                                            logger)
+        claim = await self._generated_claim(
+            namespace,
+            {"kind": pg.KIND, **group},
+            group_claim["name"],
+            template_name,
+            lambda template: d.build_group_claim(group, group_claim, template),
+            logger,
+        )
         return claim["metadata"]["name"]
 
     async def _keep_group_entry(self, namespace: str, entry: d.Obj) -> bool:
-        check = d.check_group_reservation(entry, self.pod_groups.get(f"{namespace}/{entry.get('name')}"),
-                                          self.deleted_pods)
+        check = d.check_group_reservation(
+            entry, self.pod_groups.get(f"{namespace}/{entry.get('name')}"), self.deleted_pods
+        )
         if not check.needs_api_check:
             return check.keep
         # Maybe just created and not yet in the cache: only the API server is sure.
@@ -448,8 +503,9 @@ class ClaimsController:
                 if await self._keep_group_entry(namespace, entry):
                     remaining.append(entry)
                 else:
-                    logger.info("removing reservation", podgroup=f"{namespace}/{entry.get('name')}",
-                                uid=entry.get("uid"))
+                    logger.info(
+                        "removing reservation", podgroup=f"{namespace}/{entry.get('name')}", uid=entry.get("uid")
+                    )
                 continue
             if not rc.is_pod_entry(entry):
                 remaining.append(entry)  # consumers we cannot check are kept (1.36+)
@@ -467,8 +523,9 @@ class ClaimsController:
 
         try:
             if len(remaining) < len(reserved):
-                claim = await self.kube.replace(RESOURCE_CLAIMS, d.released_claim_status(claim, remaining),
-                                                subresource="status")
+                claim = await self.kube.replace(
+                    RESOURCE_CLAIMS, d.released_claim_status(claim, remaining), subresource="status"
+                )
                 self.claims.upsert(claim)
                 logger.info("removed consumers", remaining=len(remaining), allocated=rc.is_allocated(claim))
                 if d.has_finalizer(claim) and not rc.is_allocated(claim):
@@ -477,8 +534,9 @@ class ClaimsController:
                     logger.info("removed finalizer after removing consumers")
             elif d.has_finalizer(claim) and claim["metadata"].get("deletionTimestamp") and not remaining:
                 if rc.is_allocated(claim):
-                    claim = await self.kube.replace(RESOURCE_CLAIMS, d.released_claim_status(claim, []),
-                                                    subresource="status")
+                    claim = await self.kube.replace(
+                        RESOURCE_CLAIMS, d.released_claim_status(claim, []), subresource="status"
+                    )
                     self.claims.upsert(claim)
                     logger.info("removed allocation because not needed")
                 claim = await self.kube.replace(RESOURCE_CLAIMS, d.without_finalizer(claim))

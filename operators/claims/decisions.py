@@ -8,12 +8,22 @@ differs. How a Pod names its claims and whose a claim is: ``core.resourceclaim``
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from ..core.dra import podgroup as pg
-from ..core.dra.resourceclaim import (ClaimNotCreatedYet, Obj, UnsupportedPodClaim, claim_name, controller_ref,
-                                  is_allocated, is_pod_done, is_terminal, pod_claims)
+from ..core.dra.resourceclaim import (
+    ClaimNotCreatedYet,
+    Obj,
+    UnsupportedPodClaim,
+    claim_name,
+    controller_ref,
+    is_allocated,
+    is_pod_done,
+    is_terminal,
+    pod_claims,
+)
 
 POD_CLAIM_ANNOTATION = "resource.kubernetes.io/pod-claim-name"
 EXTENDED_RESOURCE_CLAIM_ANNOTATION = "resource.kubernetes.io/extended-resource-claim"
@@ -27,9 +37,14 @@ def pod_needs_claims(pod: Obj, deleted: bool) -> bool:
     return not deleted and not is_pod_done(pod)
 
 
-def pod_needs_work(pod: Obj, get_claim: Callable[[str], Obj | None],
-                   get_group: Callable[[str], Obj | None] = lambda key: None, *,
-                   generic_workload: bool = False, workload_claims: bool = False) -> bool:
+def pod_needs_work(
+    pod: Obj,
+    get_claim: Callable[[str], Obj | None],
+    get_group: Callable[[str], Obj | None] = lambda key: None,
+    *,
+    generic_workload: bool = False,
+    workload_claims: bool = False,
+) -> bool:
     """``podNeedsWork``: a claim must be created, or an allocated claim reserved for a
     scheduled Pod. Terminal Pods need no work (unlike upstream, kubernetes#141274: upstream
     re-reserves a claim for a finished but scheduled Pod, and cleanup then fights it).
@@ -85,8 +100,9 @@ def pod_group_of(pod: Obj, get_group: Callable[[str], Obj | None], generic_workl
     if not name:
         return None
     if not generic_workload:
-        raise GroupLookupError(f"Pod is a member of PodGroup {name} but GenericWorkload feature is disabled",
-                               retry=False)
+        raise GroupLookupError(
+            f"Pod is a member of PodGroup {name} but GenericWorkload feature is disabled", retry=False
+        )
     group = get_group(f"{pod['metadata']['namespace']}/{name}")
     if group is None:
         raise GroupLookupError(f'podgroup.scheduling.k8s.io "{name}" not found')
@@ -117,12 +133,17 @@ def generate_name(pod_name: str, pod_claim_name: str) -> str:
     if len(base) <= MAX_GENERATE_NAME_BASE:
         return base
     full = len(base)
-    return (pod_name[: len(pod_name) * MAX_GENERATE_NAME_BASE // full] + "-"
-            + pod_claim_name[: len(pod_claim_name) * MAX_GENERATE_NAME_BASE // full])
+    return (
+        pod_name[: len(pod_name) * MAX_GENERATE_NAME_BASE // full]
+        + "-"
+        + pod_claim_name[: len(pod_claim_name) * MAX_GENERATE_NAME_BASE // full]
+    )
 
 
 def needs_admin_access(claim_spec: Obj) -> bool:
-    return any((r.get("exactly") or {}).get("adminAccess") for r in (claim_spec.get("devices") or {}).get("requests") or [])
+    return any(
+        (r.get("exactly") or {}).get("adminAccess") for r in (claim_spec.get("devices") or {}).get("requests") or []
+    )
 
 
 def has_prioritized_list(claim_spec: Obj) -> bool:
@@ -142,16 +163,26 @@ def template_problem(template: Obj, admin_access: bool, prioritized_list: bool) 
 def build_claim(pod: Obj, pod_claim: Obj, template: Obj) -> Obj:
     """The ResourceClaim upstream creates for ``pod_claim`` of ``pod`` from ``template``."""
     # 1.35+: controller only (1.34 also set blockOwnerDeletion).
-    owner = {"apiVersion": "v1", "kind": "Pod", "name": pod["metadata"]["name"],
-             "uid": pod["metadata"]["uid"], "controller": True}
+    owner = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "name": pod["metadata"]["name"],
+        "uid": pod["metadata"]["uid"],
+        "controller": True,
+    }
     return _claim_from_template(pod["metadata"], pod_claim["name"], owner, template)
 
 
 def build_group_claim(pod_group: Obj, group_claim: Obj, template: Obj) -> Obj:
     """``handlePodGroupClaim``: the claim for ``group_claim`` of ``pod_group``, controlled by the
     PodGroup and named ``<podgroup>-<claim>-``, with the same pod-claim annotation."""
-    owner = {"apiVersion": pg.API_VERSION, "kind": pg.KIND, "name": pod_group["metadata"]["name"],
-             "uid": pod_group["metadata"]["uid"], "controller": True}
+    owner = {
+        "apiVersion": pg.API_VERSION,
+        "kind": pg.KIND,
+        "name": pod_group["metadata"]["name"],
+        "uid": pod_group["metadata"]["uid"],
+        "controller": True,
+    }
     return _claim_from_template(pod_group["metadata"], group_claim["name"], owner, template)
 
 
@@ -167,8 +198,12 @@ def _claim_from_template(owner_meta: Obj, claim_key: str, owner: Obj, template: 
     }
     if template_meta.get("labels"):
         metadata["labels"] = dict(template_meta["labels"])
-    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": metadata,
-            "spec": copy.deepcopy((template.get("spec") or {}).get("spec") or {})}
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": metadata,
+        "spec": copy.deepcopy((template.get("spec") or {}).get("spec") or {}),
+    }
 
 
 def find_generated_claim(owned_claims: list[Obj], pod_claim_name: str) -> Obj | None:
@@ -182,18 +217,23 @@ def find_generated_claim(owned_claims: list[Obj], pod_claim_name: str) -> Obj | 
 
 def merge_claim_statuses(pod: Obj, new: dict[str, str]) -> list[Obj]:
     """Existing entries that name a claim, overridden by ``new``, sorted by pod claim name."""
-    merged = {s["name"]: s["resourceClaimName"]
-              for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []
-              if s.get("resourceClaimName")}
+    merged = {
+        s["name"]: s["resourceClaimName"]
+        for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []
+        if s.get("resourceClaimName")
+    }
     merged.update(new)
     return [{"name": name, "resourceClaimName": merged[name]} for name in sorted(merged)]
 
 
 def build_pod_status_apply(pod: Obj, statuses: list[Obj]) -> Obj:
     meta = pod["metadata"]
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
-            "status": {"resourceClaimStatuses": statuses}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
+        "status": {"resourceClaimStatuses": statuses},
+    }
 
 
 def pod_reference(pod: Obj) -> Obj:
@@ -204,9 +244,12 @@ def build_group_status_apply(pod_group: Obj, new: dict[str, str]) -> Obj:
     """``syncPodGroup``'s apply: only the claims created or found in this sync (as upstream; the
     apply is forced and owned by the same field manager)."""
     meta = pod_group["metadata"]
-    return {"apiVersion": pg.API_VERSION, "kind": pg.KIND,
-            "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
-            "status": {"resourceClaimStatuses": [{"name": n, "resourceClaimName": new[n]} for n in sorted(new)]}}
+    return {
+        "apiVersion": pg.API_VERSION,
+        "kind": pg.KIND,
+        "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
+        "status": {"resourceClaimStatuses": [{"name": n, "resourceClaimName": new[n]} for n in sorted(new)]},
+    }
 
 
 @dataclass(frozen=True)

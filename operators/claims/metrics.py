@@ -4,7 +4,7 @@ names them (v1.37: the create counter also has owner labels)."""
 from __future__ import annotations
 
 from collections import Counter as Tally
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.core import GaugeMetricFamily
@@ -24,9 +24,11 @@ class _ClaimsCollector(Collector):
         family = GaugeMetricFamily(
             "dynamic_resource_allocation_resource_claims",
             "Number of ResourceClaims, categorized by allocation status, admin access, and source.",
-            labels=["allocated", "admin_access", "source"])
-        tally = Tally((str(is_allocated(c)).lower(), d.admin_access_label(c), d.claim_source_label(c))
-                      for c in self._claims())
+            labels=["allocated", "admin_access", "source"],
+        )
+        tally = Tally(
+            (str(is_allocated(c)).lower(), d.admin_access_label(c), d.claim_source_label(c)) for c in self._claims()
+        )
         for labels, count in sorted(tally.items()):
             family.add_metric(list(labels), count)
         yield family
@@ -39,7 +41,9 @@ class Metrics:
             "dynamic_resource_allocation_resourceclaim_creates",
             "Number of ResourceClaims creation requests, categorized by creation status, admin access, "
             "and owning API group and kind",
-            ["status", "admin_access", "owner_api_group", "owner_api_kind"], registry=self.registry)
+            ["status", "admin_access", "owner_api_group", "owner_api_kind"],
+            registry=self.registry,
+        )
 
     def watch_claims(self, claims: Callable[[], Iterable[d.Obj]]) -> None:
         self.registry.register(_ClaimsCollector(claims))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
-from typing import Callable
+from collections.abc import Callable
 
 
 @functools.cache

@@ -38,11 +38,7 @@ def configure_logging(level: str | int = "INFO", fmt: str = "json", debug_logger
         # kopf passes the object reference as extra={"k8s_ref": ...}; keep only that.
         structlog.stdlib.ExtraAdder(allow=("k8s_ref",)),
     ]
-    renderer = (
-        structlog.dev.ConsoleRenderer(colors=False)
-        if fmt == "console"
-        else structlog.processors.JSONRenderer()
-    )
+    renderer = structlog.dev.ConsoleRenderer(colors=False) if fmt == "console" else structlog.processors.JSONRenderer()
     # Our own lines skip the stdlib logging machinery (record, handlers, formatter): a quarter
     # of the cost per line, which showed at thousands of lines a second (py-spy, make bench).
     # They are rendered by the same processors, to the same stream, as kopf's stdlib records.

@@ -18,12 +18,17 @@ import json
 import os
 import sys
 import tracemalloc
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 from urllib.parse import parse_qs
 
 PATH = "/debug/tracemalloc"
-_IGNORED = (tracemalloc.__file__, "<frozen importlib._bootstrap>", "<frozen importlib._bootstrap_external>",
-            "<unknown>")
+_IGNORED = (
+    tracemalloc.__file__,
+    "<frozen importlib._bootstrap>",
+    "<frozen importlib._bootstrap_external>",
+    "<unknown>",
+)
 _PREFIXES = sorted({p for p in sys.path if p and os.path.isdir(p)}, key=len, reverse=True)
 
 
@@ -38,7 +43,7 @@ def short(filename: str) -> str:
     """A source path without the import path it was found on (site-packages, the checkout)."""
     for prefix in _PREFIXES:
         if filename.startswith(prefix + os.sep):
-            return filename[len(prefix) + 1:]
+            return filename[len(prefix) + 1 :]
     return filename
 
 
@@ -49,34 +54,53 @@ def report(limit: int | None = None) -> dict[str, Any]:
     before, _ = tracemalloc.get_traced_memory()
     collected = gc.collect()
     after, _ = tracemalloc.get_traced_memory()
-    snapshot = tracemalloc.take_snapshot().filter_traces(
-        [tracemalloc.Filter(False, pattern) for pattern in _IGNORED])
+    snapshot = tracemalloc.take_snapshot().filter_traces([tracemalloc.Filter(False, pattern) for pattern in _IGNORED])
     stats = snapshot.statistics("traceback")
     current, peak = tracemalloc.get_traced_memory()
-    return {"traced_bytes": current, "peak_traced_bytes": peak, "garbage_bytes": max(0, before - after),
-            "garbage_objects": collected,
-            "tracemalloc_overhead_bytes": tracemalloc.get_tracemalloc_memory(),
-            "frames": tracemalloc.get_traceback_limit(), "sites_total": len(stats),
-            "sites": [{"traceback": [f"{short(f.filename)}:{f.lineno}" for f in reversed(s.traceback)],
-                       "size": s.size, "count": s.count} for s in stats[:limit]]}
+    return {
+        "traced_bytes": current,
+        "peak_traced_bytes": peak,
+        "garbage_bytes": max(0, before - after),
+        "garbage_objects": collected,
+        "tracemalloc_overhead_bytes": tracemalloc.get_tracemalloc_memory(),
+        "frames": tracemalloc.get_traceback_limit(),
+        "sites_total": len(stats),
+        "sites": [
+            {
+                "traceback": [f"{short(f.filename)}:{f.lineno}" for f in reversed(s.traceback)],
+                "size": s.size,
+                "count": s.count,
+            }
+            for s in stats[:limit]
+        ],
+    }
 
 
 def growth(before: dict[str, Any], after: dict[str, Any], top: int = 10) -> list[dict[str, Any]]:
     """The ``top`` call stacks whose live size grew most from one ``report`` to a later one."""
+
     def by_stack(answer: dict[str, Any]) -> dict[tuple[str, ...], dict[str, Any]]:
         return {tuple(site["traceback"]): site for site in answer.get("sites") or []}
+
     old, new = by_stack(before), by_stack(after)
     grown = []
     for stack in set(old) | set(new):
         a, b = old.get(stack, {}), new.get(stack, {})
-        grown.append({"traceback": list(stack), "size_diff": b.get("size", 0) - a.get("size", 0),
-                      "count_diff": b.get("count", 0) - a.get("count", 0), "size": b.get("size", 0)})
+        grown.append(
+            {
+                "traceback": list(stack),
+                "size_diff": b.get("size", 0) - a.get("size", 0),
+                "count_diff": b.get("count", 0) - a.get("count", 0),
+                "size": b.get("size", 0),
+            }
+        )
     grown.sort(key=lambda g: g["size_diff"], reverse=True)
     return [g for g in grown[:top] if g["size_diff"] > 0]
 
 
 def wsgi(app: Callable) -> Callable:
     """``app`` (the Prometheus exposition) with ``PATH`` answered by ``report``."""
+
     def routed(environ: dict[str, Any], start_response: Callable) -> Iterable[bytes]:
         if environ.get("PATH_INFO") != PATH:
             return app(environ, start_response)
@@ -85,10 +109,13 @@ def wsgi(app: Callable) -> Callable:
             limit = int(query["limit"][0]) if "limit" in query else None
             body, status = json.dumps(report(limit)).encode(), "200 OK"
         except ValueError:
-            body, status = json.dumps({"error": f"limit={query['limit'][0]!r} is not a whole number"}).encode(), \
-                "400 Bad Request"
+            body, status = (
+                json.dumps({"error": f"limit={query['limit'][0]!r} is not a whole number"}).encode(),
+                "400 Bad Request",
+            )
         except RuntimeError as e:
             body, status = json.dumps({"error": str(e)}).encode(), "404 Not Found"
         start_response(status, [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
         return [body]
+
     return routed

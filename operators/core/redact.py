@@ -9,8 +9,8 @@ library's error about it, or a server's answer goes through the same redactor be
 from __future__ import annotations
 
 import base64
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Iterable, Mapping
 from urllib.parse import parse_qsl, quote, unquote, urlsplit, urlunsplit
 
 MASK = "***"
@@ -74,7 +74,7 @@ class Redactor:
     raw_url: str = ""
 
     @classmethod
-    def of(cls, url: str = "", headers: Mapping[str, str] | None = None, extra: Iterable[str] = ()) -> "Redactor":
+    def of(cls, url: str = "", headers: Mapping[str, str] | None = None, extra: Iterable[str] = ()) -> Redactor:
         found = {s for s in (*url_secrets(url), *header_secrets(headers or {}), *extra) if len(s) >= MIN_SECRET}
         # Longest first: a password that contains another secret is replaced whole.
         return cls(redact_url(url) if url else "", tuple(sorted(found, key=len, reverse=True)), url)

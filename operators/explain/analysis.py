@@ -53,14 +53,31 @@ class Verdict:
     error: str = ""
 
     def to_json(self) -> Obj:
-        return {"allocatable": self.allocatable, "summary": self.summary, "error": self.error or None,
-                "nodes": [{"node": o.node, "fits": o.fits, "why": o.why or None, "filtered": o.filtered or None, "error": o.error or None,
-                           "devices": [[f"{r['request']}: {r['driver']}/{r['pool']}/{r['device']}" for r in claim]
-                                       for claim in o.results or []] or None} for o in self.nodes]}
+        return {
+            "allocatable": self.allocatable,
+            "summary": self.summary,
+            "error": self.error or None,
+            "nodes": [
+                {
+                    "node": o.node,
+                    "fits": o.fits,
+                    "why": o.why or None,
+                    "filtered": o.filtered or None,
+                    "error": o.error or None,
+                    "devices": [
+                        [f"{r['request']}: {r['driver']}/{r['pool']}/{r['device']}" for r in claim]
+                        for claim in o.results or []
+                    ]
+                    or None,
+                }
+                for o in self.nodes
+            ],
+        }
 
 
-def verdict(pod: Obj, pod_claims: list[Obj], nodes: list[Obj], slices: list[Obj], classes: dict[str, Obj],
-            state: AllocatedState) -> Verdict:
+def verdict(
+    pod: Obj, pod_claims: list[Obj], nodes: list[Obj], slices: list[Obj], classes: dict[str, Obj], state: AllocatedState
+) -> Verdict:
     """Whether kube-scheduler can place the Pod with its claims (all claims must exist)."""
     for claim in pod_claims:
         if claim["metadata"].get("deletionTimestamp"):
@@ -70,16 +87,23 @@ def verdict(pod: Obj, pod_claims: list[Obj], nodes: list[Obj], slices: list[Obj]
         for alternatives in requests_of(claim):
             for r in alternatives:
                 if r.class_name not in classes:
-                    return Verdict(False, f"request {r.full_name} of claim {claim['metadata']['name']}: "
-                                          f"device class {r.class_name} does not exist")
+                    return Verdict(
+                        False,
+                        f"request {r.full_name} of claim {claim['metadata']['name']}: "
+                        f"device class {r.class_name} does not exist",
+                    )
     usable, rejected = usable_nodes(pod, nodes)
     outcomes = [NodeOutcome(name, False, why, filtered=True) for name, why in rejected.items()]
     errors = []
     for node in usable:
         name = node["metadata"]["name"]
-        elsewhere = [c["metadata"]["name"] for c in pod_claims if is_allocated(c)
-                     and (selector := c["status"]["allocation"].get("nodeSelector")) is not None
-                     and not node_selector_matches(selector, node)]
+        elsewhere = [
+            c["metadata"]["name"]
+            for c in pod_claims
+            if is_allocated(c)
+            and (selector := c["status"]["allocation"].get("nodeSelector")) is not None
+            and not node_selector_matches(selector, node)
+        ]
         if elsewhere:
             outcomes.append(NodeOutcome(name, False, f"claim {elsewhere[0]} is allocated to devices on other nodes"))
             continue
@@ -92,8 +116,9 @@ def verdict(pod: Obj, pod_claims: list[Obj], nodes: list[Obj], slices: list[Obj]
             errors.append(f"node {name}: {e}")
             outcomes.append(NodeOutcome(name, False, "error", error=str(e)))
             continue
-        outcomes.append(NodeOutcome(name, results is not None, "" if results is not None else "cannot allocate all claims",
-                                    results))
+        outcomes.append(
+            NodeOutcome(name, results is not None, "" if results is not None else "cannot allocate all claims", results)
+        )
     outcomes.sort(key=lambda o: (not o.fits, o.node))
     fitting = [o.node for o in outcomes if o.fits]
     if errors:
@@ -101,8 +126,12 @@ def verdict(pod: Obj, pod_claims: list[Obj], nodes: list[Obj], slices: list[Obj]
     if not usable:
         return Verdict(False, f"no node passes the Pod's node filters ({len(rejected)} rejected)", outcomes)
     if fitting:
-        return Verdict(True, f"allocatable on {len(fitting)} of {len(nodes)} nodes: {', '.join(fitting[:5])}"
-                       + (" ..." if len(fitting) > 5 else ""), outcomes)
+        return Verdict(
+            True,
+            f"allocatable on {len(fitting)} of {len(nodes)} nodes: {', '.join(fitting[:5])}"
+            + (" ..." if len(fitting) > 5 else ""),
+            outcomes,
+        )
     return Verdict(False, f"cannot allocate all claims on any of the {len(usable)} nodes the Pod can use", outcomes)
 
 
@@ -144,17 +173,30 @@ class AlternativeReport:
 
     def to_json(self) -> Obj:
         r = self.request
-        return {"name": r.full_name, "deviceClassName": r.class_name, "allocationMode": r.mode,
-                "count": self.needed, "adminAccess": r.admin or None, "devices": self.total,
-                "fit": [f.name for f in self.fits], "enough": self.enough, "summary": self.summary(),
-                "reasons": [{"reason": reason, "detail": detail or None, "devices": n, "text": text}
-                            for reason, detail, n, text in self.counts()],
-                "closest": [{"device": f.name, "reason": f.reason, "detail": f.detail or f.note or None, "nodes": list(f.nodes)}
-                            for f in self.closest()]}
+        return {
+            "name": r.full_name,
+            "deviceClassName": r.class_name,
+            "allocationMode": r.mode,
+            "count": self.needed,
+            "adminAccess": r.admin or None,
+            "devices": self.total,
+            "fit": [f.name for f in self.fits],
+            "enough": self.enough,
+            "summary": self.summary(),
+            "reasons": [
+                {"reason": reason, "detail": detail or None, "devices": n, "text": text}
+                for reason, detail, n, text in self.counts()
+            ],
+            "closest": [
+                {"device": f.name, "reason": f.reason, "detail": f.detail or f.note or None, "nodes": list(f.nodes)}
+                for f in self.closest()
+            ],
+        }
 
 
-def analyse_alternative(r: Request, classes: dict[str, Obj], pools: list[Pool], usable: list[Obj],
-                        state: AllocatedState) -> AlternativeReport:
+def analyse_alternative(
+    r: Request, classes: dict[str, Obj], pools: list[Pool], usable: list[Obj], state: AllocatedState
+) -> AlternativeReport:
     fits, rejected = [], []
     counters = {p.id: available_counters(p, state) for p in pools if p.counter_sets}
     device_class = classes.get(r.class_name)
@@ -187,19 +229,26 @@ def constraint_notes(claim: Obj, reports: list[list[AlternativeReport]], pools: 
                     value = attribute_value(attribute(d, f.device[0], name))
                     values[str(value[1]) if value else "(not set)"] += 1
         shown = ", ".join(f"{v}: {n}" for v, n in values.most_common(6)) or "no fitting device"
-        notes.append(f"{kind} {name}" + (f" over {', '.join(sorted(scope))}" if scope else "")
-                     + f": fitting devices have {shown}")
+        notes.append(
+            f"{kind} {name}"
+            + (f" over {', '.join(sorted(scope))}" if scope else "")
+            + f": fitting devices have {shown}"
+        )
     return notes
 
 
-def analyse_claim(claim: Obj, classes: dict[str, Obj], slices: list[Obj], usable: list[Obj],
-                  state: AllocatedState) -> tuple[list[list[AlternativeReport]], list[str]]:
+def analyse_claim(
+    claim: Obj, classes: dict[str, Obj], slices: list[Obj], usable: list[Obj], state: AllocatedState
+) -> tuple[list[list[AlternativeReport]], list[str]]:
     pools = all_pools(slices)
-    reports = [[analyse_alternative(r, classes, pools, usable, state) for r in alternatives]
-               for alternatives in requests_of(claim)]
+    reports = [
+        [analyse_alternative(r, classes, pools, usable, state) for r in alternatives]
+        for alternatives in requests_of(claim)
+    ]
     return reports, constraint_notes(claim, reports, pools)
 
 
 def other_claims_state(claims: list[Obj], skip: list[Obj]) -> AllocatedState:
     from ..core.dra.pools import allocated_state
+
     return allocated_state(claims, skip=[claim_key(c) for c in skip])

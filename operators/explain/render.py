@@ -8,8 +8,12 @@ Obj = dict[str, Any]
 
 
 def _events(events: list[Obj], indent: str) -> list[str]:
-    return [f"{indent}event {e['type']} {e['reason']}" + (f" (x{e['count']})" if (e.get("count") or 1) > 1 else "")
-            + f": {e['message']}" for e in events]
+    return [
+        f"{indent}event {e['type']} {e['reason']}"
+        + (f" (x{e['count']})" if (e.get("count") or 1) > 1 else "")
+        + f": {e['message']}"
+        for e in events
+    ]
 
 
 def _requests(story: Obj, indent: str, wide: bool) -> list[str]:
@@ -17,13 +21,17 @@ def _requests(story: Obj, indent: str, wide: bool) -> list[str]:
     for request in story.get("requests") or []:
         alternatives = request["alternatives"]
         if len(alternatives) > 1:
-            lines.append(f"{indent}request {request['name']} (first available of {len(alternatives)}): {request['verdict']}")
+            lines.append(
+                f"{indent}request {request['name']} (first available of {len(alternatives)}): {request['verdict']}"
+            )
             sub = indent + "  "
         else:
             sub = indent
         for a in alternatives:
             mark = "ok " if a["enough"] else "NO "
-            lines.append(f"{sub}{mark}{'subrequest' if len(alternatives) > 1 else 'request'} {a['name']}: {a['summary']}")
+            lines.append(
+                f"{sub}{mark}{'subrequest' if len(alternatives) > 1 else 'request'} {a['name']}: {a['summary']}"
+            )
             if a["fit"] and (wide or not a["enough"]):
                 lines.append(f"{sub}    fit: {', '.join(a['fit'][:8])}" + (" ..." if len(a["fit"]) > 8 else ""))
             if not a["enough"] or wide:
@@ -43,13 +51,24 @@ def _story(story: Obj, indent: str, wide: bool) -> list[str]:
         for c in binding["met"]:
             lines.append(f"{indent}  binding condition {c['condition']} on {c['device']}: True")
         for c in binding["pending"]:
-            lines.append(f"{indent}  binding condition {c['condition']} on {c['device']}: {c['status']}"
-                         + (f" ({c['message']})" if c.get("message") else ""))
+            lines.append(
+                f"{indent}  binding condition {c['condition']} on {c['device']}: {c['status']}"
+                + (f" ({c['message']})" if c.get("message") else "")
+            )
         for f in binding["failed"]:
-            lines.append(f"{indent}  binding FAILURE {f['condition']} on {f['device']}: {f.get('message') or f.get('reason') or 'True'}")
+            lines.append(
+                f"{indent}  binding FAILURE {f['condition']} on {f['device']}: {f.get('message') or f.get('reason') or 'True'}"
+            )
     for d in story.get("devices") or []:
-        extra = "".join(f" {k}={v}" for k, v in (("share", d.get("shareID")), ("admin", d.get("adminAccess")),
-                                                   ("consumed", d.get("consumedCapacity"))) if v)
+        extra = "".join(
+            f" {k}={v}"
+            for k, v in (
+                ("share", d.get("shareID")),
+                ("admin", d.get("adminAccess")),
+                ("consumed", d.get("consumedCapacity")),
+            )
+            if v
+        )
         lines.append(f"{indent}  {d['request']}: {d['device']}{extra}")
     lines += _requests(story, indent + "  ", wide)
     lines += _events(story.get("events") or [], indent + "  ")
@@ -110,8 +129,10 @@ def render_pod(report: Obj, wide: bool = False) -> str:
 
 def render_claim(report: Obj, wide: bool = False) -> str:
     story = report["claim"]
-    lines = [f"ResourceClaim {report['namespace']}/{story['claim']} [{story['state']}]"
-             + (f" (owner Pod {', '.join(report['ownerPods'])})" if report["ownerPods"] else "")]
+    lines = [
+        f"ResourceClaim {report['namespace']}/{story['claim']} [{story['state']}]"
+        + (f" (owner Pod {', '.join(report['ownerPods'])})" if report["ownerPods"] else "")
+    ]
     if story.get("verdict"):
         lines += _verdict(story["verdict"], wide)
     lines += _story(story, "  ", wide)

@@ -21,8 +21,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.dra.claimstate import allocated_at, binding_state, claim_state
-from ..core.dra.resourceclaim import allocation_results, claim_name, is_allocated, pod_claims
-from ..core.dra.resourceclaim import ClaimNotCreatedYet, UnsupportedPodClaim
+from ..core.dra.resourceclaim import (
+    ClaimNotCreatedYet,
+    UnsupportedPodClaim,
+    allocation_results,
+    claim_name,
+    is_allocated,
+    pod_claims,
+)
 from . import analysis
 
 Obj = dict[str, Any]
@@ -33,6 +39,7 @@ ADMIN_LABEL = "resource.kubernetes.io/admin-access"  # resource.DRAAdminNamespac
 @dataclass
 class World:
     """What explain reads from the cluster."""
+
     pods: list[Obj] = field(default_factory=list)
     claims: list[Obj] = field(default_factory=list)
     templates: list[Obj] = field(default_factory=list)
@@ -43,29 +50,56 @@ class World:
     events: list[Obj] = field(default_factory=list)
 
     def find(self, kind: str, namespace: str | None, name: str) -> Obj | None:
-        items = {"claims": self.claims, "templates": self.templates, "pods": self.pods,
-                 "namespaces": self.namespaces}[kind]
-        return next((o for o in items if o["metadata"]["name"] == name
-                     and (namespace is None or o["metadata"].get("namespace") == namespace)), None)
+        items = {"claims": self.claims, "templates": self.templates, "pods": self.pods, "namespaces": self.namespaces}[
+            kind
+        ]
+        return next(
+            (
+                o
+                for o in items
+                if o["metadata"]["name"] == name and (namespace is None or o["metadata"].get("namespace") == namespace)
+            ),
+            None,
+        )
 
     @property
     def class_map(self) -> dict[str, Obj]:
         return {c["metadata"]["name"]: c for c in self.classes}
 
     def events_for(self, kind: str, namespace: str, name: str, limit: int = 5) -> list[Obj]:
-        found = [e for e in self.events if (e.get("involvedObject") or {}).get("kind") == kind
-                 and (e.get("involvedObject") or {}).get("name") == name
-                 and e["metadata"].get("namespace") == namespace]
-        found.sort(key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or e["metadata"].get("creationTimestamp") or "")
-        return [{"type": e.get("type"), "reason": e.get("reason"), "message": e.get("message"),
-                 "count": e.get("count") or 1, "last": e.get("lastTimestamp") or e.get("eventTime")}
-                for e in found[-limit:]]
+        found = [
+            e
+            for e in self.events
+            if (e.get("involvedObject") or {}).get("kind") == kind
+            and (e.get("involvedObject") or {}).get("name") == name
+            and e["metadata"].get("namespace") == namespace
+        ]
+        found.sort(
+            key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or e["metadata"].get("creationTimestamp") or ""
+        )
+        return [
+            {
+                "type": e.get("type"),
+                "reason": e.get("reason"),
+                "message": e.get("message"),
+                "count": e.get("count") or 1,
+                "last": e.get("lastTimestamp") or e.get("eventTime"),
+            }
+            for e in found[-limit:]
+        ]
 
 
 def _devices(claim: Obj) -> list[Obj]:
-    return [{"request": r["request"], "device": f"{r['driver']}/{r['pool']}/{r['device']}",
-             "adminAccess": r.get("adminAccess") or None, "shareID": r.get("shareID"),
-             "consumedCapacity": r.get("consumedCapacity")} for r in allocation_results(claim)]
+    return [
+        {
+            "request": r["request"],
+            "device": f"{r['driver']}/{r['pool']}/{r['device']}",
+            "adminAccess": r.get("adminAccess") or None,
+            "shareID": r.get("shareID"),
+            "consumedCapacity": r.get("consumedCapacity"),
+        }
+        for r in allocation_results(claim)
+    ]
 
 
 def _template_admin_problem(template: Obj, namespace: Obj | None) -> str | None:
@@ -73,8 +107,10 @@ def _template_admin_problem(template: Obj, namespace: Obj | None) -> str | None:
     if any((r.get("exactly") or {}).get("adminAccess") for r in requests):
         labels = (namespace or {}).get("metadata", {}).get("labels") or {}
         if labels.get(ADMIN_LABEL) != "true":
-            return (f"the template asks for admin access, which the API server refuses unless namespace "
-                    f"{template['metadata'].get('namespace')} has the label {ADMIN_LABEL}=true")
+            return (
+                f"the template asks for admin access, which the API server refuses unless namespace "
+                f"{template['metadata'].get('namespace')} has the label {ADMIN_LABEL}=true"
+            )
     return None
 
 
@@ -90,16 +126,30 @@ def pod_claim_story(world: World, pod: Obj, pod_claim: Obj) -> Obj:
         events = world.events_for("Pod", namespace, pod["metadata"]["name"])
         creation = [e for e in events if e["reason"] == "FailedResourceClaimCreation"]
         if template is None:
-            return story | {"state": "template-missing", "template": template_name, "events": creation or events,
-                            "summary": f"ResourceClaimTemplate {template_name} does not exist in namespace {namespace}: "
-                                       "create it; the claim is made as soon as it exists"}
+            return story | {
+                "state": "template-missing",
+                "template": template_name,
+                "events": creation or events,
+                "summary": f"ResourceClaimTemplate {template_name} does not exist in namespace {namespace}: "
+                "create it; the claim is made as soon as it exists",
+            }
         admin = _template_admin_problem(template, world.find("namespaces", None, namespace))
-        summary = (f"no ResourceClaim made from template {template_name} yet"
-                   + (f": {admin}" if admin else
-                      (f": {creation[-1]['message']}" if creation else
-                       ": is a claims controller running (the claims operator, or kube-controller-manager's "
-                       "resourceclaim-controller)?")))
-        return story | {"state": "not-created", "template": template_name, "events": creation or events, "summary": summary}
+        summary = f"no ResourceClaim made from template {template_name} yet" + (
+            f": {admin}"
+            if admin
+            else (
+                f": {creation[-1]['message']}"
+                if creation
+                else ": is a claims controller running (the claims operator, or kube-controller-manager's "
+                "resourceclaim-controller)?"
+            )
+        )
+        return story | {
+            "state": "not-created",
+            "template": template_name,
+            "events": creation or events,
+            "summary": summary,
+        }
     except UnsupportedPodClaim as e:
         return story | {"state": "invalid", "summary": str(e), "events": []}
     if not name:
@@ -107,8 +157,11 @@ def pod_claim_story(world: World, pod: Obj, pod_claim: Obj) -> Obj:
     story["claim"] = name
     claim = world.find("claims", namespace, name)
     if claim is None:
-        return story | {"state": "claim-missing", "events": world.events_for("Pod", namespace, pod["metadata"]["name"]),
-                        "summary": f"ResourceClaim {name} does not exist in namespace {namespace}"}
+        return story | {
+            "state": "claim-missing",
+            "events": world.events_for("Pod", namespace, pod["metadata"]["name"]),
+            "summary": f"ResourceClaim {name} does not exist in namespace {namespace}",
+        }
     return story | claim_story(world, claim)
 
 
@@ -141,10 +194,13 @@ def claim_story(world: World, claim: Obj) -> Obj:
         if state == "binding":
             waits = ", ".join(f"{p['condition']} on {p['device']}" for p in binding["pending"])
             summary += f"; the scheduler waits for binding conditions: {waits}" + (
-                f" (since {binding['since']})" if binding["since"] else "")
+                f" (since {binding['since']})" if binding["since"] else ""
+            )
         elif state == "binding-failed":
-            failures = ", ".join(f"{f['condition']} on {f['device']}" + (f": {f['message']}" if f.get("message") else "")
-                                 for f in binding["failed"])
+            failures = ", ".join(
+                f"{f['condition']} on {f['device']}" + (f": {f['message']}" if f.get("message") else "")
+                for f in binding["failed"]
+            )
             summary += f"; binding failed: {failures} (the scheduler deallocates and tries again)"
     story["summary"] = summary
     return story
@@ -160,10 +216,11 @@ def _scheduled(pod: Obj) -> Obj | None:
 def _request_section(reports: list[list[analysis.AlternativeReport]], notes: list[str]) -> Obj:
     out = []
     for alternatives in reports:
-        entry = {"name": alternatives[0].request.parent or alternatives[0].request.name,
-                 "alternatives": [a.to_json() for a in alternatives]}
-        entry["verdict"] = ("enough devices fit" if any(a.enough for a in alternatives)
-                            else "not enough devices fit")
+        entry = {
+            "name": alternatives[0].request.parent or alternatives[0].request.name,
+            "alternatives": [a.to_json() for a in alternatives],
+        }
+        entry["verdict"] = "enough devices fit" if any(a.enough for a in alternatives) else "not enough devices fit"
         out.append(entry)
     return {"requests": out, "constraints": notes}
 
@@ -185,31 +242,43 @@ def explain_pod(world: World, pod: Obj) -> Obj:
             claim = world.find("claims", namespace, story["claim"])
             reports, notes = analysis.analyse_claim(claim, world.class_map, world.slices, usable, state)
             story.update(_request_section(reports, notes))
-            story["summary"] = "not allocated: " + "; ".join(
-                f"{r['name']}: {r['verdict']}" for r in story["requests"])
+            story["summary"] = "not allocated: " + "; ".join(f"{r['name']}: {r['verdict']}" for r in story["requests"])
     report: Obj = {
-        "pod": {"namespace": namespace, "name": pod["metadata"]["name"],
-                "phase": (pod.get("status") or {}).get("phase"), "node": (pod.get("spec") or {}).get("nodeName"),
-                "scheduled": _scheduled(pod)},
+        "pod": {
+            "namespace": namespace,
+            "name": pod["metadata"]["name"],
+            "phase": (pod.get("status") or {}).get("phase"),
+            "node": (pod.get("spec") or {}).get("nodeName"),
+            "scheduled": _scheduled(pod),
+        },
         "claims": stories,
         "nodes": {"usable": [n["metadata"]["name"] for n in usable], "rejected": rejected},
     }
     blocked = [s for s in stories if s["state"] in ("template-missing", "claim-missing", "not-created", "invalid")]
     spec = pod.get("spec") or {}
     if spec.get("schedulingGates"):
-        report["note"] = ("the Pod has scheduling gates (" + ", ".join(g.get("name", "") for g in spec["schedulingGates"])
-                          + "): the scheduler does not look at it until they are removed")
+        report["note"] = (
+            "the Pod has scheduling gates ("
+            + ", ".join(g.get("name", "") for g in spec["schedulingGates"])
+            + "): the scheduler does not look at it until they are removed"
+        )
     if blocked:
-        report["verdict"] = {"allocatable": False, "summary": "waiting for claims: " + "; ".join(
-            f"{s['podClaim']}: {s['state']}" for s in blocked)}
+        report["verdict"] = {
+            "allocatable": False,
+            "summary": "waiting for claims: " + "; ".join(f"{s['podClaim']}: {s['state']}" for s in blocked),
+        }
     elif not existing:
         report["verdict"] = {"allocatable": True, "summary": "the Pod uses no ResourceClaim"}
     elif spec.get("nodeName") and not pending:
         report["verdict"] = {"allocatable": True, "summary": f"on node {spec['nodeName']}, every claim allocated"}
     elif spec.get("nodeName") and pending:
-        report["verdict"] = {"allocatable": False, "summary": (
-            f"the Pod was bound to node {spec['nodeName']} without the scheduler (spec.nodeName): nobody allocates "
-            "its claims; let the scheduler place it (nodeSelector or affinity instead of nodeName)")}
+        report["verdict"] = {
+            "allocatable": False,
+            "summary": (
+                f"the Pod was bound to node {spec['nodeName']} without the scheduler (spec.nodeName): nobody allocates "
+                "its claims; let the scheduler place it (nodeSelector or affinity instead of nodeName)"
+            ),
+        }
     else:
         report["verdict"] = analysis.verdict(pod, existing, world.nodes, world.slices, world.class_map, state).to_json()
     report["events"] = world.events_for("Pod", namespace, pod["metadata"]["name"])

@@ -22,15 +22,18 @@ def _state_or_exit(name: str, run_dir: Path | None) -> LabState:
     directory = Path(run_dir) if run_dir else paths.run_dir(name)
     state = LabState.load(directory)
     if state is None:
-        raise click.ClickException(f"no lab named {name!r} (nothing in {directory}); start one with "
-                                   "`dra-operators lab up`")
+        raise click.ClickException(
+            f"no lab named {name!r} (nothing in {directory}); start one with `dra-operators lab up`"
+        )
     return state
 
 
-name_option = click.option("--name", default="default", show_default=True,
-                           help="Lab name; labs with different names run side by side.")
-run_dir_option = click.option("--run-dir", type=click.Path(path_type=Path),
-                              help="State and logs directory (default: <lab home>/runs/<name>).")
+name_option = click.option(
+    "--name", default="default", show_default=True, help="Lab name; labs with different names run side by side."
+)
+run_dir_option = click.option(
+    "--run-dir", type=click.Path(path_type=Path), help="State and logs directory (default: <lab home>/runs/<name>)."
+)
 
 
 @click.group("lab")
@@ -44,35 +47,66 @@ def lab() -> None:
 @name_option
 @run_dir_option
 @click.option("--nodes", default=1, show_default=True, help="kwok Nodes to create (lab-node-0, ...).")
-@click.option("--real-nodes", default=0, show_default=True,
-              help="Real Nodes to add (lab-real-0, ...): a kubelet and a containerd each, with runc, "
-                   "a bridge pod network and local busybox images (needs `make lab-build-node` and root).")
-@click.option("--upstream-controllers", is_flag=True,
-              help="Run upstream's resourceclaim, device-taint-eviction and resourcepoolstatusrequest controllers in "
-                   "kube-controller-manager (the reference to compare the operators against).")
-@click.option("--scheduler-config", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="A KubeSchedulerConfiguration file (for example DynamicResources bindingTimeout).")
-@click.option("--deploy", is_flag=True,
-              help="Then deploy the project onto the real nodes as on kind: build and import the image "
-                   "(make image), apply config/deviceclasses and the kind overlay, wait for the rollout.")
+@click.option(
+    "--real-nodes",
+    default=0,
+    show_default=True,
+    help="Real Nodes to add (lab-real-0, ...): a kubelet and a containerd each, with runc, "
+    "a bridge pod network and local busybox images (needs `make lab-build-node` and root).",
+)
+@click.option(
+    "--upstream-controllers",
+    is_flag=True,
+    help="Run upstream's resourceclaim, device-taint-eviction and resourcepoolstatusrequest controllers in "
+    "kube-controller-manager (the reference to compare the operators against).",
+)
+@click.option(
+    "--scheduler-config",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="A KubeSchedulerConfiguration file (for example DynamicResources bindingTimeout).",
+)
+@click.option(
+    "--deploy",
+    is_flag=True,
+    help="Then deploy the project onto the real nodes as on kind: build and import the image "
+    "(make image), apply config/deviceclasses and the kind overlay, wait for the rollout.",
+)
 @click.option("--foreground", is_flag=True, help="Stay attached; Ctrl-C tears the lab down.")
 @click.option("--timeout", default=180.0, show_default=True, help="Seconds to wait for readiness.")
-def up(name: str, run_dir: Path | None, nodes: int, real_nodes: int, upstream_controllers: bool,
-       scheduler_config: Path | None, deploy: bool, foreground: bool, timeout: float) -> None:
+def up(
+    name: str,
+    run_dir: Path | None,
+    nodes: int,
+    real_nodes: int,
+    upstream_controllers: bool,
+    scheduler_config: Path | None,
+    deploy: bool,
+    foreground: bool,
+    timeout: float,
+) -> None:
     """Start a lab and wait until Pods can be scheduled on its Nodes."""
     if deploy and not real_nodes:
         raise click.UsageError("--deploy runs the operators as Pods, which needs real nodes: add --real-nodes 2")
-    options = LabOptions(name=name, nodes=nodes, upstream_controllers=upstream_controllers, real_nodes=real_nodes,
-                         run_dir=run_dir, startup_timeout=timeout,
-                         scheduler_config=yaml.safe_load(scheduler_config.read_text()) if scheduler_config else None)
+    options = LabOptions(
+        name=name,
+        nodes=nodes,
+        upstream_controllers=upstream_controllers,
+        real_nodes=real_nodes,
+        run_dir=run_dir,
+        startup_timeout=timeout,
+        scheduler_config=yaml.safe_load(scheduler_config.read_text()) if scheduler_config else None,
+    )
     missing = paths.missing_binaries(options.resolved_bin_dir())
     if missing:
-        raise click.ClickException(f"lab binaries missing in {options.resolved_bin_dir()}: {', '.join(missing)}. "
-                                   "Run `make lab-build` first.")
+        raise click.ClickException(
+            f"lab binaries missing in {options.resolved_bin_dir()}: {', '.join(missing)}. Run `make lab-build` first."
+        )
     missing = paths.missing_real_node_binaries(options.resolved_bin_dir()) if real_nodes else []
     if missing:
-        raise click.ClickException(f"real-node binaries missing in {options.resolved_bin_dir()}: "
-                                   f"{', '.join(missing)}. Run `make lab-build-node` first.")
+        raise click.ClickException(
+            f"real-node binaries missing in {options.resolved_bin_dir()}: "
+            f"{', '.join(missing)}. Run `make lab-build-node` first."
+        )
     if foreground:
         stop = threading.Event()
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
@@ -87,13 +121,16 @@ def up(name: str, run_dir: Path | None, nodes: int, real_nodes: int, upstream_co
 
 
 def _deploy(state: LabState, options: LabOptions) -> None:
-    from .deploy import DeployError, Target, deploy as deploy_onto
+    from .deploy import DeployError, Target
+    from .deploy import deploy as deploy_onto
 
     try:
         deploy_onto(Target.of(state, options.resolved_bin_dir()), progress=lambda m: click.echo(m, err=True))
     except (DeployError, OSError, subprocess.CalledProcessError) as e:
-        raise click.ClickException(f"deploying onto lab {options.name!r} failed (the lab keeps running; "
-                                   f"`dra-operators lab down` stops it): {e}") from None
+        raise click.ClickException(
+            f"deploying onto lab {options.name!r} failed (the lab keeps running; "
+            f"`dra-operators lab down` stops it): {e}"
+        ) from None
 
 
 def _announce(lab_: Lab, stop: threading.Event, deploy: bool, options: LabOptions) -> None:
@@ -117,15 +154,20 @@ def _up_detached(options: LabOptions, timeout: float) -> LabState:
     run_dir = options.resolved_run_dir()
     existing = LabState.load(run_dir)
     if existing and existing.supervisor_pid and process.alive(existing.supervisor_pid):
-        raise click.ClickException(f"lab {options.name!r} is already running (pid {existing.supervisor_pid}); "
-                                   "`dra-operators lab down` first, or use --name")
+        raise click.ClickException(
+            f"lab {options.name!r} is already running (pid {existing.supervisor_pid}); "
+            "`dra-operators lab down` first, or use --name"
+        )
     (run_dir / "logs").mkdir(parents=True, exist_ok=True)
     (run_dir / "lab.json").unlink(missing_ok=True)
     log = run_dir / "logs" / "supervisor.log"
     log.write_text("")
     supervisor = process.spawn(
         [sys.executable, "-m", "operators.lab.supervisor", "--options", options_to_json(options)],
-        log, env=dict(os.environ), tie_to_parent=False)
+        log,
+        env=dict(os.environ),
+        tie_to_parent=False,
+    )
     shown = 0
     deadline = time.monotonic() + timeout + 30
     try:
@@ -163,11 +205,15 @@ def down(name: str, run_dir: Path | None) -> None:
             process.terminate(pid)
     left = [str(p) for p in [state.supervisor_pid, *state.pids.values()] if p and process.alive(p)]
     # Containers, shims, mounts and bridges of real nodes (done already unless the supervisor died).
-    problems = [f"{raw['name']}: {problem}" for raw in state.real_nodes
-                for problem in realnode.cleanup(realnode.RealNodeInfo(**raw), paths.bin_dir() / "runc")]
+    problems = [
+        f"{raw['name']}: {problem}"
+        for raw in state.real_nodes
+        for problem in realnode.cleanup(realnode.RealNodeInfo(**raw), paths.bin_dir() / "runc")
+    ]
     if left or problems:
-        raise click.ClickException("; ".join(([f"processes still running: {' '.join(left)}"] if left else [])
-                                             + problems))
+        raise click.ClickException(
+            "; ".join(([f"processes still running: {' '.join(left)}"] if left else []) + problems)
+        )
     if was_running:
         click.echo(f"lab {name!r} stopped", err=True)
     else:  # a stale state: say so, the lab the user means may live in another --run-dir
@@ -189,8 +235,16 @@ def status(name: str, run_dir: Path | None) -> None:
         healthy = False
         click.echo("no component running")
     kubectl = paths.bin_dir() / "kubectl"
-    ready = subprocess.run([str(kubectl), f"--kubeconfig={state.kubeconfig}", "get", "--raw", "/readyz"],
-                           capture_output=True, text=True, timeout=20) if kubectl.exists() else None
+    ready = (
+        subprocess.run(
+            [str(kubectl), f"--kubeconfig={state.kubeconfig}", "get", "--raw", "/readyz"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
+        if kubectl.exists()
+        else None
+    )
     readyz = ready.stdout.strip() if ready and ready.returncode == 0 else "unreachable"
     healthy &= readyz == "ok"
     click.echo(f"{'apiserver /readyz':<26} {readyz}  ({state.server})")
@@ -207,13 +261,26 @@ def status(name: str, run_dir: Path | None) -> None:
         files = info.files()
         ready = "unknown"
         if kubectl.exists():
-            got = subprocess.run([str(kubectl), f"--kubeconfig={state.kubeconfig}", "get", "node", info.name, "-o",
-                                  "jsonpath={.status.conditions[?(@.type=='Ready')].status}"],
-                                 capture_output=True, text=True, timeout=20)
+            got = subprocess.run(
+                [
+                    str(kubectl),
+                    f"--kubeconfig={state.kubeconfig}",
+                    "get",
+                    "node",
+                    info.name,
+                    "-o",
+                    "jsonpath={.status.conditions[?(@.type=='Ready')].status}",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=20,
+            )
             ready = {"True": "Ready", "False": "NotReady"}.get(got.stdout.strip(), "unknown")
         healthy &= ready == "Ready"
-        click.echo(f"{'node ' + info.name:<26} {ready}  kubelet {info.node_ip}:{info.kubelet_port}, pods {info.subnet} "
-                   f"on {info.bridge}")
+        click.echo(
+            f"{'node ' + info.name:<26} {ready}  kubelet {info.node_ip}:{info.kubelet_port}, pods {info.subnet} "
+            f"on {info.bridge}"
+        )
         click.echo(f"{'':<26} root {files.root}  (plugins_registry, plugins, cdi, pods, containerd.sock)")
     click.echo(f"export KUBECONFIG={state.kubeconfig}")
     if not healthy:
@@ -223,11 +290,19 @@ def status(name: str, run_dir: Path | None) -> None:
 @lab.command("env")
 @name_option
 @run_dir_option
-@click.option("--via-proxy", is_flag=True,
-              help="The kubeconfig whose server is toxiproxy in front of kube-apiserver: clients "
-                   "using it suffer `lab net` faults.")
-@click.option("--identity", type=click.Choice(list(IDENTITIES)), default="admin", show_default=True,
-              help="Whose client certificate the kubeconfig holds.")
+@click.option(
+    "--via-proxy",
+    is_flag=True,
+    help="The kubeconfig whose server is toxiproxy in front of kube-apiserver: clients "
+    "using it suffer `lab net` faults.",
+)
+@click.option(
+    "--identity",
+    type=click.Choice(list(IDENTITIES)),
+    default="admin",
+    show_default=True,
+    help="Whose client certificate the kubeconfig holds.",
+)
 def env(name: str, run_dir: Path | None, via_proxy: bool, identity: str) -> None:
     """Print the shell line that points kubectl and the operators at the lab."""
     state = _state_or_exit(name, run_dir)
@@ -242,6 +317,7 @@ def env(name: str, run_dir: Path | None, via_proxy: bool, identity: str) -> None
 
 # -- faults -------------------------------------------------------------------------------------
 
+
 def _ask(name: str, run_dir: Path | None, body: dict, timeout: float = 300.0):
     """Have the process that owns the lab do it (see operators/lab/control.py for why)."""
     state = _state_or_exit(name, run_dir)
@@ -255,8 +331,13 @@ def _ask(name: str, run_dir: Path | None, body: dict, timeout: float = 300.0):
 @click.argument("component", metavar=f"[{'|'.join(COMPONENTS)}|kubelet-<node>|containerd-<node>]")
 @name_option
 @run_dir_option
-@click.option("--downtime", default=0.0, show_default=True, metavar="SECONDS",
-              help="Keep the component down this long before starting it again.")
+@click.option(
+    "--downtime",
+    default=0.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="Keep the component down this long before starting it again.",
+)
 @click.option("--kill", is_flag=True, help="SIGKILL instead of SIGTERM (a crash: no graceful shutdown).")
 def restart(component: str, name: str, run_dir: Path | None, downtime: float, kill: bool) -> None:
     """Restart one component on the same ports with the same data; return when it is ready.
@@ -265,16 +346,19 @@ def restart(component: str, name: str, run_dir: Path | None, downtime: float, ki
     etcd keeps its data directory. The lab's owning process does the restart, so the new
     process dies with the lab like the others."""
     result = _ask(name, run_dir, {"op": "restart", "component": component, "downtime": downtime, "kill": kill})
-    click.echo(f"lab: {component} restarted in {result['seconds']}s (pid {result['old_pid']} -> {result['pid']})",
-               err=True)
+    click.echo(
+        f"lab: {component} restarted in {result['seconds']}s (pid {result['old_pid']} -> {result['pid']})", err=True
+    )
 
 
 @lab.command("compact")
 @name_option
 @run_dir_option
-@click.option("--keep-apiserver", is_flag=True,
-              help="Only compact etcd; kube-apiserver's watch cache then still serves old "
-                   "resourceVersions (see README).")
+@click.option(
+    "--keep-apiserver",
+    is_flag=True,
+    help="Only compact etcd; kube-apiserver's watch cache then still serves old resourceVersions (see README).",
+)
 def compact(name: str, run_dir: Path | None, keep_apiserver: bool) -> None:
     """Compact etcd at its current revision and restart kube-apiserver: every watch resuming
     from an older resourceVersion gets 410 Gone and must relist. Prints the revision."""
@@ -297,8 +381,13 @@ def _net(ctx_name: str, run_dir: Path | None, verb: str, **args) -> None:
     click.echo(line)
 
 
-for_option = click.option("--for", "seconds", type=float, metavar="SECONDS",
-                          help="Undo after this many seconds (default: until `lab net heal`).")
+for_option = click.option(
+    "--for",
+    "seconds",
+    type=float,
+    metavar="SECONDS",
+    help="Undo after this many seconds (default: until `lab net heal`).",
+)
 
 
 @net.command("cut")

@@ -16,9 +16,10 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import yaml
 
@@ -107,8 +108,7 @@ def free_ports(count: int) -> list[int]:
         fcntl.flock(lock, fcntl.LOCK_EX)
         now = time.time()
         try:
-            recent = {int(p): t for p, t in json.loads(_HANDED_OUT.read_text()).items()
-                      if now - t < _HANDED_OUT_FOR}
+            recent = {int(p): t for p, t in json.loads(_HANDED_OUT.read_text()).items() if now - t < _HANDED_OUT_FOR}
         except (OSError, ValueError, AttributeError):
             recent = {}
         sockets: list[socket.socket] = []
@@ -155,7 +155,7 @@ class LabState:
     real_nodes: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
-    def load(cls, run_dir: Path) -> "LabState | None":
+    def load(cls, run_dir: Path) -> LabState | None:
         try:
             return cls(**json.loads((run_dir / "lab.json").read_text()))
         except (OSError, ValueError, TypeError):
@@ -226,8 +226,10 @@ class Lab:
         """A kubeconfig of one of the lab's identities (``IDENTITIES``: admin,
         kube-controller-manager, kube-scheduler, kwok) whose server is the proxy."""
         if identity not in IDENTITIES:
-            raise LabError(f"unknown identity {identity!r}; the lab has {', '.join(IDENTITIES)} "
-                           "(for any other, e.g. a ServiceAccount token: via_proxy(kubeconfig))")
+            raise LabError(
+                f"unknown identity {identity!r}; the lab has {', '.join(IDENTITIES)} "
+                "(for any other, e.g. a ServiceAccount token: via_proxy(kubeconfig))"
+            )
         return self.files.kubeconfig_via_proxy(identity)
 
     def via_proxy(self, kubeconfig: Path | str, destination: Path | str | None = None) -> Path:
@@ -241,30 +243,40 @@ class Lab:
         return target
 
     def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
-        return subprocess.run([str(self.bin_dir / "kubectl"), f"--kubeconfig={self.kubeconfig}", *args],
-                              input=input, capture_output=True, text=True, check=check)
+        return subprocess.run(
+            [str(self.bin_dir / "kubectl"), f"--kubeconfig={self.kubeconfig}", *args],
+            input=input,
+            capture_output=True,
+            text=True,
+            check=check,
+        )
 
     def start(self) -> None:
         missing = paths.missing_binaries(self.bin_dir)
         if missing:
-            raise LabError(f"lab binaries missing in {self.bin_dir}: {', '.join(missing)}. "
-                           "Run `make lab-build` (needs a Go >= 1.26 toolchain) or set DRA_LAB_BIN_DIR.")
+            raise LabError(
+                f"lab binaries missing in {self.bin_dir}: {', '.join(missing)}. "
+                "Run `make lab-build` (needs a Go >= 1.26 toolchain) or set DRA_LAB_BIN_DIR."
+            )
         if self.options.real_nodes:
             missing = paths.missing_real_node_binaries(self.bin_dir)
             if missing:
-                raise LabError(f"real-node binaries missing in {self.bin_dir}: {', '.join(missing)}. "
-                               "Run `make lab-build-node`.")
+                raise LabError(
+                    f"real-node binaries missing in {self.bin_dir}: {', '.join(missing)}. Run `make lab-build-node`."
+                )
         existing = LabState.load(self.run_dir)
         if existing and any(process.alive(p) for p in existing.pids.values()):
-            raise LabError(f"a lab named {self.options.name!r} is already running in {self.run_dir}; "
-                           "run `dra-operators lab down` first or pick another --name")
+            raise LabError(
+                f"a lab named {self.options.name!r} is already running in {self.run_dir}; "
+                "run `dra-operators lab down` first or pick another --name"
+            )
         started = time.monotonic()
         for stale in existing.real_nodes if existing else []:  # a lab that died without stopping
             realnode.cleanup(RealNodeInfo(**stale), self.bin_dir / "runc")
         self._prepare_run_dir()
         self._all_gates = components.dra_feature_gates(
-            subprocess.run([str(self.bin_dir / "kube-apiserver"), "--help"],
-                           capture_output=True, text=True).stdout)
+            subprocess.run([str(self.bin_dir / "kube-apiserver"), "--help"], capture_output=True, text=True).stdout
+        )
         self._gates = self._enabled_gates()
         self._write_configs()
         try:
@@ -284,16 +296,19 @@ class Lab:
                 self.wait_node_schedulable(f"lab-node-{i}")
             if self.options.real_nodes:
                 self._start_real_nodes()
-            self._wait("default ServiceAccount", lambda: self._api_ok(
-                "/api/v1/namespaces/default/serviceaccounts/default"))
+            self._wait(
+                "default ServiceAccount", lambda: self._api_ok("/api/v1/namespaces/default/serviceaccounts/default")
+            )
             self._control = control.ControlServer(self, self.files.control_socket)
             self._control.start()
         except BaseException:
             self.stop()
             raise
         self._save_state(ready=True)
-        self._log(f"lab {self.options.name!r} ready in {time.monotonic() - started:.1f}s at {self.server} "
-                  f"(kubeconfig {self.kubeconfig})")
+        self._log(
+            f"lab {self.options.name!r} ready in {time.monotonic() - started:.1f}s at {self.server} "
+            f"(kubeconfig {self.kubeconfig})"
+        )
 
     def stop(self) -> None:
         if self._control is not None:
@@ -397,8 +412,12 @@ class Lab:
     def ctr(self, node: str, *args: str, check: bool = True) -> subprocess.CompletedProcess:
         """containerd's ``ctr`` on a real node, namespace k8s.io."""
         files = self.real_node(node)
-        return subprocess.run([str(self.bin_dir / "ctr"), f"--address={files.containerd_socket}",
-                               "--namespace=k8s.io", *args], capture_output=True, text=True, check=check)
+        return subprocess.run(
+            [str(self.bin_dir / "ctr"), f"--address={files.containerd_socket}", "--namespace=k8s.io", *args],
+            capture_output=True,
+            text=True,
+            check=check,
+        )
 
     # -- real nodes ---------------------------------------------------------------------------
 
@@ -417,8 +436,16 @@ class Lab:
             bridge = realnode.bridge_name(self.run_dir, i)
             subnet = realnode.claim_bridge(bridge, self.run_dir, i)
             files = RealNodeFiles(components.real_node_root(self.run_dir, name), name)
-            self.real_nodes.append(RealNodeInfo(name=name, root=str(files.root), bridge=bridge, subnet=subnet,
-                                                kubelet_port=ports[2 * i], healthz_port=ports[2 * i + 1]))
+            self.real_nodes.append(
+                RealNodeInfo(
+                    name=name,
+                    root=str(files.root),
+                    bridge=bridge,
+                    subnet=subnet,
+                    kubelet_port=ports[2 * i],
+                    healthz_port=ports[2 * i + 1],
+                )
+            )
         self._start_watchdog()
 
     def _start_real_nodes(self) -> None:
@@ -438,17 +465,19 @@ class Lab:
         for info in self.real_nodes:
             self._wait(f"containerd-{info.name}", self._ready_check(f"containerd-{info.name}"))
             for name, archive in archives.items():
-                self.ctr(info.name, "images", "import", "--snapshotter=overlayfs",
-                         str(archive))
+                self.ctr(info.name, "images", "import", "--snapshotter=overlayfs", str(archive))
             self._start_component(f"kubelet-{info.name}")
         for info in self.real_nodes:
             self._wait(f"kubelet-{info.name}", self._ready_check(f"kubelet-{info.name}"))
             self.wait_node_schedulable(info.name, timeout=self.options.startup_timeout)
             node = self.api("GET", f"/api/v1/nodes/{info.name}")
             if not node.get("spec", {}).get("podCIDR"):
-                self.api("PATCH", f"/api/v1/nodes/{info.name}",
-                         {"spec": {"podCIDR": info.subnet, "podCIDRs": [info.subnet]}},
-                         content_type="application/merge-patch+json")
+                self.api(
+                    "PATCH",
+                    f"/api/v1/nodes/{info.name}",
+                    {"spec": {"podCIDR": info.subnet, "podCIDRs": [info.subnet]}},
+                    content_type="application/merge-patch+json",
+                )
         self._log(f"lab: {len(self.real_nodes)} real node(s) ready in {time.monotonic() - started:.1f}s")
 
     def _write_real_node_files(self, info: RealNodeInfo) -> None:
@@ -457,16 +486,33 @@ class Lab:
         link.parent.mkdir(exist_ok=True)
         link.unlink(missing_ok=True)
         link.symlink_to(files.root)
-        for directory in (files.kubelet_root, files.plugins_registry, files.plugins, files.pod_logs, files.cdi,
-                          files.cni_conf_dir, files.cni_ipam, files.containerd_root, files.containerd_state):
+        for directory in (
+            files.kubelet_root,
+            files.plugins_registry,
+            files.plugins,
+            files.pod_logs,
+            files.cdi,
+            files.cni_conf_dir,
+            files.cni_ipam,
+            files.containerd_root,
+            files.containerd_state,
+        ):
             directory.mkdir(parents=True, exist_ok=True)
         files.containerd_config.write_text(components.build_containerd_config(files, self.bin_dir, images.PAUSE_IMAGE))
-        (files.cni_conf_dir / "10-lab.conflist").write_text(json.dumps(
-            components.build_cni_config(info.bridge, info.subnet, files.cni_ipam), indent=2))
+        (files.cni_conf_dir / "10-lab.conflist").write_text(
+            json.dumps(components.build_cni_config(info.bridge, info.subnet, files.cni_ipam), indent=2)
+        )
         cert, key = self.pki.client(info.name)
-        files.kubeconfig.write_text(yaml.safe_dump(components.build_kubeconfig(self.server, self.pki.ca_cert, cert, key)))
-        files.kubelet_config.write_text(yaml.safe_dump(components.build_kubelet_config(
-            files, info.node_ip, info.kubelet_port, info.healthz_port, self.pki.ca_cert, self._kubelet_gates)))
+        files.kubeconfig.write_text(
+            yaml.safe_dump(components.build_kubeconfig(self.server, self.pki.ca_cert, cert, key))
+        )
+        files.kubelet_config.write_text(
+            yaml.safe_dump(
+                components.build_kubelet_config(
+                    files, info.node_ip, info.kubelet_port, info.healthz_port, self.pki.ca_cert, self._kubelet_gates
+                )
+            )
+        )
 
     def _start_mount_namespace(self, info: RealNodeInfo) -> None:
         """A process holding a mount namespace (``mountns-<node>``) in which the node's kubelet
@@ -487,10 +533,21 @@ class Lab:
         realnode.write_watch_state(state, self.real_nodes)
         if self._watchdog is None or self._watchdog.poll() is not None:
             self._watchdog = process.spawn(
-                [sys.executable, "-c", "import sys; from operators.lab.realnode import main; sys.exit(main())",
-                 "--watch", str(os.getpid()),
-                 "--state", str(state), "--runc", str(self.bin_dir / "runc")],
-                self.files.logs / "real-node-watchdog.log", env=dict(os.environ), tie_to_parent=False)
+                [
+                    sys.executable,
+                    "-c",
+                    "import sys; from operators.lab.realnode import main; sys.exit(main())",
+                    "--watch",
+                    str(os.getpid()),
+                    "--state",
+                    str(state),
+                    "--runc",
+                    str(self.bin_dir / "runc"),
+                ],
+                self.files.logs / "real-node-watchdog.log",
+                env=dict(os.environ),
+                tie_to_parent=False,
+            )
 
     def _stop_real_nodes(self) -> None:
         """kubelets first, then every container, then the containerds; mounts and bridges last."""
@@ -537,8 +594,7 @@ class Lab:
             except (OSError, urllib.error.URLError) as e:
                 self._log(f"lab: could not release the Lease of Node {meta['name']}: {e}")
 
-    def restart_controller_manager(self, upstream_controllers: bool,
-                                   api_limits: tuple[int, int] | None = None) -> None:
+    def restart_controller_manager(self, upstream_controllers: bool, api_limits: tuple[int, int] | None = None) -> None:
         """Switch between upstream's DRA controllers and ours (cheaper than a second lab);
         ``api_limits``: new client limits (QPS, burst), kept for later restarts."""
         with self._lock:
@@ -569,12 +625,15 @@ class Lab:
 
     def wait_node_schedulable(self, name: str, timeout: float = 60.0) -> None:
         """Ready, and the not-ready taint that admission adds removed by node-lifecycle."""
+
         def ready() -> bool:
             node = self.api("GET", f"/api/v1/nodes/{name}")
             conditions = {c["type"]: c["status"] for c in node.get("status", {}).get("conditions", [])}
             taints = node.get("spec", {}).get("taints") or []
             return conditions.get("Ready") == "True" and not any(
-                t["key"].startswith("node.kubernetes.io/") for t in taints)
+                t["key"].startswith("node.kubernetes.io/") for t in taints
+            )
+
         self._wait(f"node {name} schedulable", ready, timeout)
 
     def processes(self) -> dict[str, int]:
@@ -588,8 +647,9 @@ class Lab:
         """A synchronous admin call (the launcher has no event loop); JSON answers decoded.
         ``content_type``: e.g. ``application/merge-patch+json`` for a PATCH."""
         data = json.dumps(body).encode() if body is not None else None
-        request = urllib.request.Request(self.server + path, data=data, method=method,
-                                         headers={"Content-Type": content_type})
+        request = urllib.request.Request(
+            self.server + path, data=data, method=method, headers={"Content-Type": content_type}
+        )
         with urllib.request.urlopen(request, context=self._admin_tls(), timeout=30) as response:
             raw = response.read()
         try:
@@ -612,35 +672,59 @@ class Lab:
         # Each real node's kubelet has its own identity, so the Node authorizer and NodeRestriction apply.
         # Pods on a real node reach kube-apiserver at the node's address (toxiproxy forwards it;
         # there is no kube-proxy), so the serving certificate names every node's address.
-        self.pki.create({**IDENTITIES, **{realnode.node_name(i): (f"system:node:{realnode.node_name(i)}", "system:nodes")
-                                         for i in range(self.options.real_nodes)}},
-                        server_ips=[n.node_ip for n in self.real_nodes])
+        self.pki.create(
+            {
+                **IDENTITIES,
+                **{
+                    realnode.node_name(i): (f"system:node:{realnode.node_name(i)}", "system:nodes")
+                    for i in range(self.options.real_nodes)
+                },
+            },
+            server_ips=[n.node_ip for n in self.real_nodes],
+        )
         self._net = NetProxy(self.ports.toxiproxy, self.ports.apiserver_proxy)
 
     def _write_configs(self) -> None:
         for identity in IDENTITIES:
             cert, key = self.pki.client(identity)
-            self.files.kubeconfig(identity).write_text(yaml.safe_dump(
-                components.build_kubeconfig(self.server, self.pki.ca_cert, cert, key)))
-            self.files.kubeconfig_via_proxy(identity).write_text(yaml.safe_dump(
-                components.build_kubeconfig(self.proxy_server, self.pki.ca_cert, cert, key)))
-        self.files.toxiproxy_config.write_text(json.dumps(
-            proxy_config(self.ports.apiserver_proxy, self.ports.apiserver)
-            + [node_api_proxy(n.name, n.node_ip, self.ports.apiserver) for n in self.real_nodes]))
+            self.files.kubeconfig(identity).write_text(
+                yaml.safe_dump(components.build_kubeconfig(self.server, self.pki.ca_cert, cert, key))
+            )
+            self.files.kubeconfig_via_proxy(identity).write_text(
+                yaml.safe_dump(components.build_kubeconfig(self.proxy_server, self.pki.ca_cert, cert, key))
+            )
+        self.files.toxiproxy_config.write_text(
+            json.dumps(
+                proxy_config(self.ports.apiserver_proxy, self.ports.apiserver)
+                + [node_api_proxy(n.name, n.node_ip, self.ports.apiserver) for n in self.real_nodes]
+            )
+        )
         self._write_scheduler_config()
         self.files.kwok_stages.write_text(yaml.safe_dump_all(components.build_kwok_lab_stages()))
         self._save_state(ready=False)
 
     def _write_scheduler_config(self) -> None:
-        self.files.scheduler_config.write_text(yaml.safe_dump(components.build_scheduler_config(
-            self.files.kubeconfig("kube-scheduler"), self.options.scheduler_config)))
+        self.files.scheduler_config.write_text(
+            yaml.safe_dump(
+                components.build_scheduler_config(
+                    self.files.kubeconfig("kube-scheduler"), self.options.scheduler_config
+                )
+            )
+        )
 
     def _save_state(self, ready: bool) -> None:
         LabState(
-            name=self.options.name, run_dir=str(self.run_dir), kubeconfig=str(self.kubeconfig),
-            server=self.server, ports=asdict(self.ports), pids=self.processes(),
-            supervisor_pid=os.getpid(), ready=ready, upstream_controllers=self.upstream_controllers,
-            proxy_server=self.proxy_server, toxiproxy_api=f"http://127.0.0.1:{self.ports.toxiproxy}",
+            name=self.options.name,
+            run_dir=str(self.run_dir),
+            kubeconfig=str(self.kubeconfig),
+            server=self.server,
+            ports=asdict(self.ports),
+            pids=self.processes(),
+            supervisor_pid=os.getpid(),
+            ready=ready,
+            upstream_controllers=self.upstream_controllers,
+            proxy_server=self.proxy_server,
+            toxiproxy_api=f"http://127.0.0.1:{self.ports.toxiproxy}",
             real_nodes=[asdict(n) for n in self.real_nodes],
         ).save()
 
@@ -653,13 +737,26 @@ class Lab:
         return tuple(g for g in self.options.disabled_gates if g in self._all_gates)
 
     def _start_controller_manager(self) -> None:
-        self._start("kube-controller-manager", components.build_controller_manager_args(
-            self.bin_dir / "kube-controller-manager", self.files, self.ports, self._gates,
-            self.upstream_controllers, self.options.controller_manager_api_limits, off=self._gates_off()))
+        self._start(
+            "kube-controller-manager",
+            components.build_controller_manager_args(
+                self.bin_dir / "kube-controller-manager",
+                self.files,
+                self.ports,
+                self._gates,
+                self.upstream_controllers,
+                self.options.controller_manager_api_limits,
+                off=self._gates_off(),
+            ),
+        )
 
     def _start_scheduler(self) -> None:
-        self._start("kube-scheduler", components.build_scheduler_args(
-            self.bin_dir / "kube-scheduler", self.files, self.ports, self._gates, self._gates_off()))
+        self._start(
+            "kube-scheduler",
+            components.build_scheduler_args(
+                self.bin_dir / "kube-scheduler", self.files, self.ports, self._gates, self._gates_off()
+            ),
+        )
 
     def _start_component(self, name: str) -> None:
         if name == "kube-controller-manager":
@@ -669,25 +766,42 @@ class Lab:
         elif name == "etcd":
             self._start("etcd", components.build_etcd_args(self.bin_dir / "etcd", self.files, self.ports))
         elif name == "kube-apiserver":
-            self._start("kube-apiserver", components.build_apiserver_args(
-                self.bin_dir / "kube-apiserver", self.files, self.ports, self._gates, self._gates_off(),
-                real_nodes=self.options.real_nodes > 0))
+            self._start(
+                "kube-apiserver",
+                components.build_apiserver_args(
+                    self.bin_dir / "kube-apiserver",
+                    self.files,
+                    self.ports,
+                    self._gates,
+                    self._gates_off(),
+                    real_nodes=self.options.real_nodes > 0,
+                ),
+            )
         elif name == "kwok":
-            self._start("kwok", components.build_kwok_args(
-                self.bin_dir / "kwok", self.files, self.ports, paths.kwok_stages_dir(self.bin_dir)))
+            self._start(
+                "kwok",
+                components.build_kwok_args(
+                    self.bin_dir / "kwok", self.files, self.ports, paths.kwok_stages_dir(self.bin_dir)
+                ),
+            )
         elif name == "toxiproxy":
-            self._start("toxiproxy", components.build_toxiproxy_args(
-                self.bin_dir / "toxiproxy-server", self.files, self.ports))
+            self._start(
+                "toxiproxy", components.build_toxiproxy_args(self.bin_dir / "toxiproxy-server", self.files, self.ports)
+            )
         elif name.startswith("containerd-"):
             files = self._real_node_info(name).files()
             # The shim (containerd-shim-runc-v2) is looked up on PATH.
-            self._start(name, components.build_containerd_args(self.bin_dir / "containerd", files),
-                        path_first=self.bin_dir)
+            self._start(
+                name, components.build_containerd_args(self.bin_dir / "containerd", files), path_first=self.bin_dir
+            )
         elif name.startswith("kubelet-"):
             info = self._real_node_info(name)
             root_dir = realnode.E2E_KUBELET_DIR if self.options.node_namespaces else None
-            self._start(name, components.build_kubelet_args(self.bin_dir / "kubelet", info.files(), info.node_ip,
-                                                            root_dir), path_first=self.bin_dir)
+            self._start(
+                name,
+                components.build_kubelet_args(self.bin_dir / "kubelet", info.files(), info.node_ip, root_dir),
+                path_first=self.bin_dir,
+            )
         else:
             raise LabError(f"unknown component {name!r}")
 
@@ -706,8 +820,9 @@ class Lab:
             "kube-scheduler": lambda: self._http_ok(f"https://127.0.0.1:{ports.scheduler}/readyz"),
             "kwok": lambda: self._http_ok(f"http://127.0.0.1:{ports.kwok}/healthz"),
             # Ready when its proxy listens, not only its API.
-            "toxiproxy": lambda: (self._http_ok(f"http://127.0.0.1:{ports.toxiproxy}/version")
-                                  and self._listening(ports.apiserver_proxy)),
+            "toxiproxy": lambda: (
+                self._http_ok(f"http://127.0.0.1:{ports.toxiproxy}/version") and self._listening(ports.apiserver_proxy)
+            ),
         }[name]
 
     @staticmethod
@@ -716,14 +831,21 @@ class Lab:
             return True
 
     def _etcd(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        request = urllib.request.Request(f"http://127.0.0.1:{self.ports.etcd_client}{path}",
-                                         data=json.dumps(body).encode(), method="POST",
-                                         headers={"Content-Type": "application/json"})
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{self.ports.etcd_client}{path}",
+            data=json.dumps(body).encode(),
+            method="POST",
+            headers={"Content-Type": "application/json"},
+        )
         with urllib.request.urlopen(request, timeout=60) as response:
             return json.loads(response.read())
 
     def _start(self, name: str, args: list[str], path_first: Path | None = None) -> None:
-        holder = self._procs.get("mountns-" + name.partition("-")[2]) if name.startswith(("kubelet-", "containerd-")) else None
+        holder = (
+            self._procs.get("mountns-" + name.partition("-")[2])
+            if name.startswith(("kubelet-", "containerd-"))
+            else None
+        )
         if holder is not None:
             args = ["nsenter", f"--mount=/proc/{holder.pid}/ns/mnt", "--", *args]
         # An empty HOME keeps kwok from loading ~/.kwok/kwok.yaml and clients from ~/.kube/config.
@@ -735,8 +857,9 @@ class Lab:
         self._procs[name] = process.spawn(args, log, env=env)
         self._log(f"lab: started {name} (pid {self._procs[name].pid}, log {log})")
 
-    def _wait(self, what: str, check: Callable[[], bool], timeout: float | None = None,
-              only: str | None = None) -> None:
+    def _wait(
+        self, what: str, check: Callable[[], bool], timeout: float | None = None, only: str | None = None
+    ) -> None:
         """Poll ``check``; fail early when a component died (``only``: when that one died)."""
         timeout = timeout or self.options.startup_timeout
         deadline = time.monotonic() + timeout
@@ -746,8 +869,10 @@ class Lab:
             if dead:
                 name, code = next(iter(dead.items()))
                 tail = self._log_tail(name)
-                raise LabError(f"{name} exited with code {code} while waiting for {what}; "
-                               f"last log lines ({self.files.logs / (name + '.log')}):\n{tail}")
+                raise LabError(
+                    f"{name} exited with code {code} while waiting for {what}; "
+                    f"last log lines ({self.files.logs / (name + '.log')}):\n{tail}"
+                )
             try:
                 if check():
                     self._log(f"lab: {what} ready after {time.monotonic() - started:.1f}s")

@@ -13,8 +13,11 @@ from pathlib import Path
 from typing import Any
 
 # Our operators replace these kube-controller-manager controllers (claims, taints, poolstatus).
-REPLACED_CONTROLLERS = ("resourceclaim-controller", "device-taint-eviction-controller",
-                        "resourcepoolstatusrequest-controller")
+REPLACED_CONTROLLERS = (
+    "resourceclaim-controller",
+    "device-taint-eviction-controller",
+    "resourcepoolstatusrequest-controller",
+)
 # Every API version of resource.k8s.io the release has, so clients of any version can be tested.
 RESOURCE_API_VERSIONS = ("v1", "v1beta2", "v1beta1", "v1alpha3")
 # Annotation on Pods that makes kwok finish them (value Succeeded or Failed), like a kubelet would.
@@ -94,8 +97,9 @@ def dra_feature_gates(help_text: str) -> list[str]:
     locked on are not listed (or say LOCKED) and are left out: they are on anyway.
     """
     gates = set()
-    for name, rest in re.findall(r"^\s*(?:kube:)?(DRA\w+|DynamicResourceAllocation)=true\|false \(([^)]*)\)",
-                                 help_text, re.M):
+    for name, rest in re.findall(
+        r"^\s*(?:kube:)?(DRA\w+|DynamicResourceAllocation)=true\|false \(([^)]*)\)", help_text, re.M
+    ):
         if "LOCKED" not in rest.upper():
             gates.add(name)
             gates.update(GATE_DEPENDENCIES.get(name, ()))
@@ -129,34 +133,49 @@ def build_etcd_args(binary: Path, files: Files, ports: Ports) -> list[str]:
     client = f"http://127.0.0.1:{ports.etcd_client}"
     peer = f"http://127.0.0.1:{ports.etcd_peer}"
     return [
-        str(binary), "--name=lab", f"--data-dir={files.etcd_data}",
-        f"--listen-client-urls={client}", f"--advertise-client-urls={client}",
-        f"--listen-peer-urls={peer}", f"--initial-advertise-peer-urls={peer}",
-        f"--initial-cluster=lab={peer}", "--initial-cluster-state=new",
+        str(binary),
+        "--name=lab",
+        f"--data-dir={files.etcd_data}",
+        f"--listen-client-urls={client}",
+        f"--advertise-client-urls={client}",
+        f"--listen-peer-urls={peer}",
+        f"--initial-advertise-peer-urls={peer}",
+        f"--initial-cluster=lab={peer}",
+        "--initial-cluster-state=new",
         # Throw-away data: no fsync keeps a two-core machine responsive under load.
-        "--unsafe-no-fsync=true", "--log-level=warn", "--quota-backend-bytes=4294967296",
+        "--unsafe-no-fsync=true",
+        "--log-level=warn",
+        "--quota-backend-bytes=4294967296",
     ]
 
 
-def build_apiserver_args(binary: Path, files: Files, ports: Ports, gates: list[str], off: tuple[str, ...] = (),
-                         real_nodes: bool = False) -> list[str]:
+def build_apiserver_args(
+    binary: Path, files: Files, ports: Ports, gates: list[str], off: tuple[str, ...] = (), real_nodes: bool = False
+) -> list[str]:
     pki = files.pki
     # Only with real nodes (a plain lab's flags stay as they were): kubectl logs/exec reach a
     # kubelet at its InternalIP (127.0.0.1) with the admin certificate (kubelets trust the lab's
     # CA), and NodeRestriction limits each kubelet to its own Node and Pods.
-    kubelets = [
-        "--kubelet-preferred-address-types=InternalIP",
-        f"--kubelet-client-certificate={pki / 'admin.crt'}", f"--kubelet-client-key={pki / 'admin.key'}",
-        "--enable-admission-plugins=NodeRestriction",
-    ] if real_nodes else []
+    kubelets = (
+        [
+            "--kubelet-preferred-address-types=InternalIP",
+            f"--kubelet-client-certificate={pki / 'admin.crt'}",
+            f"--kubelet-client-key={pki / 'admin.key'}",
+            "--enable-admission-plugins=NodeRestriction",
+        ]
+        if real_nodes
+        else []
+    )
     return [
         str(binary),
         f"--etcd-servers=http://127.0.0.1:{ports.etcd_client}",
-        "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+        "--bind-address=127.0.0.1",
+        "--advertise-address=127.0.0.1",
         f"--secure-port={ports.apiserver}",
         # Loopback addresses are invalid Endpoints; kwokctl makes the same choice.
         "--endpoint-reconciler-type=none",
-        f"--tls-cert-file={pki / 'apiserver.crt'}", f"--tls-private-key-file={pki / 'apiserver.key'}",
+        f"--tls-cert-file={pki / 'apiserver.crt'}",
+        f"--tls-private-key-file={pki / 'apiserver.key'}",
         f"--client-ca-file={pki / 'ca.crt'}",
         "--authorization-mode=Node,RBAC",
         # ServiceAccount tokens (TokenRequest) so operators can run under their own identities.
@@ -168,7 +187,8 @@ def build_apiserver_args(binary: Path, files: Files, ports: Ports, gates: list[s
         "--runtime-config=" + ",".join(f"{api}=true" for api in runtime_apis(gates)),
         feature_gates_flag(gates, off),
         # Load tests (hundreds of Pods) must not be throttled by priority and fairness.
-        "--max-requests-inflight=0", "--max-mutating-requests-inflight=0",
+        "--max-requests-inflight=0",
+        "--max-mutating-requests-inflight=0",
         "--enable-priority-and-fairness=false",
         # On SIGTERM (`lab restart kube-apiserver`, `lab down`): answer 429 Retry-After until the
         # in-flight requests drained, then close the open watches within 2 s. Without it the HTTP
@@ -179,9 +199,15 @@ def build_apiserver_args(binary: Path, files: Files, ports: Ports, gates: list[s
     ]
 
 
-def build_controller_manager_args(binary: Path, files: Files, ports: Ports, gates: list[str],
-                                  upstream_controllers: bool, api_limits: tuple[int, int] = (500, 1000),
-                                  off: tuple[str, ...] = ()) -> list[str]:
+def build_controller_manager_args(
+    binary: Path,
+    files: Files,
+    ports: Ports,
+    gates: list[str],
+    upstream_controllers: bool,
+    api_limits: tuple[int, int] = (500, 1000),
+    off: tuple[str, ...] = (),
+) -> list[str]:
     """``api_limits``: its client's (QPS, burst); the lab's 500/1000 as large clusters run it,
     ``make bench`` also upstream's defaults (20/30)."""
     pki = files.pki
@@ -190,15 +216,18 @@ def build_controller_manager_args(binary: Path, files: Files, ports: Ports, gate
     return [
         str(binary),
         f"--kubeconfig={kubeconfig}",
-        f"--authentication-kubeconfig={kubeconfig}", f"--authorization-kubeconfig={kubeconfig}",
-        "--bind-address=127.0.0.1", f"--secure-port={ports.controller_manager}",
+        f"--authentication-kubeconfig={kubeconfig}",
+        f"--authorization-kubeconfig={kubeconfig}",
+        "--bind-address=127.0.0.1",
+        f"--secure-port={ports.controller_manager}",
         f"--controllers={controllers}",
         # Each controller acts as its own ServiceAccount, as in a real cluster.
         "--use-service-account-credentials=true",
         f"--service-account-private-key-file={pki / 'sa.key'}",
         f"--root-ca-file={pki / 'ca.crt'}",
         "--leader-elect=false",
-        f"--kube-api-qps={api_limits[0]}", f"--kube-api-burst={api_limits[1]}",
+        f"--kube-api-qps={api_limits[0]}",
+        f"--kube-api-burst={api_limits[1]}",
         feature_gates_flag(gates, off),
     ]
 
@@ -212,26 +241,35 @@ def build_scheduler_config(kubeconfig: Path, user_config: dict[str, Any] | None 
         "kind": "KubeSchedulerConfiguration",
         **(user_config or {}),
     }
-    config["clientConnection"] = {"qps": 500, "burst": 1000,
-                                  **config.get("clientConnection", {}), "kubeconfig": str(kubeconfig)}
+    config["clientConnection"] = {
+        "qps": 500,
+        "burst": 1000,
+        **config.get("clientConnection", {}),
+        "kubeconfig": str(kubeconfig),
+    }
     config["leaderElection"] = {"leaderElect": False}
     return config
 
 
-def build_scheduler_args(binary: Path, files: Files, ports: Ports, gates: list[str],
-                         off: tuple[str, ...] = ()) -> list[str]:
+def build_scheduler_args(
+    binary: Path, files: Files, ports: Ports, gates: list[str], off: tuple[str, ...] = ()
+) -> list[str]:
     kubeconfig = files.kubeconfig("kube-scheduler")
     return [
-        str(binary), f"--config={files.scheduler_config}",
-        f"--authentication-kubeconfig={kubeconfig}", f"--authorization-kubeconfig={kubeconfig}",
-        "--bind-address=127.0.0.1", f"--secure-port={ports.scheduler}",
+        str(binary),
+        f"--config={files.scheduler_config}",
+        f"--authentication-kubeconfig={kubeconfig}",
+        f"--authorization-kubeconfig={kubeconfig}",
+        "--bind-address=127.0.0.1",
+        f"--secure-port={ports.scheduler}",
         feature_gates_flag(gates, off),
     ]
 
 
 def build_kwok_args(binary: Path, files: Files, ports: Ports, stages_dir: Path) -> list[str]:
     return [
-        str(binary), f"--kubeconfig={files.kubeconfig('kwok')}",
+        str(binary),
+        f"--kubeconfig={files.kubeconfig('kwok')}",
         # Only Nodes carrying the annotation: tests may add Nodes that kwok must leave alone.
         f"--manage-nodes-with-annotation-selector={KWOK_NODE_ANNOTATION}=fake",
         f"--server-address=127.0.0.1:{ports.kwok}",
@@ -252,9 +290,13 @@ def build_toxiproxy_args(binary: Path, files: Files, ports: Ports) -> list[str]:
 def with_server(kubeconfig: dict[str, Any], server: str) -> dict[str, Any]:
     """A copy of ``kubeconfig`` whose every cluster has ``server`` (same CA, same credentials:
     a client certificate or a ServiceAccount token)."""
-    copy = {**kubeconfig, "clusters": [
-        {**cluster, "cluster": {**cluster.get("cluster", {}), "server": server}}
-        for cluster in kubeconfig.get("clusters", [])]}
+    copy = {
+        **kubeconfig,
+        "clusters": [
+            {**cluster, "cluster": {**cluster.get("cluster", {}), "server": server}}
+            for cluster in kubeconfig.get("clusters", [])
+        ],
+    }
     return copy
 
 
@@ -278,7 +320,7 @@ def _finish_stage(phase: str, exit_code: int) -> dict[str, Any]:
         "{{ end }}\n"
         "conditions:\n"
         "- lastTransitionTime: {{ $now | Quote }}\n"
-        "  status: \"False\"\n"
+        '  status: "False"\n'
         "  type: Ready\n"
         f"phase: {phase}\n"
     )
@@ -288,12 +330,13 @@ def _finish_stage(phase: str, exit_code: int) -> dict[str, Any]:
         "metadata": {"name": f"lab-pod-{phase.lower()}-on-demand"},
         "spec": {
             "resourceRef": {"apiGroup": "v1", "kind": "Pod"},
-            "selector": {"matchExpressions": [
-                {"key": ".metadata.deletionTimestamp", "operator": "DoesNotExist"},
-                {"key": ".status.phase", "operator": "In", "values": ["Running"]},
-                {"key": f'.metadata.annotations["{FINISH_ANNOTATION}"]', "operator": "In",
-                 "values": [phase]},
-            ]},
+            "selector": {
+                "matchExpressions": [
+                    {"key": ".metadata.deletionTimestamp", "operator": "DoesNotExist"},
+                    {"key": ".status.phase", "operator": "In", "values": ["Running"]},
+                    {"key": f'.metadata.annotations["{FINISH_ANNOTATION}"]', "operator": "In", "values": [phase]},
+                ]
+            },
             "next": {"statusTemplate": template},
         },
     }
@@ -305,8 +348,9 @@ def build_kwok_lab_stages() -> list[dict[str, Any]]:
     return [_finish_stage("Succeeded", 0), _finish_stage("Failed", 1)]
 
 
-def build_node(name: str, labels: dict[str, str] | None = None,
-               cpu: str = "32", memory: str = "256Gi", pods: str = "250") -> dict[str, Any]:
+def build_node(
+    name: str, labels: dict[str, str] | None = None, cpu: str = "32", memory: str = "256Gi", pods: str = "250"
+) -> dict[str, Any]:
     """A Node that kwok manages. No kwok taint: the lab is all fake, so test Pods need no toleration."""
     capacity = {"cpu": cpu, "memory": memory, "pods": pods}
     return {
@@ -316,8 +360,11 @@ def build_node(name: str, labels: dict[str, str] | None = None,
             "name": name,
             "annotations": {KWOK_NODE_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"},
             "labels": {
-                "kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
-                "kubernetes.io/arch": "amd64", "type": "kwok", **(labels or {}),
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+                "type": "kwok",
+                **(labels or {}),
             },
         },
         "status": {"allocatable": dict(capacity), "capacity": dict(capacity)},
@@ -328,8 +375,17 @@ def build_node(name: str, labels: dict[str, str] | None = None,
 
 REAL_NODE_LABEL = "lab.dra-operators.dev/real-node"
 # The binaries real nodes need beyond the control plane's (lab/build.sh --node).
-REAL_NODE_BINARIES = ("kubelet", "containerd", "containerd-shim-runc-v2", "ctr", "runc",
-                      "cni/bridge", "cni/host-local", "cni/loopback", "busybox")
+REAL_NODE_BINARIES = (
+    "kubelet",
+    "containerd",
+    "containerd-shim-runc-v2",
+    "ctr",
+    "runc",
+    "cni/bridge",
+    "cni/host-local",
+    "cni/loopback",
+    "busybox",
+)
 
 
 # Real nodes live here, not in the run directory: kubelet's plugin sockets
@@ -341,6 +397,7 @@ REAL_NODE_BASE = Path("/run/dra-lab")
 def real_node_root(run_dir: Path, name: str) -> Path:
     """``/run/dra-lab/<8 hex of the run directory>/<name>`` (32 characters for lab-real-0)."""
     import hashlib
+
     return REAL_NODE_BASE / hashlib.sha256(str(run_dir).encode()).hexdigest()[:8] / name
 
 
@@ -465,15 +522,26 @@ def build_cni_config(bridge: str, subnet: str, ipam_dir: Path) -> dict[str, Any]
         "cniVersion": "1.0.0",
         "name": "lab",
         "plugins": [
-            {"type": "bridge", "bridge": bridge, "isGateway": True, "ipMasq": False, "hairpinMode": True,
-             "ipam": {"type": "host-local", "dataDir": str(ipam_dir), "ranges": [[{"subnet": subnet}]],
-                      "routes": [{"dst": "0.0.0.0/0"}]}},
+            {
+                "type": "bridge",
+                "bridge": bridge,
+                "isGateway": True,
+                "ipMasq": False,
+                "hairpinMode": True,
+                "ipam": {
+                    "type": "host-local",
+                    "dataDir": str(ipam_dir),
+                    "ranges": [[{"subnet": subnet}]],
+                    "routes": [{"dst": "0.0.0.0/0"}],
+                },
+            },
         ],
     }
 
 
-def build_kubelet_config(files: RealNodeFiles, node_ip: str, port: int, healthz_port: int, ca: Path,
-                         gates: list[str]) -> dict[str, Any]:
+def build_kubelet_config(
+    files: RealNodeFiles, node_ip: str, port: int, healthz_port: int, ca: Path, gates: list[str]
+) -> dict[str, Any]:
     """KubeletConfiguration for cgroup v1 machines without systemd: cgroupfs, no QoS cgroups, no
     node allocatable enforcement, no eviction; clients authenticated by the lab's CA (the API
     server presents the admin certificate for logs and exec). kubelet refuses a loopback node IP,
@@ -486,8 +554,11 @@ def build_kubelet_config(files: RealNodeFiles, node_ip: str, port: int, healthz_
         "healthzBindAddress": "127.0.0.1",
         "healthzPort": healthz_port,
         "readOnlyPort": 0,
-        "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": False},
-                           "x509": {"clientCAFile": str(ca)}},
+        "authentication": {
+            "anonymous": {"enabled": False},
+            "webhook": {"enabled": False},
+            "x509": {"clientCAFile": str(ca)},
+        },
         "authorization": {"mode": "AlwaysAllow"},
         "cgroupDriver": "cgroupfs",
         "cgroupsPerQOS": False,
@@ -513,9 +584,13 @@ def build_kubelet_args(binary: Path, files: RealNodeFiles, node_ip: str, root_di
     lab's mount namespace binds it at /var/lib/kubelet, which keeps the plugin socket paths
     kubelet dials under the 107 characters a Unix socket path can have)."""
     return [
-        str(binary), f"--config={files.kubelet_config}", f"--kubeconfig={files.kubeconfig}",
-        f"--root-dir={root_dir or files.kubelet_root}", f"--cert-dir={files.kubelet_root / 'pki'}",
-        f"--hostname-override={files.name}", f"--node-ip={node_ip}",
+        str(binary),
+        f"--config={files.kubelet_config}",
+        f"--kubeconfig={files.kubeconfig}",
+        f"--root-dir={root_dir or files.kubelet_root}",
+        f"--cert-dir={files.kubelet_root / 'pki'}",
+        f"--hostname-override={files.name}",
+        f"--node-ip={node_ip}",
         f"--node-labels={REAL_NODE_LABEL}=true,type=real",
         "--v=2",
     ]

@@ -24,8 +24,9 @@ import os
 import socket
 import socketserver
 import threading
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .cluster import Lab
@@ -52,14 +53,15 @@ def _short_path(path: Path) -> Iterator[str]:
         os.close(fd)
 
 
-def handle(lab: "Lab", request: dict[str, Any]) -> Any:
+def handle(lab: Lab, request: dict[str, Any]) -> Any:
     """Run one request against the lab in this (the owning) process."""
     op = request.get("op")
     if op == "ping":
         return {"pid": os.getpid()}
     if op == "restart":
-        return lab.restart(request["component"], downtime=float(request.get("downtime") or 0),
-                           kill=bool(request.get("kill")))
+        return lab.restart(
+            request["component"], downtime=float(request.get("downtime") or 0), kill=bool(request.get("kill"))
+        )
     if op == "compact":
         return lab.compact(restart_apiserver=request.get("restart_apiserver", True))
     if op == "net":
@@ -86,7 +88,7 @@ class ControlServer:
     """Serves ``control.sock`` for ``lab`` on daemon threads, one per request (requests that
     change processes are serialized by the lab's own lock)."""
 
-    def __init__(self, lab: "Lab", path: Path):
+    def __init__(self, lab: Lab, path: Path):
         self.lab = lab
         self.path = path
         self._server: socketserver.ThreadingUnixStreamServer | None = None
@@ -114,8 +116,9 @@ class ControlServer:
             os.chmod(address, 0o600)  # only the lab's user may connect (before it listens)
             server.server_activate()
         self._server = server
-        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2},
-                         name="lab-control", daemon=True).start()
+        threading.Thread(
+            target=server.serve_forever, kwargs={"poll_interval": 0.2}, name="lab-control", daemon=True
+        ).start()
 
     def stop(self) -> None:
         if self._server is not None:
@@ -129,8 +132,9 @@ def request(run_dir: Path, body: dict[str, Any], timeout: float = 300.0) -> Any:
     """Send ``body`` to the process that owns the lab in ``run_dir``; return its result."""
     path = Path(run_dir) / "control.sock"
     if not path.exists():
-        raise ControlError(f"no control socket at {path}: is the lab running (and started by this "
-                           "version of dra-operators)?")
+        raise ControlError(
+            f"no control socket at {path}: is the lab running (and started by this version of dra-operators)?"
+        )
     with _short_path(path) as address, socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(timeout)
         try:

@@ -20,9 +20,10 @@ from __future__ import annotations
 import os
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import yaml
 
@@ -46,8 +47,10 @@ class DeployError(RuntimeError):
 
 
 def _api_env(api_port: int) -> list[dict[str, Any]]:
-    return [{"name": "KUBERNETES_SERVICE_HOST", "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}},
-            {"name": "KUBERNETES_SERVICE_PORT", "value": str(api_port)}]
+    return [
+        {"name": "KUBERNETES_SERVICE_HOST", "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}},
+        {"name": "KUBERNETES_SERVICE_PORT", "value": str(api_port)},
+    ]
 
 
 def build_overlay(kind_overlay: str, nodes_dir: str, api_port: int) -> dict[str, Any]:
@@ -57,30 +60,79 @@ def build_overlay(kind_overlay: str, nodes_dir: str, api_port: int) -> dict[str,
     on_real_nodes = {"nodeSelector": {REAL_NODE_LABEL: "true"}}
     patches = []
     for name in DEPLOYMENTS:
-        patches.append({"target": {"kind": "Deployment", "name": name}, "patch": yaml.safe_dump({
-            "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name},
-            "spec": {"template": {"spec": {**on_real_nodes, "containers": [
-                {"name": name.removeprefix("dra-"), "env": _api_env(api_port)}]}}}})})
-    agent_dirs = {"DRA_NODEAGENT_REGISTRY_DIR": "kubelet/plugins_registry", "DRA_NODEAGENT_PLUGINS_DIR": "kubelet/plugins",
-                  "DRA_NODEAGENT_CDI_ROOT": "cdi"}
+        patches.append(
+            {
+                "target": {"kind": "Deployment", "name": name},
+                "patch": yaml.safe_dump(
+                    {
+                        "apiVersion": "apps/v1",
+                        "kind": "Deployment",
+                        "metadata": {"name": name},
+                        "spec": {
+                            "template": {
+                                "spec": {
+                                    **on_real_nodes,
+                                    "containers": [{"name": name.removeprefix("dra-"), "env": _api_env(api_port)}],
+                                }
+                            }
+                        },
+                    }
+                ),
+            }
+        )
+    agent_dirs = {
+        "DRA_NODEAGENT_REGISTRY_DIR": "kubelet/plugins_registry",
+        "DRA_NODEAGENT_PLUGINS_DIR": "kubelet/plugins",
+        "DRA_NODEAGENT_CDI_ROOT": "cdi",
+    }
     daemonset = {"kind": "DaemonSet", "name": DAEMONSET}
-    patches.append({"target": daemonset, "patch": yaml.safe_dump({
-        "apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": DAEMONSET},
-        "spec": {"template": {"spec": {
-            **on_real_nodes,
-            "containers": [{
-                "name": "nodeagent",
-                "volumeMounts": [{"mountPath": m, "$patch": "delete"} for m in _KUBELET_MOUNTS]
-                + [{"name": "lab-real-nodes", "mountPath": nodes_dir}]}],
-            "volumes": [{"name": v, "$patch": "delete"} for v in _KUBELET_VOLUMES]
-            + [{"name": "lab-real-nodes", "hostPath": {"path": nodes_dir, "type": "Directory"}}]}}}})})
+    patches.append(
+        {
+            "target": daemonset,
+            "patch": yaml.safe_dump(
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "DaemonSet",
+                    "metadata": {"name": DAEMONSET},
+                    "spec": {
+                        "template": {
+                            "spec": {
+                                **on_real_nodes,
+                                "containers": [
+                                    {
+                                        "name": "nodeagent",
+                                        "volumeMounts": [{"mountPath": m, "$patch": "delete"} for m in _KUBELET_MOUNTS]
+                                        + [{"name": "lab-real-nodes", "mountPath": nodes_dir}],
+                                    }
+                                ],
+                                "volumes": [{"name": v, "$patch": "delete"} for v in _KUBELET_VOLUMES]
+                                + [{"name": "lab-real-nodes", "hostPath": {"path": nodes_dir, "type": "Directory"}}],
+                            }
+                        }
+                    },
+                }
+            ),
+        }
+    )
     # Appended (a JSON patch): $(NODE_NAME) expands only in variables after NODE_NAME's own.
-    patches.append({"target": daemonset, "patch": yaml.safe_dump([
-        {"op": "add", "path": "/spec/template/spec/containers/0/env/-", "value": env}
-        for env in _api_env(api_port) + [{"name": k, "value": f"{nodes_dir}/$(NODE_NAME)/{v}"}
-                                         for k, v in agent_dirs.items()]])})
-    return {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
-            "resources": [kind_overlay], "patches": patches}
+    patches.append(
+        {
+            "target": daemonset,
+            "patch": yaml.safe_dump(
+                [
+                    {"op": "add", "path": "/spec/template/spec/containers/0/env/-", "value": env}
+                    for env in _api_env(api_port)
+                    + [{"name": k, "value": f"{nodes_dir}/$(NODE_NAME)/{v}"} for k, v in agent_dirs.items()]
+                ]
+            ),
+        }
+    )
+    return {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "resources": [kind_overlay],
+        "patches": patches,
+    }
 
 
 def write_overlay(directory: Path, nodes_dir: Path, api_port: int) -> Path:
@@ -88,8 +140,10 @@ def write_overlay(directory: Path, nodes_dir: Path, api_port: int) -> Path:
     (directory / "kustomization.yaml").write_text(
         "# Written by `dra-operators lab up --deploy`: the kind overlay plus what a lab without\n"
         "# kube-proxy and with all its nodes on one machine needs (operators/lab/deploy.py).\n"
-        + yaml.safe_dump(build_overlay(os.path.relpath(KIND_OVERLAY, directory), str(nodes_dir), api_port),
-                         sort_keys=False))
+        + yaml.safe_dump(
+            build_overlay(os.path.relpath(KIND_OVERLAY, directory), str(nodes_dir), api_port), sort_keys=False
+        )
+    )
     return directory
 
 
@@ -105,17 +159,26 @@ class Target:
     nodes: tuple[RealNodeInfo, ...]
 
     @classmethod
-    def of(cls, state: Any, bin_dir: Path) -> "Target":
-        return cls(Path(state.run_dir), Path(state.kubeconfig), bin_dir, int(state.ports["apiserver"]),
-                   tuple(RealNodeInfo(**raw) for raw in state.real_nodes))
+    def of(cls, state: Any, bin_dir: Path) -> Target:
+        return cls(
+            Path(state.run_dir),
+            Path(state.kubeconfig),
+            bin_dir,
+            int(state.ports["apiserver"]),
+            tuple(RealNodeInfo(**raw) for raw in state.real_nodes),
+        )
 
     def kubectl(self, *args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([str(self.bin_dir / "kubectl"), f"--kubeconfig={self.kubeconfig}", *args],
-                              capture_output=True, text=True)
+        return subprocess.run(
+            [str(self.bin_dir / "kubectl"), f"--kubeconfig={self.kubeconfig}", *args], capture_output=True, text=True
+        )
 
     def ctr(self, node: RealNodeInfo, *args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([str(self.bin_dir / "ctr"), f"--address={node.files().containerd_socket}",
-                               "--namespace=k8s.io", *args], capture_output=True, text=True)
+        return subprocess.run(
+            [str(self.bin_dir / "ctr"), f"--address={node.files().containerd_socket}", "--namespace=k8s.io", *args],
+            capture_output=True,
+            text=True,
+        )
 
 
 def deploy(lab: Target, progress: Callable[[str], None] = print, timeout: float = 600) -> None:

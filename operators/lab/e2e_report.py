@@ -96,16 +96,29 @@ def render_table(ours: dict[str, Result], upstream: dict[str, Result], causes: d
     """A Markdown table, one row per case, failures first: name, ours, upstream's, verdict and
     why (``causes``: a reviewed cause by case name; otherwise the first line of the failure)."""
     order = {OURS_ONLY_FAILS: 0, BOTH_FAIL: 1, UPSTREAM_ONLY_FAILS: 2}
-    names = sorted(set(ours) | set(upstream),
-                   key=lambda n: (order.get(verdict(ours.get(n), upstream.get(n)), 3), n))
+    names = sorted(set(ours) | set(upstream), key=lambda n: (order.get(verdict(ours.get(n), upstream.get(n)), 3), n))
     rows = ["| Case | Ours | Upstream's | Verdict | Why |", "|---|---|---|---|---|"]
     for name in names:
         mine, theirs = ours.get(name), upstream.get(name)
-        why = causes.get(name) or (mine.message if mine and mine.state != PASSED else "") or \
-            (theirs.message if theirs and theirs.state != PASSED else "")
-        rows.append("| " + " | ".join(_cell(c) for c in (
-            name, mine.state if mine else MISSING, theirs.state if theirs else MISSING,
-            verdict(mine, theirs), why)) + " |")
+        why = (
+            causes.get(name)
+            or (mine.message if mine and mine.state != PASSED else "")
+            or (theirs.message if theirs and theirs.state != PASSED else "")
+        )
+        rows.append(
+            "| "
+            + " | ".join(
+                _cell(c)
+                for c in (
+                    name,
+                    mine.state if mine else MISSING,
+                    theirs.state if theirs else MISSING,
+                    verdict(mine, theirs),
+                    why,
+                )
+            )
+            + " |"
+        )
     return "\n".join(rows) + "\n"
 
 

@@ -55,8 +55,9 @@ def ensure_image(progress: Callable[[str], object] = print) -> Path:
     if not BUILD_SCRIPT.is_file():
         raise ImageBuildError(f"{BUILD_SCRIPT} not found: building the image needs a source checkout")
     tail: list[str] = []
-    with subprocess.Popen([str(BUILD_SCRIPT)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, errors="replace") as proc:
+    with subprocess.Popen(
+        [str(BUILD_SCRIPT)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace"
+    ) as proc:
         assert proc.stdout is not None
         for line in proc.stdout:
             line = line.rstrip("\n")

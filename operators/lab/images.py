@@ -36,7 +36,9 @@ E2E_IMAGES: dict[str, tuple[str, list[str] | None]] = {
     "registry.k8s.io/sig-storage/hostpathplugin:v1.17.1": ("hostpathplugin", None),
     # test/images/sample-device-plugin (its Dockerfile's entrypoint), for the extended-resource cases.
     "registry.k8s.io/e2e-test-images/sample-device-plugin:1.8.0": (
-        "sampledeviceplugin", ["/sampledeviceplugin", "-alsologtostderr"]),
+        "sampledeviceplugin",
+        ["/sampledeviceplugin", "-alsologtostderr"],
+    ),
 }
 _DIRS = ("bin", "dev", "etc", "proc", "sys", "tmp", "var", "root")
 
@@ -52,18 +54,24 @@ def _layer(busybox: Path, extras: dict[str, Path] | None = None) -> bytes:
     beside them."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+
         def add(name: str, kind: bytes, data: bytes = b"", mode: int = 0o755, link: str = "") -> None:
             info = tarfile.TarInfo(name)
             info.type, info.mode, info.mtime, info.linkname = kind, mode, 0, link
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data) if data else None)
+
         for d in _DIRS:
             add(d, tarfile.DIRTYPE, mode=0o1777 if d == "tmp" else 0o755)
         add("bin/busybox", tarfile.REGTYPE, busybox.read_bytes())
         for applet in _applets(busybox):
             add(f"bin/{applet}", tarfile.SYMTYPE, link="busybox", mode=0o777)
-        add("etc/passwd", tarfile.REGTYPE, b"root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n",
-            mode=0o644)
+        add(
+            "etc/passwd",
+            tarfile.REGTYPE,
+            b"root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n",
+            mode=0o644,
+        )
         add("etc/group", tarfile.REGTYPE, b"root:x:0:\nnogroup:x:65534:\n", mode=0o644)
         for name, source in sorted((extras or {}).items()):
             add(name, tarfile.REGTYPE, source.read_bytes())
@@ -74,37 +82,67 @@ def _digest(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
-def build_archive(busybox: Path, name: str, entrypoint: list[str] | None, cmd: list[str] | None,
-                  target: Path, extras: dict[str, Path] | None = None) -> Path:
+def build_archive(
+    busybox: Path,
+    name: str,
+    entrypoint: list[str] | None,
+    cmd: list[str] | None,
+    target: Path,
+    extras: dict[str, Path] | None = None,
+) -> Path:
     """An OCI image layout as a tar archive at ``target``, its index naming the image ``name``."""
     layer = _layer(busybox, extras)
     compressed = gzip.compress(layer, mtime=0)
     config = {
-        "architecture": "amd64", "os": "linux",
-        "config": {"Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],
-                   **({"Entrypoint": entrypoint} if entrypoint else {}), **({"Cmd": cmd} if cmd else {}),
-                   "WorkingDir": "/"},
+        "architecture": "amd64",
+        "os": "linux",
+        "config": {
+            "Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],
+            **({"Entrypoint": entrypoint} if entrypoint else {}),
+            **({"Cmd": cmd} if cmd else {}),
+            "WorkingDir": "/",
+        },
         "rootfs": {"type": "layers", "diff_ids": [_digest(layer)]},
         "history": [{"created_by": "dra-operators lab: Debian busybox-static"}],
     }
     config_bytes = json.dumps(config, sort_keys=True).encode()
     manifest = {
-        "schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
-        "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
-                   "digest": _digest(config_bytes), "size": len(config_bytes)},
-        "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip",
-                    "digest": _digest(compressed), "size": len(compressed)}],
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {
+            "mediaType": "application/vnd.oci.image.config.v1+json",
+            "digest": _digest(config_bytes),
+            "size": len(config_bytes),
+        },
+        "layers": [
+            {
+                "mediaType": "application/vnd.oci.image.layer.v1.tar+gzip",
+                "digest": _digest(compressed),
+                "size": len(compressed),
+            }
+        ],
     }
     manifest_bytes = json.dumps(manifest, sort_keys=True).encode()
     index = {
-        "schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json",
-        "manifests": [{"mediaType": manifest["mediaType"], "digest": _digest(manifest_bytes),
-                       "size": len(manifest_bytes), "platform": {"architecture": "amd64", "os": "linux"},
-                       "annotations": {"io.containerd.image.name": name,
-                                       "org.opencontainers.image.ref.name": name.rsplit(":", 1)[-1]}}],
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.index.v1+json",
+        "manifests": [
+            {
+                "mediaType": manifest["mediaType"],
+                "digest": _digest(manifest_bytes),
+                "size": len(manifest_bytes),
+                "platform": {"architecture": "amd64", "os": "linux"},
+                "annotations": {
+                    "io.containerd.image.name": name,
+                    "org.opencontainers.image.ref.name": name.rsplit(":", 1)[-1],
+                },
+            }
+        ],
     }
-    files = {"oci-layout": json.dumps({"imageLayoutVersion": "1.0.0"}).encode(),
-             "index.json": json.dumps(index, sort_keys=True).encode()}
+    files = {
+        "oci-layout": json.dumps({"imageLayoutVersion": "1.0.0"}).encode(),
+        "index.json": json.dumps(index, sort_keys=True).encode(),
+    }
     for blob in (compressed, config_bytes, manifest_bytes):
         files[f"blobs/sha256/{_digest(blob).split(':', 1)[1]}"] = blob
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -128,7 +166,8 @@ def archives(bin_dir: Path, e2e: bool = False) -> dict[str, Path]:
     busybox = bin_dir / "busybox"
     digest = hashlib.sha256(busybox.read_bytes())
     wanted: dict[str, tuple[list[str] | None, list[str] | None, dict[str, Path]]] = {
-        PAUSE_IMAGE: (_PAUSE_ENTRYPOINT, None, {})}
+        PAUSE_IMAGE: (_PAUSE_ENTRYPOINT, None, {})
+    }
     wanted.update({name: (None, ["sh"], {}) for name in WORKLOAD_IMAGES})
     if e2e:
         for name, (binary, entrypoint) in E2E_IMAGES.items():

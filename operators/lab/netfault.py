@@ -35,8 +35,9 @@ import ssl
 import threading
 import urllib.error
 import urllib.request
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 PROXY_NAME = "kube-apiserver"
 BLACK_HOLE = ("black-hole-upstream", "black-hole-downstream")
@@ -49,33 +50,45 @@ class NetFaultError(RuntimeError):
 
 # -- pure builders (unit-tested) -------------------------------------------------------------
 
+
 def proxy_config(listen_port: int, upstream_port: int, name: str = PROXY_NAME) -> list[dict[str, Any]]:
     """toxiproxy-server's ``-config`` file: the proxies it creates at start (and again after a
     restart of toxiproxy itself)."""
-    return [{"name": name, "listen": f"127.0.0.1:{listen_port}",
-             "upstream": f"127.0.0.1:{upstream_port}", "enabled": True}]
+    return [
+        {"name": name, "listen": f"127.0.0.1:{listen_port}", "upstream": f"127.0.0.1:{upstream_port}", "enabled": True}
+    ]
 
 
 def node_api_proxy(node: str, node_ip: str, upstream_port: int) -> dict[str, Any]:
     """kube-apiserver at a real node's address (its bridge's gateway), for the node's Pods: with no
     kube-proxy, in-cluster clients are pointed here (``KUBERNETES_SERVICE_HOST`` = the node's
     address, as the lab's deploy overlay sets it). Not faulted by ``lab net``."""
-    return {"name": f"kube-apiserver-{node}", "listen": f"{node_ip}:{upstream_port}",
-            "upstream": f"127.0.0.1:{upstream_port}", "enabled": True}
+    return {
+        "name": f"kube-apiserver-{node}",
+        "listen": f"{node_ip}:{upstream_port}",
+        "upstream": f"127.0.0.1:{upstream_port}",
+        "enabled": True,
+    }
 
 
 def black_hole_toxics() -> list[dict[str, Any]]:
     """Data in both directions dropped; timeout 0: the connection is never closed by the toxic."""
-    return [{"name": name, "type": "timeout", "stream": stream, "toxicity": 1.0,
-             "attributes": {"timeout": 0}}
-            for name, stream in zip(BLACK_HOLE, ("upstream", "downstream"))]
+    return [
+        {"name": name, "type": "timeout", "stream": stream, "toxicity": 1.0, "attributes": {"timeout": 0}}
+        for name, stream in zip(BLACK_HOLE, ("upstream", "downstream"))
+    ]
 
 
 def latency_toxic(ms: int, jitter: int = 0) -> dict[str, Any]:
     if ms < 0 or jitter < 0 or jitter > ms:
         raise ValueError(f"latency {ms} ms with jitter {jitter} ms: both >= 0 and jitter <= latency")
-    return {"name": LATENCY, "type": "latency", "stream": "downstream", "toxicity": 1.0,
-            "attributes": {"latency": int(ms), "jitter": int(jitter)}}
+    return {
+        "name": LATENCY,
+        "type": "latency",
+        "stream": "downstream",
+        "toxicity": 1.0,
+        "attributes": {"latency": int(ms), "jitter": int(jitter)},
+    }
 
 
 def describe(proxy: dict[str, Any]) -> str:
@@ -92,10 +105,12 @@ def describe(proxy: dict[str, Any]) -> str:
             faults.append(f"{toxic.get('type')} {toxic.get('stream')}")
     state = "enabled" if proxy.get("enabled") else "DISABLED (refusing connections)"
     return f"{proxy.get('listen')} -> {proxy.get('upstream')} {state}" + (
-        f", {', '.join(faults)}" if faults else ", no fault")
+        f", {', '.join(faults)}" if faults else ", no fault"
+    )
 
 
 # -- the proxy ---------------------------------------------------------------------------------
+
 
 class NetProxy:
     """The lab's toxiproxy proxy in front of kube-apiserver. Methods return at once; with
@@ -239,13 +254,16 @@ class NetProxy:
 
     def _call(self, method: str, path: str, body: Any) -> Any:
         data = json.dumps(body).encode() if body is not None else None
-        request = urllib.request.Request(self.api + path, data=data, method=method,
-                                         headers={"Content-Type": "application/json"})
+        request = urllib.request.Request(
+            self.api + path, data=data, method=method, headers={"Content-Type": "application/json"}
+        )
         try:
             with urllib.request.urlopen(request, timeout=10) as response:
                 raw = response.read()
         except urllib.error.HTTPError as e:
-            raise NetFaultError(f"toxiproxy {method} {path}: {e.code} {e.read().decode(errors='replace').strip()}") from e
+            raise NetFaultError(
+                f"toxiproxy {method} {path}: {e.code} {e.read().decode(errors='replace').strip()}"
+            ) from e
         except urllib.error.URLError as e:
             raise NetFaultError(f"toxiproxy {method} {path}: {e.reason}") from e
         return json.loads(raw) if raw.strip() else None
@@ -253,14 +271,32 @@ class NetProxy:
 
 # -- an HTTP proxy that can answer 503 -----------------------------------------------------------
 
-HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade", "te",
-                        "trailer", "host", "content-length"})
+HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "transfer-encoding",
+        "upgrade",
+        "te",
+        "trailer",
+        "host",
+        "content-length",
+    }
+)
 
 
 def unavailable_status(message: str) -> dict[str, Any]:
     """The body of a 503: a Kubernetes Status, as kube-apiserver's own 503s carry."""
-    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message,
-            "reason": "ServiceUnavailable", "code": 503}
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": "ServiceUnavailable",
+        "code": 503,
+    }
 
 
 class HttpFaultProxy:
@@ -275,8 +311,9 @@ class HttpFaultProxy:
     is cut, for ``seconds`` or until ``heal()``. ``hold_answers`` and ``refuse`` do the same for
     some requests only (a slow answer to one write; one kind of request failing)."""
 
-    def __init__(self, upstream: str, ca_file: Path, serving: tuple[Path, Path], client_cert: tuple[Path, Path],
-                 port: int = 0):
+    def __init__(
+        self, upstream: str, ca_file: Path, serving: tuple[Path, Path], client_cert: tuple[Path, Path], port: int = 0
+    ):
         self.upstream = upstream.rstrip("/")
         self._ca_file, self._serving, self._client_cert, self._port = ca_file, serving, client_cert, port
         self._loop = asyncio.new_event_loop()
@@ -299,10 +336,11 @@ class HttpFaultProxy:
         import yaml
 
         from .components import with_server
+
         destination.write_text(yaml.safe_dump(with_server(yaml.safe_load(source.read_text()), self.server)))
         return destination
 
-    def start(self) -> "HttpFaultProxy":
+    def start(self) -> HttpFaultProxy:
         self._thread.start()
         asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(30)
         return self
@@ -361,8 +399,11 @@ class HttpFaultProxy:
 
         upstream_tls = ssl.create_default_context(cafile=str(self._ca_file))
         upstream_tls.load_cert_chain(*map(str, self._client_cert))
-        self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=upstream_tls, limit=0),
-                                              auto_decompress=False, timeout=aiohttp.ClientTimeout(total=None))
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(ssl=upstream_tls, limit=0),
+            auto_decompress=False,
+            timeout=aiohttp.ClientTimeout(total=None),
+        )
         serving_tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         serving_tls.load_cert_chain(*map(str, self._serving))
         app = web.Application(client_max_size=64 * 1024 * 1024)
@@ -371,6 +412,7 @@ class HttpFaultProxy:
         await self._runner.setup()
         if not self._port:
             from .cluster import free_ports
+
             [self._port] = free_ports(1)
         await web.TCPSite(self._runner, "127.0.0.1", self._port, ssl_context=serving_tls).start()
 
@@ -391,22 +433,30 @@ class HttpFaultProxy:
         refuse = self._refuse
         if self._failing or (refuse is not None and refuse(request.method, request.path)):
             self.refused += 1
-            return web.json_response(unavailable_status("the lab's HTTP proxy answers 503 (HttpFaultProxy.fail)"),
-                                     status=503)
+            return web.json_response(
+                unavailable_status("the lab's HTTP proxy answers 503 (HttpFaultProxy.fail)"), status=503
+            )
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
         body = await request.read()
         try:
-            upstream = await self._session.request(request.method, self.upstream + request.path_qs, headers=headers,
-                                                   data=body or None, allow_redirects=False)
+            upstream = await self._session.request(
+                request.method,
+                self.upstream + request.path_qs,
+                headers=headers,
+                data=body or None,
+                allow_redirects=False,
+            )
         except Exception as e:  # noqa: BLE001 - the backend is away: a proxy says 503
-            return web.json_response(unavailable_status(f"the lab's HTTP proxy cannot reach kube-apiserver: {e}"),
-                                     status=503)
+            return web.json_response(
+                unavailable_status(f"the lab's HTTP proxy cannot reach kube-apiserver: {e}"), status=503
+            )
         hold = self._hold
         if hold is not None and hold[0](request.method, request.path):
             self.held += 1
             await asyncio.sleep(hold[1])
-        answer = web.StreamResponse(status=upstream.status, headers={
-            k: v for k, v in upstream.headers.items() if k.lower() not in HOP_BY_HOP})
+        answer = web.StreamResponse(
+            status=upstream.status, headers={k: v for k, v in upstream.headers.items() if k.lower() not in HOP_BY_HOP}
+        )
         transport = request.transport
         self._open.add(transport)
         handler = asyncio.current_task()

@@ -28,8 +28,14 @@ def rss_kib(pid: int, field: str = "VmRSS") -> int | None:
 
 
 class OperatorProcess:
-    def __init__(self, names: list[str], kubeconfig: Path, log: Path, env: dict[str, str] | None = None,
-                 python: list[str] | None = None):
+    def __init__(
+        self,
+        names: list[str],
+        kubeconfig: Path,
+        log: Path,
+        env: dict[str, str] | None = None,
+        python: list[str] | None = None,
+    ):
         """``log``: the file every start appends to (a ``--- start N`` line first). ``python``:
         the interpreter and its options (default: this one)."""
         self.names = names
@@ -50,14 +56,29 @@ class OperatorProcess:
     def start(self, timeout: float = 30.0, wait_live: bool = True) -> None:
         """Start it (new ports each time) and wait until its liveness endpoint answers."""
         self.metrics_port, self.liveness_port = free_ports(2)
-        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), "DRA_METRICS_PORT": str(self.metrics_port),
-               "DRA_LOG_FORMAT": "json", **self.extra_env}
+        env = {
+            **os.environ,
+            "KUBECONFIG": str(self.kubeconfig),
+            "DRA_METRICS_PORT": str(self.metrics_port),
+            "DRA_LOG_FORMAT": "json",
+            **self.extra_env,
+        }
         with open(self.log, "a") as log:
             log.write(f"--- start {self.starts}\n")
         self.started_at = time.monotonic()
         self.proc = process.spawn(
-            [*self.python, "-m", "operators.cli", "run", *self.names,
-             "--liveness", f"http://127.0.0.1:{self.liveness_port}/healthz"], self.log, env=env)
+            [
+                *self.python,
+                "-m",
+                "operators.cli",
+                "run",
+                *self.names,
+                "--liveness",
+                f"http://127.0.0.1:{self.liveness_port}/healthz",
+            ],
+            self.log,
+            env=env,
+        )
         self.starts += 1
         if not wait_live:
             return
@@ -123,5 +144,6 @@ def is_transient_retry(line: str) -> bool:
 
 def is_error_line(line: str) -> bool:
     """An error- or critical-level line, or a traceback, that is not a transient retry."""
-    return (('"level": "error"' in line or '"level": "critical"' in line or "Traceback" in line)
-            and not is_transient_retry(line))
+    return (
+        '"level": "error"' in line or '"level": "critical"' in line or "Traceback" in line
+    ) and not is_transient_retry(line)

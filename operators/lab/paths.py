@@ -5,8 +5,15 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "kwok",
-            "toxiproxy-server")
+BINARIES = (
+    "etcd",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kubectl",
+    "kwok",
+    "toxiproxy-server",
+)
 
 
 def lab_home() -> Path:
@@ -39,4 +46,5 @@ def missing_binaries(binaries: Path) -> list[str]:
 def missing_real_node_binaries(binaries: Path) -> list[str]:
     """What ``lab up --real-nodes`` needs beyond a plain lab (``make lab-build-node``)."""
     from .components import REAL_NODE_BINARIES
+
     return [b for b in REAL_NODE_BINARIES if not os.access(binaries / b, os.X_OK)]

@@ -19,9 +19,11 @@ def _key() -> rsa.RSAPrivateKey:
 
 
 def _write_key(path: Path, key: rsa.RSAPrivateKey) -> None:
-    path.write_bytes(key.private_bytes(serialization.Encoding.PEM,
-                                       serialization.PrivateFormat.TraditionalOpenSSL,
-                                       serialization.NoEncryption()))
+    path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL, serialization.NoEncryption()
+        )
+    )
     path.chmod(0o600)
 
 
@@ -52,41 +54,69 @@ class Pki:
         """``clients`` maps a file name to (CommonName = user, Organization = group);
         ``server_ips``: addresses the serving certificate names besides 127.0.0.1."""
         self.dir.mkdir(parents=True, exist_ok=True)
-        now = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(hours=1)
+        now = datetime.datetime.now(datetime.UTC) - datetime.timedelta(hours=1)
         ca_key = _key()
         ca_name = _name("dra-operators-lab-ca")
-        ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name)
-              .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
-              .not_valid_before(now).not_valid_after(now + _VALIDITY)
-              .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-              .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
-                                           content_commitment=False, key_encipherment=False,
-                                           data_encipherment=False, key_agreement=False,
-                                           encipher_only=False, decipher_only=False), critical=True)
-              .sign(ca_key, hashes.SHA256()))
+        ca = (
+            x509.CertificateBuilder()
+            .subject_name(ca_name)
+            .issuer_name(ca_name)
+            .public_key(ca_key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now)
+            .not_valid_after(now + _VALIDITY)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .add_extension(
+                x509.KeyUsage(
+                    digital_signature=True,
+                    key_cert_sign=True,
+                    crl_sign=True,
+                    content_commitment=False,
+                    key_encipherment=False,
+                    data_encipherment=False,
+                    key_agreement=False,
+                    encipher_only=False,
+                    decipher_only=False,
+                ),
+                critical=True,
+            )
+            .sign(ca_key, hashes.SHA256())
+        )
         self.ca_cert.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
         _write_key(self.ca_key, ca_key)
 
         def leaf(cert_path: Path, key_path: Path, name: x509.Name, server: bool) -> None:
             key = _key()
-            builder = (x509.CertificateBuilder().subject_name(name).issuer_name(ca_name)
-                       .public_key(key.public_key()).serial_number(x509.random_serial_number())
-                       .not_valid_before(now).not_valid_after(now + _VALIDITY)
-                       .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True))
+            builder = (
+                x509.CertificateBuilder()
+                .subject_name(name)
+                .issuer_name(ca_name)
+                .public_key(key.public_key())
+                .serial_number(x509.random_serial_number())
+                .not_valid_before(now)
+                .not_valid_after(now + _VALIDITY)
+                .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            )
             if server:
-                builder = builder.add_extension(x509.SubjectAlternativeName([
-                    x509.DNSName("localhost"), x509.DNSName("kubernetes"),
-                    x509.DNSName("kubernetes.default"), x509.DNSName("kubernetes.default.svc"),
-                    x509.DNSName("kubernetes.default.svc.cluster.local"),
-                    x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
-                    *(x509.IPAddress(ipaddress.ip_address(ip)) for ip in server_ips),
-                ]), critical=False).add_extension(
-                    x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+                builder = builder.add_extension(
+                    x509.SubjectAlternativeName(
+                        [
+                            x509.DNSName("localhost"),
+                            x509.DNSName("kubernetes"),
+                            x509.DNSName("kubernetes.default"),
+                            x509.DNSName("kubernetes.default.svc"),
+                            x509.DNSName("kubernetes.default.svc.cluster.local"),
+                            x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+                            *(x509.IPAddress(ipaddress.ip_address(ip)) for ip in server_ips),
+                        ]
+                    ),
+                    critical=False,
+                ).add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
             else:
                 builder = builder.add_extension(
-                    x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
-            cert_path.write_bytes(builder.sign(ca_key, hashes.SHA256())
-                                  .public_bytes(serialization.Encoding.PEM))
+                    x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False
+                )
+            cert_path.write_bytes(builder.sign(ca_key, hashes.SHA256()).public_bytes(serialization.Encoding.PEM))
             _write_key(key_path, key)
 
         leaf(self.serving_cert, self.serving_key, _name("kube-apiserver"), server=True)
@@ -95,5 +125,8 @@ class Pki:
 
         sa_key = _key()
         _write_key(self.sa_key, sa_key)
-        self.sa_pub.write_bytes(sa_key.public_key().public_bytes(
-            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+        self.sa_pub.write_bytes(
+            sa_key.public_key().public_bytes(
+                serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+            )
+        )

@@ -29,6 +29,7 @@ def _die_with(parent: int):
         # The parent may have died before prctl took effect: then no signal would ever come.
         if os.getppid() != parent:
             os._exit(1)
+
     return tie
 
 
@@ -70,8 +71,9 @@ class _Spawner:
 _spawner = _Spawner()
 
 
-def spawn(args: list[str], log_file: Path, env: dict[str, str] | None = None,
-          tie_to_parent: bool = True) -> subprocess.Popen:
+def spawn(
+    args: list[str], log_file: Path, env: dict[str, str] | None = None, tie_to_parent: bool = True
+) -> subprocess.Popen:
     """Start ``args`` with output appended to ``log_file``, in its own process group.
 
     With ``tie_to_parent`` the kernel kills the child when this process dies, even by SIGKILL,
@@ -82,8 +84,12 @@ def spawn(args: list[str], log_file: Path, env: dict[str, str] | None = None,
     def start() -> subprocess.Popen:
         with open(log_file, "ab") as log:
             return subprocess.Popen(
-                args, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                env=env, start_new_session=True,
+                args,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
                 preexec_fn=_die_with(os.getpid()) if tie_to_parent else None,
             )
 

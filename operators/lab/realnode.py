@@ -63,8 +63,10 @@ E2E_CDI_DIR = Path("/var/run/cdi")
 def mount_namespace_args(files: RealNodeFiles) -> list[str]:
     """A process that binds the node's directories at the e2e suite's paths in a new mount
     namespace and then only waits (it holds the namespace for the node's containerd and kubelet)."""
-    script = (f"mount --bind {shlex.quote(str(files.kubelet_root))} {E2E_KUBELET_DIR} && "
-              f"mount --bind {shlex.quote(str(files.cdi))} {E2E_CDI_DIR} && exec sleep infinity")
+    script = (
+        f"mount --bind {shlex.quote(str(files.kubelet_root))} {E2E_KUBELET_DIR} && "
+        f"mount --bind {shlex.quote(str(files.cdi))} {E2E_CDI_DIR} && exec sleep infinity"
+    )
     return ["unshare", "--mount", "--propagation", "slave", "--", "sh", "-c", script]
 
 
@@ -170,15 +172,17 @@ def kill_containers(files: RealNodeFiles, runc: Path) -> None:
     directory), then the shims of its containerd."""
     runc_root = files.containerd_state / "runc"
     for namespace_dir in sorted(runc_root.iterdir()) if runc_root.is_dir() else []:
-        listed = subprocess.run([str(runc), "--root", str(namespace_dir), "list", "-f", "json"],
-                                capture_output=True, text=True)
+        listed = subprocess.run(
+            [str(runc), "--root", str(namespace_dir), "list", "-f", "json"], capture_output=True, text=True
+        )
         try:
             containers = json.loads(listed.stdout or "null") or []
         except ValueError:
             containers = []
         for container in containers:
-            subprocess.run([str(runc), "--root", str(namespace_dir), "delete", "--force", container["id"]],
-                           capture_output=True)
+            subprocess.run(
+                [str(runc), "--root", str(namespace_dir), "delete", "--force", container["id"]], capture_output=True
+            )
     for pid in _pids_mentioning(f"-address {files.containerd_socket}"):
         try:
             os.kill(pid, signal.SIGKILL)
@@ -205,8 +209,11 @@ def cleanup(info: RealNodeInfo, runc: Path) -> list[str]:
         except OSError:
             pass
     deleted = subprocess.run(["ip", "link", "del", info.bridge], capture_output=True, text=True)
-    if deleted.returncode != 0 and "Cannot find device" not in deleted.stderr \
-            and "does not exist" not in deleted.stderr:
+    if (
+        deleted.returncode != 0
+        and "Cannot find device" not in deleted.stderr
+        and "does not exist" not in deleted.stderr
+    ):
         left.append(f"bridge {info.bridge}: {deleted.stderr.strip()}")
     return left
 

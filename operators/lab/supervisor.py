@@ -15,12 +15,17 @@ from .cluster import Lab, LabError, LabOptions
 
 
 def options_to_json(options: LabOptions) -> str:
-    return json.dumps({
-        "name": options.name, "nodes": options.nodes,
-        "upstream_controllers": options.upstream_controllers,
-        "scheduler_config": options.scheduler_config, "real_nodes": options.real_nodes,
-        "run_dir": str(options.resolved_run_dir()), "bin_dir": str(options.resolved_bin_dir()),
-    })
+    return json.dumps(
+        {
+            "name": options.name,
+            "nodes": options.nodes,
+            "upstream_controllers": options.upstream_controllers,
+            "scheduler_config": options.scheduler_config,
+            "real_nodes": options.real_nodes,
+            "run_dir": str(options.resolved_run_dir()),
+            "bin_dir": str(options.resolved_bin_dir()),
+        }
+    )
 
 
 def run(lab: Lab, stop: threading.Event) -> int:
@@ -37,8 +42,7 @@ def run(lab: Lab, stop: threading.Event) -> int:
             for name, code in lab.dead_processes().items():
                 if name not in reported:
                     reported.add(name)
-                    print(f"lab: {name} exited with code {code}; see {lab.files.logs / (name + '.log')}",
-                          flush=True)
+                    print(f"lab: {name} exited with code {code}; see {lab.files.logs / (name + '.log')}", flush=True)
     finally:
         print("lab: stopping", flush=True)
         lab.stop()

@@ -9,8 +9,16 @@ import re
 from typing import Any
 
 from ..core.api.kube import ApiError, Kube
-from ..core.api.resources import (DEVICE_CLASSES, NAMESPACES, RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS, RESOURCE_SLICES,
-                              InvalidPathSegment, Resource, segment)
+from ..core.api.resources import (
+    DEVICE_CLASSES,
+    NAMESPACES,
+    RESOURCE_CLAIM_TEMPLATES,
+    RESOURCE_CLAIMS,
+    RESOURCE_SLICES,
+    InvalidPathSegment,
+    Resource,
+    segment,
+)
 from .documents import Document
 from .rules import ERROR, RESOURCE_GROUP, Context, Finding
 
@@ -42,8 +50,11 @@ async def fill(kube: Kube, ctx: Context) -> None:
         ctx.device_classes, ctx.slices, ctx.templates, ctx.claims = {}, [], set(), set()
     else:
         classes, slices, templates, claims = await asyncio.gather(
-            _list(kube, DEVICE_CLASSES), _list(kube, RESOURCE_SLICES),
-            _list(kube, RESOURCE_CLAIM_TEMPLATES), _list(kube, RESOURCE_CLAIMS))
+            _list(kube, DEVICE_CLASSES),
+            _list(kube, RESOURCE_SLICES),
+            _list(kube, RESOURCE_CLAIM_TEMPLATES),
+            _list(kube, RESOURCE_CLAIMS),
+        )
         ctx.device_classes = {c["metadata"]["name"]: c for c in classes}
         ctx.slices = slices
         ctx.templates = {(t["metadata"]["namespace"], t["metadata"]["name"]) for t in templates}
@@ -84,27 +95,72 @@ def _server_findings(doc: Document, error: ApiError) -> list[Finding]:
     fix = "change the field as the API server's message says (kube-apiserver validation)"
     if m := _UNDECLARED.search(message):
         # Server-side apply answers a field unknown to the schema with a 500 before any validation.
-        return [Finding("server-dry-run", ERROR, doc.file, doc.line, doc.ref, m.group(1).lstrip("."),
-                        f"the API server refuses it: {m.group(1).lstrip('.')}: field not declared in schema "
-                        f"of {doc.api_version} {doc.kind}", "remove the field, or write it where this version has it")]
+        return [
+            Finding(
+                "server-dry-run",
+                ERROR,
+                doc.file,
+                doc.line,
+                doc.ref,
+                m.group(1).lstrip("."),
+                f"the API server refuses it: {m.group(1).lstrip('.')}: field not declared in schema "
+                f"of {doc.api_version} {doc.kind}",
+                "remove the field, or write it where this version has it",
+            )
+        ]
     if not causes:
-        return [Finding("server-dry-run", ERROR, doc.file, doc.line, doc.ref, "", f"the API server refuses it: {message}", fix)]
-    return [Finding("server-dry-run", ERROR, doc.file, doc.line, doc.ref, str(c.get("field") or "").lstrip("."),
-                    f"the API server refuses it: {c.get('message') or c.get('reason')}", fix) for c in causes]
+        return [
+            Finding(
+                "server-dry-run", ERROR, doc.file, doc.line, doc.ref, "", f"the API server refuses it: {message}", fix
+            )
+        ]
+    return [
+        Finding(
+            "server-dry-run",
+            ERROR,
+            doc.file,
+            doc.line,
+            doc.ref,
+            str(c.get("field") or "").lstrip("."),
+            f"the API server refuses it: {c.get('message') or c.get('reason')}",
+            fix,
+        )
+        for c in causes
+    ]
 
 
 async def dry_run(kube: Kube, ctx: Context, doc: Document, discovery: Discovery) -> list[Finding]:
     """A server-side apply dry run of ``doc`` with strict field validation: the server's own answer."""
     if not doc.api_version or not doc.kind or not doc.name:
-        return [Finding("server-dry-run", ERROR, doc.file, doc.line, doc.ref, "metadata.name" if doc.kind else "kind",
-                        "apiVersion, kind and metadata.name are required", "add the missing field")]
+        return [
+            Finding(
+                "server-dry-run",
+                ERROR,
+                doc.file,
+                doc.line,
+                doc.ref,
+                "metadata.name" if doc.kind else "kind",
+                "apiVersion, kind and metadata.name are required",
+                "add the missing field",
+            )
+        ]
     try:
         return await _dry_run(kube, ctx, doc, discovery)
     except InvalidPathSegment as e:
         # Refused before sending, as client-go refuses it (kubectl says the same).
         field = {"apiVersion": "apiVersion", "namespace": "metadata.namespace"}.get(e.what, "metadata.name")
-        return [Finding("server-dry-run", ERROR, doc.file, doc.line, doc.ref, field, f"cannot be sent: {e}",
-                        "use a name of lower-case letters, digits, '-' and '.'")]
+        return [
+            Finding(
+                "server-dry-run",
+                ERROR,
+                doc.file,
+                doc.line,
+                doc.ref,
+                field,
+                f"cannot be sent: {e}",
+                "use a name of lower-case letters, digits, '-' and '.'",
+            )
+        ]
 
 
 async def _dry_run(kube: Kube, ctx: Context, doc: Document, discovery: Discovery) -> list[Finding]:
@@ -112,8 +168,18 @@ async def _dry_run(kube: Kube, ctx: Context, doc: Document, discovery: Discovery
     if resource is None:
         if doc.api_version.split("/")[0] == RESOURCE_GROUP:
             return []  # the served-version rule says it, with the fix
-        return [Finding("server-dry-run", ERROR, doc.file, doc.line, doc.ref, "apiVersion",
-                        f"the cluster serves no {doc.kind} in {doc.api_version}", "check apiVersion and kind")]
+        return [
+            Finding(
+                "server-dry-run",
+                ERROR,
+                doc.file,
+                doc.line,
+                doc.ref,
+                "apiVersion",
+                f"the cluster serves no {doc.kind} in {doc.api_version}",
+                "check apiVersion and kind",
+            )
+        ]
     namespace = ctx.namespace_of(doc) if resource.namespaced else None
     if namespace and ctx.namespaces is not None and namespace not in ctx.namespaces:
         return []  # created by these files (or missing): nothing to validate against yet
@@ -121,9 +187,19 @@ async def _dry_run(kube: Kube, ctx: Context, doc: Document, discovery: Discovery
     if namespace:
         body["metadata"] = {**doc.metadata, "namespace": namespace}
     try:
-        await kube.request("PATCH", resource.path(namespace, doc.name), body=body, content_type=APPLY_PATCH, retry=False,
-                           params=[("fieldManager", FIELD_MANAGER), ("force", "true"), ("dryRun", "All"),
-                                   ("fieldValidation", "Strict")])
+        await kube.request(
+            "PATCH",
+            resource.path(namespace, doc.name),
+            body=body,
+            content_type=APPLY_PATCH,
+            retry=False,
+            params=[
+                ("fieldManager", FIELD_MANAGER),
+                ("force", "true"),
+                ("dryRun", "All"),
+                ("fieldValidation", "Strict"),
+            ],
+        )
     except ApiError as e:
         if 400 <= e.status < 500 or _UNDECLARED.search(str(e.body)):
             return _server_findings(doc, e)

@@ -15,9 +15,9 @@ YAML_SUFFIXES = (".yaml", ".yml", ".json")
 @dataclass
 class Document:
     file: str
-    index: int          # position in its file, from 0
+    index: int  # position in its file, from 0
     body: dict[str, Any]
-    line: int = 1       # the line its document starts on
+    line: int = 1  # the line its document starts on
 
     @property
     def kind(self) -> str:
@@ -86,8 +86,13 @@ def parse(text: str, file: str) -> Loaded:
             is_list = isinstance(body, dict) and str(body.get("kind", "")).endswith("List")
             items = (body.get("items") or []) if is_list else [body]
             if not isinstance(items, list):
-                loaded.errors.append((file, f"document {index + 1} (line {line}): items of a {body.get('kind')} "
-                                            f"must be a list of objects, not {type(items).__name__}"))
+                loaded.errors.append(
+                    (
+                        file,
+                        f"document {index + 1} (line {line}): items of a {body.get('kind')} "
+                        f"must be a list of objects, not {type(items).__name__}",
+                    )
+                )
                 index += 1
                 continue
             for item in items:
@@ -134,8 +139,8 @@ def aliasing_problem(root: yaml.Node) -> str | None:
     """Why the document ``root`` (a composed node graph, aliases shared) must not be expanded, or
     None. Counts as go-yaml decodes, in time linear in the graph: every node of the expanded
     tree is a decode; those reached through an alias (a node met again) are alias decodes."""
-    size: dict[int, int] = {}   # expanded size of each node done
-    open_: set[int] = set()     # nodes whose children are being counted: met again, a cycle
+    size: dict[int, int] = {}  # expanded size of each node done
+    open_: set[int] = set()  # nodes whose children are being counted: met again, a cycle
     aliased = 0
     stack: list[tuple[yaml.Node, bool]] = [(root, False)]
     while stack:
@@ -154,8 +159,10 @@ def aliasing_problem(root: yaml.Node) -> str | None:
             stack.extend((c, False) for c in reversed(_children(node)))
     decodes = size[id(root)]
     if aliased > 100 and decodes > 1000 and aliased / decodes > _allowed_alias_ratio(decodes):
-        return (f"contains excessive aliasing: its aliases expand it to {decodes:,} values "
-                f"({aliased:,} of them through aliases); kubectl refuses it too")
+        return (
+            f"contains excessive aliasing: its aliases expand it to {decodes:,} values "
+            f"({aliased:,} of them through aliases); kubectl refuses it too"
+        )
     return None
 
 

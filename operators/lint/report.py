@@ -26,5 +26,8 @@ def render(findings: list[Finding], files: int, documents: int, read_errors: lis
 
 
 def to_json(findings: list[Finding], read_errors: list[tuple[str, str]], mode: str) -> dict[str, Any]:
-    return {"mode": mode, "findings": [f.to_json() for f in findings],
-            "unreadable": [{"file": file, "problem": p} for file, p in read_errors]}
+    return {
+        "mode": mode,
+        "findings": [f.to_json() for f in findings],
+        "unreadable": [{"file": file, "problem": p} for file, p in read_errors],
+    }

@@ -33,5 +33,9 @@ async def against(kube, paths: list[str], namespace: str, dry_run: bool = True) 
     await cluster.fill(kube, ctx)
     own = rules.check(ctx)
     server = await cluster.dry_run_all(kube, ctx) if dry_run else []
-    return Result(report.merge(own, server), loaded, len(documents.expand(paths)),
-                  "cluster, server dry run" if dry_run else "cluster")
+    return Result(
+        report.merge(own, server),
+        loaded,
+        len(documents.expand(paths)),
+        "cluster, server dry run" if dry_run else "cluster",
+    )

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import structlog
 
 from ..core import heap
-from ..core.machinery.events import NORMAL, WARNING, EventRecorder
 from ..core.api.kube import ApiError, ConnectionLost, Kube
 from ..core.api.resources import NODES, RESOURCE_SLICES
+from ..core.machinery.events import NORMAL, WARNING, EventRecorder
 from ..core.machinery.store import Store
 from ..core.machinery.supervisor import Supervisor
 from .backends import BackendError, DeviceBackend, Inventory
@@ -28,8 +29,17 @@ _RETRY_DELAYS = (1, 2, 5, 10, 30)
 
 
 class NodeAgent:
-    def __init__(self, kube: Kube, backend: DeviceBackend, *, node_name: str, driver: str,
-                 sync_delay: float, health: HealthTracker, metrics: Metrics | None = None):
+    def __init__(
+        self,
+        kube: Kube,
+        backend: DeviceBackend,
+        *,
+        node_name: str,
+        driver: str,
+        sync_delay: float,
+        health: HealthTracker,
+        metrics: Metrics | None = None,
+    ):
         self.kube = kube
         self.backend = backend
         self.node_name = node_name
@@ -70,16 +80,20 @@ class NodeAgent:
             for found in await self.kube.list(RESOURCE_SLICES, field_selector=self.slice_selector):
                 self.slices.upsert(found)
         if self.node is None:
-            raise BackendError(f"Node {self.node_name!r} does not exist: set NODE_NAME to this node's name "
-                               "(spec.nodeName through the downward API in the DaemonSet)")
+            raise BackendError(
+                f"Node {self.node_name!r} does not exist: set NODE_NAME to this node's name "
+                "(spec.nodeName through the downward API in the DaemonSet)"
+            )
         # Taints published before a restart stay, with their timeAdded.
         self.health.adopt([d for s in self.slices.values() for d in s["spec"].get("devices") or []])
         await self._rediscover()
-        loops = {"nodeagent-publish": self._publish_loop,
-                 "nodeagent-backend": lambda: self.backend.watch(self._health_events, self._inventory_changed),
-                 "nodeagent-health": self._health_loop,
-                 "nodeagent-inventory": self._inventory_loop,
-                 "nodeagent-recovery": self._recovery_loop}
+        loops = {
+            "nodeagent-publish": self._publish_loop,
+            "nodeagent-backend": lambda: self.backend.watch(self._health_events, self._inventory_changed),
+            "nodeagent-health": self._health_loop,
+            "nodeagent-inventory": self._inventory_loop,
+            "nodeagent-recovery": self._recovery_loop,
+        }
         if supervisor is not None:
             self._tasks = [supervisor.spawn(name, loop, node=self.node_name) for name, loop in loops.items()]
         else:
@@ -158,9 +172,12 @@ class NodeAgent:
             self._inventory_changed.clear()
             try:
                 await self._rediscover()
-            except Exception as e:  # noqa: BLE001 - a backend bug must not end re-discovery for good
-                self.log.error("re-discovery failed, keeping the devices published before",
-                               error=f"{type(e).__name__}: {e}", exc_info=True)
+            except Exception as e:  # a backend bug must not end re-discovery for good
+                self.log.error(
+                    "re-discovery failed, keeping the devices published before",
+                    error=f"{type(e).__name__}: {e}",
+                    exc_info=True,
+                )
                 asyncio.get_running_loop().call_later(_RETRY_DELAYS[-1], self._inventory_changed.set)
             self._wake.set()
 
@@ -169,18 +186,23 @@ class NodeAgent:
             event = await self._health_events.get()
             try:
                 await self._on_health_event(event)
-            except Exception as e:  # noqa: BLE001 - one bad event must not end health tracking
-                self.log.error("health event not handled", event=repr(event), error=f"{type(e).__name__}: {e}",
-                               exc_info=True)
+            except Exception as e:  # one bad event must not end health tracking
+                self.log.error(
+                    "health event not handled", event=repr(event), error=f"{type(e).__name__}: {e}", exc_info=True
+                )
 
     async def _on_health_event(self, event: HealthEvent) -> None:
         self.metrics.health_events.labels(self.driver, event.kind, event.value).inc()
         if self.health.record(event):
             self.log.warning("device unhealthy", device=event.device, kind=event.kind, value=event.value)
             if self.node:
-                await self.events.event(self.node, WARNING, "DeviceUnhealthy",
-                                        f"device {event.device} of driver {self.driver}: {event.kind}"
-                                        f"{'=' + event.value if event.value else ''}; tainted")
+                await self.events.event(
+                    self.node,
+                    WARNING,
+                    "DeviceUnhealthy",
+                    f"device {event.device} of driver {self.driver}: {event.kind}"
+                    f"{'=' + event.value if event.value else ''}; tainted",
+                )
             self._health_changed()
             self._wake.set()
 
@@ -197,9 +219,12 @@ class NodeAgent:
                 self.metrics.recoveries.labels(self.driver).inc()
                 self.log.info("device recovered, taints removed", device=device)
                 if self.node:
-                    await self.events.event(self.node, NORMAL, "DeviceRecovered",
-                                            f"device {device} of driver {self.driver} passes its health check again; "
-                                            "taints removed")
+                    await self.events.event(
+                        self.node,
+                        NORMAL,
+                        "DeviceRecovered",
+                        f"device {device} of driver {self.driver} passes its health check again; taints removed",
+                    )
                 self._wake.set()
 
     async def _passes(self, device: str) -> bool:
@@ -220,12 +245,16 @@ class NodeAgent:
                 await self.publish()
             except asyncio.CancelledError:
                 raise
-            except Exception as e:  # noqa: BLE001 - API away, garbage, a bug: retry, never stop publishing
+            except Exception as e:  # API away, garbage, a bug: retry, never stop publishing
                 delay = _RETRY_DELAYS[min(self._failures, len(_RETRY_DELAYS) - 1)]
                 self._failures += 1
                 self.metrics.errors.labels(self.driver).inc()
-                self.log.warning("publishing failed, will retry", error=f"{type(e).__name__}: {e}", retry_in=delay,
-                                 exc_info=not isinstance(e, (ApiError, ConnectionLost)))
+                self.log.warning(
+                    "publishing failed, will retry",
+                    error=f"{type(e).__name__}: {e}",
+                    retry_in=delay,
+                    exc_info=not isinstance(e, (ApiError, ConnectionLost)),
+                )
                 asyncio.get_running_loop().call_later(delay, self._wake.set)
                 continue
             self._failures = 0
@@ -249,8 +278,15 @@ class NodeAgent:
         self.metrics.devices.labels(self.driver).set(len(valid))
         self.metrics.slices.labels(self.driver).set(len(desired))
         if result.deleted or result.updated or result.created:
-            self.log.info("published", devices=len(valid), slices=len(desired), generation=result.generation,
-                          deleted=result.deleted, updated=result.updated, created=result.created)
+            self.log.info(
+                "published",
+                devices=len(valid),
+                slices=len(desired),
+                generation=result.generation,
+                deleted=result.deleted,
+                updated=result.updated,
+                created=result.created,
+            )
         if result.deleted or result.updated or result.created or not self._trimmed:
             heap.trim()  # what the burst freed goes back to the system instead of staying in our RSS
             self._trimmed = True
@@ -260,6 +296,9 @@ class NodeAgent:
         for problem in problems:
             self.log.error("device not published", problem=problem)
         if problems and self.node:
-            await self.events.event(self.node, WARNING, "InvalidDevice",
-                                    f"{len(problems)} inventory problem(s), those devices are not published: "
-                                    + "; ".join(problems)[:900])
+            await self.events.event(
+                self.node,
+                WARNING,
+                "InvalidDevice",
+                f"{len(problems)} inventory problem(s), those devices are not published: " + "; ".join(problems)[:900],
+            )

@@ -33,8 +33,8 @@ NO_SCHEDULE, NONE = "NoSchedule", "None"
 @dataclass(frozen=True)
 class HealthEvent:
     device: str
-    kind: str           # XID, LOST or ECC
-    value: str = ""     # the XID number, or "double-bit"/"single-bit"
+    kind: str  # XID, LOST or ECC
+    value: str = ""  # the XID number, or "double-bit"/"single-bit"
     time: datetime.datetime = field(default_factory=utcnow)
 
 
@@ -45,8 +45,13 @@ class _DeviceHealth:
 
 
 class HealthTracker:
-    def __init__(self, driver: str, ignored_xids: tuple[int, ...] = DEFAULT_IGNORED_XIDS,
-                 quiet_period: float = 300.0, booted_at: datetime.datetime | None = None):
+    def __init__(
+        self,
+        driver: str,
+        ignored_xids: tuple[int, ...] = DEFAULT_IGNORED_XIDS,
+        quiet_period: float = 300.0,
+        booted_at: datetime.datetime | None = None,
+    ):
         self.driver = driver
         self.booted_at = booted_at
         self.ignored_xids = set(ignored_xids)
@@ -62,7 +67,7 @@ class HealthTracker:
 
     def recovers(self, taint: dict) -> bool:
         """Whether this taint may go by itself (a passing check and a quiet period), or needs a reset."""
-        kind = taint["key"][len(self.driver) + 1:]
+        kind = taint["key"][len(self.driver) + 1 :]
         if kind == XID:
             try:
                 return xid_policy.recovers(int(taint.get("value") or 0))
@@ -84,8 +89,7 @@ class HealthTracker:
                 return False  # the same fault again: timeAdded stays
             if current["effect"] == NO_SCHEDULE and effect == NONE:
                 return False  # an informational event never weakens a fault
-        state.taints[key] = {"key": key, "value": event.value, "effect": effect,
-                             "timeAdded": format_time(event.time)}
+        state.taints[key] = {"key": key, "value": event.value, "effect": effect, "timeAdded": format_time(event.time)}
         return True
 
     def recover(self, passes_check, now: datetime.datetime | None = None) -> list[str]:

@@ -6,8 +6,8 @@ import datetime
 
 import kopf
 
-from ..core.framework.metrics import serve
 from ..core.api.resources import NODES, RESOURCE_SLICES
+from ..core.framework.metrics import serve
 from ..core.framework.operator import ConfigurationError, OperatorSpec, register
 from ..core.framework.runtime import Runtime
 from ..core.settings import Settings
@@ -25,7 +25,7 @@ def boot_time(proc: str = "/proc") -> datetime.datetime | None:
         with open(f"{proc}/stat") as f:
             for line in f:
                 if line.startswith("btime "):
-                    return datetime.datetime.fromtimestamp(int(line.split()[1]), datetime.timezone.utc)
+                    return datetime.datetime.fromtimestamp(int(line.split()[1]), datetime.UTC)
     except (OSError, ValueError):
         return None
     return None
@@ -38,11 +38,17 @@ def driver_name(config: Settings) -> str:
 def preflight(config: Settings, memo: kopf.Memo) -> None:
     """Fail before kopf starts, with a message that says what to do (the CLI exits non-zero)."""
     if not config.node_name:
-        raise BackendError("NODE_NAME is not set: the node agent must know its Node "
-                           "(the DaemonSet passes spec.nodeName through the downward API)")
-    memo.nodeagent_backend = create_backend(config.nodeagent_backend, node_name=config.node_name,
-                                            driver=driver_name(config), inventory_path=config.nodeagent_inventory,
-                                            refresh_interval=config.nodeagent_nvml_refresh)
+        raise BackendError(
+            "NODE_NAME is not set: the node agent must know its Node "
+            "(the DaemonSet passes spec.nodeName through the downward API)"
+        )
+    memo.nodeagent_backend = create_backend(
+        config.nodeagent_backend,
+        node_name=config.node_name,
+        driver=driver_name(config),
+        inventory_path=config.nodeagent_inventory,
+        refresh_interval=config.nodeagent_nvml_refresh,
+    )
 
 
 def check(config: Settings, memo: kopf.Memo) -> None:
@@ -59,15 +65,20 @@ async def start(runtime: Runtime, config: Settings, memo: kopf.Memo) -> None:
     driver = driver_name(config)
     metrics = Metrics()
     ignored = tuple(int(x) for x in config.nodeagent_ignored_xids.split(",") if x.strip())
-    agent = NodeAgent(kube, memo.nodeagent_backend, node_name=config.node_name, driver=driver,
-                      sync_delay=config.nodeagent_sync_delay, metrics=metrics,
-                      health=HealthTracker(driver, ignored, config.nodeagent_health_quiet_period,
-                                           booted_at=boot_time()))
+    agent = NodeAgent(
+        kube,
+        memo.nodeagent_backend,
+        node_name=config.node_name,
+        driver=driver,
+        sync_delay=config.nodeagent_sync_delay,
+        metrics=metrics,
+        health=HealthTracker(driver, ignored, config.nodeagent_health_quiet_period, booted_at=boot_time()),
+    )
     runtime.on_cleanup(agent.stop)
-    runtime.informer(NODES, agent.nodes, agent.on_node, field_selector=f"metadata.name={config.node_name}",
-                     kind="Node")
-    runtime.informer(RESOURCE_SLICES, agent.slices, agent.on_slice, field_selector=agent.slice_selector,
-                     kind="ResourceSlice")
+    runtime.informer(NODES, agent.nodes, agent.on_node, field_selector=f"metadata.name={config.node_name}", kind="Node")
+    runtime.informer(
+        RESOURCE_SLICES, agent.slices, agent.on_slice, field_selector=agent.slice_selector, kind="ResourceSlice"
+    )
     await runtime.prime()
     await agent.start(runtime.supervisor, primed=True)
     memo.nodeagent = agent
@@ -75,10 +86,15 @@ async def start(runtime: Runtime, config: Settings, memo: kopf.Memo) -> None:
         from .plugin.server import KubeletPlugin  # gRPC is loaded only by an agent that serves it
 
         plugin = KubeletPlugin(
-            agent, kube, registry_dir=config.nodeagent_registry_dir, plugins_dir=config.nodeagent_plugins_dir,
+            agent,
+            kube,
+            registry_dir=config.nodeagent_registry_dir,
+            plugins_dir=config.nodeagent_plugins_dir,
             cdi_root=config.nodeagent_cdi_root,
             toolkit_cdi_dirs=tuple(d.strip() for d in config.nodeagent_toolkit_cdi_dirs.split(",") if d.strip()),
-            nvidia_runtime=config.nodeagent_nvidia_container_runtime, pod_uid=config.pod_uid)
+            nvidia_runtime=config.nodeagent_nvidia_container_runtime,
+            pod_uid=config.pod_uid,
+        )
         runtime.on_cleanup(plugin.stop)
         await plugin.start(runtime.supervisor)
         memo.nodeagent_plugin = plugin
@@ -96,9 +112,14 @@ async def check_itself(runtime: Runtime, config: Settings, memo: kopf.Memo) -> N
     from .plugin.liveness import SelfCheck
 
     sockets = (lambda: (plugin.registration_socket, plugin.dra_socket)) if plugin is not None else None
-    check = SelfCheck(sockets, runtime.supervisor.problems, period=config.nodeagent_self_check_period,
-                      registered=(lambda: bool(plugin.registration and plugin.registration[0]))
-                      if plugin is not None else (lambda: True))
+    check = SelfCheck(
+        sockets,
+        runtime.supervisor.problems,
+        period=config.nodeagent_self_check_period,
+        registered=(lambda: bool(plugin.registration and plugin.registration[0]))
+        if plugin is not None
+        else (lambda: True),
+    )
     runtime.supervisor.add_check(check.problem)
     if config.nodeagent_grpc_health_port:
         runtime.on_cleanup(check.stop)

@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.api.kube import ApiError, Kube
+from ..core.api.resources import RESOURCE_SLICES
 from ..core.dra.metatime import parse_time
 from ..core.dra.quantity import parse_quantity
-from ..core.api.resources import RESOURCE_SLICES
 from ..core.machinery.store import Store
 
 INDEX_MIN_LENGTH = 5
@@ -86,7 +86,10 @@ def copy_taint_time_added(current: list[dict], desired: list[dict]) -> list[dict
                 continue
             for old in published.get("taints") or []:
                 if (old.get("key"), old.get("value"), old.get("effect")) == (
-                        taint.get("key"), taint.get("value"), taint.get("effect")) and old.get("timeAdded"):
+                    taint.get("key"),
+                    taint.get("value"),
+                    taint.get("effect"),
+                ) and old.get("timeAdded"):
                     taint["timeAdded"] = old["timeAdded"]
                     break
     return out
@@ -104,8 +107,16 @@ class PoolPlan:
         return not (self.obsolete or self.updates or self.creates)
 
 
-def plan_pool(existing: list[dict], desired: list[dict], *, driver: str, pool: str,
-              node_name: str, owner: dict[str, str], new_generation: bool = False) -> PoolPlan:
+def plan_pool(
+    existing: list[dict],
+    desired: list[dict],
+    *,
+    driver: str,
+    pool: str,
+    node_name: str,
+    owner: dict[str, str],
+    new_generation: bool = False,
+) -> PoolPlan:
     """What to delete, update and create so that the pool's slices equal ``desired``.
 
     ``desired`` holds slice specs with ``devices`` or ``sharedCounters``; ``owner`` is the Node
@@ -131,10 +142,14 @@ def plan_pool(existing: list[dict], desired: list[dict], *, driver: str, pool: s
     changed = set()
     for index, current in matched.items():
         spec, want = current["spec"], desired[index]
-        if (spec.get("pool") != desired_pool or spec.get("nodeSelector") or spec.get("allNodes")
-                or not devices_equal(spec.get("devices"), want.get("devices"))
-                or _normalise(spec.get("sharedCounters") or []) != _normalise(want.get("sharedCounters") or [])
-                or bool(spec.get("perDeviceNodeSelection")) != bool(want.get("perDeviceNodeSelection"))):
+        if (
+            spec.get("pool") != desired_pool
+            or spec.get("nodeSelector")
+            or spec.get("allNodes")
+            or not devices_equal(spec.get("devices"), want.get("devices"))
+            or _normalise(spec.get("sharedCounters") or []) != _normalise(want.get("sharedCounters") or [])
+            or bool(spec.get("perDeviceNodeSelection")) != bool(want.get("perDeviceNodeSelection"))
+        ):
             changed.add(index)
 
     new_slices = len(desired) - len(matched)
@@ -168,15 +183,25 @@ def plan_pool(existing: list[dict], desired: list[dict], *, driver: str, pool: s
             continue
         spec: dict[str, Any] = {"driver": driver, "pool": dict(desired_pool), "nodeName": node_name}
         spec.update(copy.deepcopy(desired[index]))
-        plan.creates.append({
-            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
-            "metadata": {
-                "generateName": generate_name(index, length, driver, owner["name"]),
-                "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": owner["name"],
-                                     "uid": owner["uid"], "controller": True}],
-            },
-            "spec": spec,
-        })
+        plan.creates.append(
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceSlice",
+                "metadata": {
+                    "generateName": generate_name(index, length, driver, owner["name"]),
+                    "ownerReferences": [
+                        {
+                            "apiVersion": "v1",
+                            "kind": "Node",
+                            "name": owner["name"],
+                            "uid": owner["uid"],
+                            "controller": True,
+                        }
+                    ],
+                },
+                "spec": spec,
+            }
+        )
     return plan
 
 
@@ -199,18 +224,29 @@ class PoolPublisher:
         self.node_name = node_name
 
     def existing(self) -> list[dict]:
-        return [s for s in self.store.values()
-                if s["spec"].get("driver") == self.driver and s["spec"].get("pool", {}).get("name") == self.node_name]
+        return [
+            s
+            for s in self.store.values()
+            if s["spec"].get("driver") == self.driver and s["spec"].get("pool", {}).get("name") == self.node_name
+        ]
 
     async def publish(self, desired: list[dict], owner: dict[str, str], new_generation: bool = False) -> PublishResult:
-        plan = plan_pool(self.existing(), desired, driver=self.driver, pool=self.node_name,
-                         node_name=self.node_name, owner=owner, new_generation=new_generation)
+        plan = plan_pool(
+            self.existing(),
+            desired,
+            driver=self.driver,
+            pool=self.node_name,
+            node_name=self.node_name,
+            owner=owner,
+            new_generation=new_generation,
+        )
         # Obsolete slices go first, and only the version we judged (uid and resourceVersion).
         for old in plan.obsolete:
             meta = old["metadata"]
             try:
-                await self.kube.delete(RESOURCE_SLICES, meta["name"], uid=meta["uid"],
-                                       resource_version=meta["resourceVersion"])
+                await self.kube.delete(
+                    RESOURCE_SLICES, meta["name"], uid=meta["uid"], resource_version=meta["resourceVersion"]
+                )
             except ApiError as e:
                 if not e.not_found:
                     raise

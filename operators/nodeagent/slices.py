@@ -14,8 +14,9 @@ def uses_advanced_features(device: dict[str, Any]) -> bool:
     return bool(device.get("taints") or device.get("consumesCounters"))
 
 
-def split_into_slices(devices: list[dict[str, Any]], counter_sets: list[dict[str, Any]] | None = None
-                      ) -> list[dict[str, Any]]:
+def split_into_slices(
+    devices: list[dict[str, Any]], counter_sets: list[dict[str, Any]] | None = None
+) -> list[dict[str, Any]]:
     """Slice specs (``devices`` or ``sharedCounters``, never both, as v1 requires) in
     publishing order: counter sets first, then devices in the backend's order.
 
@@ -25,8 +26,8 @@ def split_into_slices(devices: list[dict[str, Any]], counter_sets: list[dict[str
     specs: list[dict[str, Any]] = []
     counter_sets = counter_sets or []
     for i in range(0, len(counter_sets), MAX_COUNTER_SETS):
-        specs.append({"sharedCounters": counter_sets[i:i + MAX_COUNTER_SETS]})
+        specs.append({"sharedCounters": counter_sets[i : i + MAX_COUNTER_SETS]})
     limit = MAX_DEVICES_ADVANCED if any(uses_advanced_features(d) for d in devices) else MAX_DEVICES
     for i in range(0, len(devices), limit):
-        specs.append({"devices": devices[i:i + limit]})
+        specs.append({"devices": devices[i : i + limit]})
     return specs

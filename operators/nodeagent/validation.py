@@ -22,7 +22,8 @@ _C_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SEMVER = re.compile(
     r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)"
     r"(?:-((?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(?:\.(?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*))?"
-    r"(?:\+([0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?$")
+    r"(?:\+([0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?$"
+)
 _ATTRIBUTE_TYPES = ("int", "bool", "string", "version")
 
 
@@ -39,8 +40,17 @@ def _qualified_name(name: str) -> str | None:
 
 # What a ResourceSlice device may carry when the node agent publishes it (per-device node
 # selection is not among them: the agent's devices belong to its node).
-DEVICE_FIELDS = {"name", "attributes", "capacity", "consumesCounters", "taints", "bindsToNode",
-                 "bindingConditions", "bindingFailureConditions", "allowMultipleAllocations"}
+DEVICE_FIELDS = {
+    "name",
+    "attributes",
+    "capacity",
+    "consumesCounters",
+    "taints",
+    "bindsToNode",
+    "bindingConditions",
+    "bindingFailureConditions",
+    "allowMultipleAllocations",
+}
 TAINT_EFFECTS = ("NoSchedule", "NoExecute", "None")
 MAX_BINDING_CONDITIONS = 4
 
@@ -135,8 +145,11 @@ def _condition_problems(device: dict[str, Any]) -> list[str]:
 def _taint_problems(taints: Any) -> list[str]:
     if not isinstance(taints, list) or not all(isinstance(t, dict) for t in taints):
         return [f"taints: {taints!r} is not a list of taints"]
-    return [f"taints[{i}]: needs a key and an effect of {', '.join(TAINT_EFFECTS)}" for i, t in enumerate(taints)
-            if not isinstance(t.get("key"), str) or not t.get("key") or t.get("effect") not in TAINT_EFFECTS]
+    return [
+        f"taints[{i}]: needs a key and an effect of {', '.join(TAINT_EFFECTS)}"
+        for i, t in enumerate(taints)
+        if not isinstance(t.get("key"), str) or not t.get("key") or t.get("effect") not in TAINT_EFFECTS
+    ]
 
 
 def _counter_problems(consumes: Any, counter_sets: dict[str, dict[str, Fraction]]) -> list[str]:
@@ -160,13 +173,17 @@ def _counter_problems(consumes: Any, counter_sets: dict[str, dict[str, Fraction]
             amount = _quantity(value.get("value") if isinstance(value, dict) else None)
             held = counter_sets[name].get(counter)
             if held is None:
-                problems.append(f"{field}: counter {counter!r} is not in counter set {name!r} "
-                                f"(it has {', '.join(sorted(counter_sets[name])) or 'none'})")
+                problems.append(
+                    f"{field}: counter {counter!r} is not in counter set {name!r} "
+                    f"(it has {', '.join(sorted(counter_sets[name])) or 'none'})"
+                )
             elif amount is None or amount < 0:
                 problems.append(f"{field}.counters[{counter}]: {value!r} is not a quantity like {{value: 8Gi}}")
             elif amount > held:
-                problems.append(f"{field}.counters[{counter}]: consumes {value['value']}, more than counter set "
-                                f"{name!r} holds ({format_quantity(held)}): the device could never be allocated")
+                problems.append(
+                    f"{field}.counters[{counter}]: consumes {value['value']}, more than counter set "
+                    f"{name!r} holds ({format_quantity(held)}): the device could never be allocated"
+                )
     return problems
 
 
@@ -176,8 +193,10 @@ def counter_capacities(counter_sets: list[dict[str, Any]] | None) -> dict[str, d
     for counter_set in counter_sets or []:
         counters = counter_set.get("counters") or {}
         found[counter_set.get("name", "")] = {
-            name: amount for name, value in counters.items()
-            if (amount := _quantity((value or {}).get("value"))) is not None}
+            name: amount
+            for name, value in counters.items()
+            if (amount := _quantity((value or {}).get("value"))) is not None
+        }
     return found
 
 
@@ -189,18 +208,25 @@ def device_problems(device: Any, counter_sets: dict[str, dict[str, Fraction]] | 
     name = device.get("name", "")
     problems: list[str] = []
     if not isinstance(name, str) or len(name) > 63 or not _DNS_LABEL.match(name):
-        problems.append(f"name {name!r}: must be a DNS label (lower-case letters, digits and '-', "
-                        "at most 63 characters)")
+        problems.append(
+            f"name {name!r}: must be a DNS label (lower-case letters, digits and '-', at most 63 characters)"
+        )
     unknown = sorted(str(k) for k in set(device) - DEVICE_FIELDS)
     if unknown:
-        problems.append(f"unknown field(s) {', '.join(unknown)} (a published device may have "
-                        f"{', '.join(sorted(DEVICE_FIELDS))})")
+        problems.append(
+            f"unknown field(s) {', '.join(unknown)} (a published device may have {', '.join(sorted(DEVICE_FIELDS))})"
+        )
     attributes = device.get("attributes") or {}
     capacity = device.get("capacity") or {}
-    if isinstance(attributes, dict) and isinstance(capacity, dict) and \
-            len(attributes) + len(capacity) > MAX_ATTRIBUTES_AND_CAPACITIES:
-        problems.append(f"attributes and capacity: {len(attributes) + len(capacity)} entries, "
-                        f"at most {MAX_ATTRIBUTES_AND_CAPACITIES} are allowed")
+    if (
+        isinstance(attributes, dict)
+        and isinstance(capacity, dict)
+        and len(attributes) + len(capacity) > MAX_ATTRIBUTES_AND_CAPACITIES
+    ):
+        problems.append(
+            f"attributes and capacity: {len(attributes) + len(capacity)} entries, "
+            f"at most {MAX_ATTRIBUTES_AND_CAPACITIES} are allowed"
+        )
     problems += _attribute_problems(attributes) + _capacity_problems(capacity) + _condition_problems(device)
     for key in ("allowMultipleAllocations", "bindsToNode"):
         if key in device and not isinstance(device[key], bool):
@@ -212,8 +238,9 @@ def device_problems(device: Any, counter_sets: dict[str, dict[str, Fraction]] | 
     return problems
 
 
-def split_valid(devices: list[Any], counter_sets: list[dict[str, Any]] | None = None
-                ) -> tuple[list[dict[str, Any]], list[str]]:
+def split_valid(
+    devices: list[Any], counter_sets: list[dict[str, Any]] | None = None
+) -> tuple[list[dict[str, Any]], list[str]]:
     """(the devices that can be published, one message per problem naming device and field)."""
     capacities = counter_capacities(counter_sets)
     valid, errors, seen = [], [], set()

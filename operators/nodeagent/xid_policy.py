@@ -28,8 +28,26 @@ def _xids(*parts: int | range) -> set[int]:
 
 
 _BUCKETS: dict[str, set[int]] = {
-    RESTART_APP: _xids(8, 11, 13, 25, 31, 32, range(39, 42), 60, range(68, 73), range(75, 78), 80, range(82, 87),
-                       88, 89, 94, range(96, 106), range(126, 136), 139),
+    RESTART_APP: _xids(
+        8,
+        11,
+        13,
+        25,
+        31,
+        32,
+        range(39, 42),
+        60,
+        range(68, 73),
+        range(75, 78),
+        80,
+        range(82, 87),
+        88,
+        89,
+        94,
+        range(96, 106),
+        range(126, 136),
+        139,
+    ),
     IGNORE: _xids(14, 37, 38, 43, 44, 63, 66, 67, 92, 93, 106, 107, 121, 137, 141, 152, 153, 157, 161),
     CHECK_UVM: _xids(159),
     "WORKFLOW_XID_45": _xids(45),

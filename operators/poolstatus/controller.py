@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import structlog
 
 from ..core.api.kube import ApiError, ConnectionLost, Kube
-from ..core.dra.metatime import format_time, utcnow
 from ..core.api.resources import RESOURCE_POOL_STATUS_REQUESTS, Resource
+from ..core.dra.metatime import format_time, utcnow
 from ..core.machinery.store import Store, uid_of
 from ..core.machinery.workqueue import RetryableError, WorkQueue
 from . import decisions as d
@@ -34,9 +34,18 @@ MAX_RETRIES = 5  # controller.go maxRetries
 
 
 class PoolStatusController:
-    def __init__(self, kube: Kube, *, requests: Resource = RESOURCE_POOL_STATUS_REQUESTS, workers: int = 1,
-                 metrics: Metrics | None = None, completed_ttl: float = 3600.0, pending_ttl: float = 86400.0,
-                 cleanup_interval: float = 600.0, clock: Callable[[], "object"] = utcnow):
+    def __init__(
+        self,
+        kube: Kube,
+        *,
+        requests: Resource = RESOURCE_POOL_STATUS_REQUESTS,
+        workers: int = 1,
+        metrics: Metrics | None = None,
+        completed_ttl: float = 3600.0,
+        pending_ttl: float = 86400.0,
+        cleanup_interval: float = 600.0,
+        clock: Callable[[], object] = utcnow,
+    ):
         self.kube = kube
         self.resource = requests
         self.metrics = metrics or Metrics()
@@ -77,11 +86,12 @@ class PoolStatusController:
             await self.sync(key)
         except asyncio.CancelledError:
             raise
-        except Exception as e:  # noqa: BLE001 - retried by the queue, or dropped as upstream
+        except Exception as e:  # retried by the queue, or dropped as upstream
             if self.queue.failures(key) < MAX_RETRIES:
                 raise
-            log.error("dropping request out of the queue after max retries", request=key, retries=MAX_RETRIES,
-                      error=str(e))
+            log.error(
+                "dropping request out of the queue after max retries", request=key, retries=MAX_RETRIES, error=str(e)
+            )
 
     async def sync(self, name: str) -> None:
         request = self.requests.get(name)
@@ -89,8 +99,9 @@ class PoolStatusController:
             return
         started = time.monotonic()
         driver = (request.get("spec") or {}).get("driver", "")
-        status = d.calculate_pool_status(request, self.slices.values(), self.claims.values(), self.rules.values(),
-                                         format_time(self.clock()))
+        status = d.calculate_pool_status(
+            request, self.slices.values(), self.claims.values(), self.rules.values(), format_time(self.clock())
+        )
         if d.has_incomplete_pool(status):
             raise RetryableError(f"request {name}: incomplete pools detected, requeueing")
         try:
@@ -100,8 +111,13 @@ class PoolStatusController:
             raise RetryableError(f"failed to update status for request {name}: {e}") from e
         self.metrics.written(driver, time.monotonic() - started, failed=False)
         self.requests.upsert(updated)
-        log.info("processed ResourcePoolStatusRequest", request=name, driver=driver,
-                 pools=len(status.get("pools") or []), pool_count=status["poolCount"])
+        log.info(
+            "processed ResourcePoolStatusRequest",
+            request=name,
+            driver=driver,
+            pools=len(status.get("pools") or []),
+            pool_count=status["poolCount"],
+        )
 
     # -- retention ---------------------------------------------------------------------------
 

@@ -26,24 +26,25 @@ from ..core.dra.tolerations import FILTERING_EFFECTS, device_selector_matches
 
 Obj = dict[str, Any]
 
-LIMIT_DEFAULT = 100                 # ResourcePoolStatusRequestLimitDefault
-LIMIT_MAX = 1000                    # ResourcePoolStatusRequestLimitMax
-MAX_STATUS_LIST_ITEMS = 32          # views.go maxStatusListItems (+k8s:maxItems=32)
-MAX_VALIDATION_ERROR_BYTES = 256    # +k8s:maxBytes=256 of validationError
+LIMIT_DEFAULT = 100  # ResourcePoolStatusRequestLimitDefault
+LIMIT_MAX = 1000  # ResourcePoolStatusRequestLimitMax
+MAX_STATUS_LIST_ITEMS = 32  # views.go maxStatusListItems (+k8s:maxItems=32)
+MAX_VALIDATION_ERROR_BYTES = 256  # +k8s:maxBytes=256 of validationError
 
 COMPLETE, FAILED = "Complete", "Failed"
 
 # views.go: machine-readable prefixes of a pool's validationError.
-PREFIX_POOL_INCOMPLETE = "PoolIncomplete:"   # the only transient one: the request is retried
+PREFIX_POOL_INCOMPLETE = "PoolIncomplete:"  # the only transient one: the request is retried
 PREFIX_PARTITION_TYPE_MISSING = "PartitionTypeMissing:"
 PREFIX_PARTITION_COST_MISMATCH = "PartitionCostMismatch:"
 PREFIX_PARTITION_SUMMARY_OVER_CAP = "PartitionSummaryOverCap:"
 PREFIX_SHAREABLE_OVER_CAP = "ShareableSummaryOverCap:"
 
-UNAVAILABLE_EFFECTS = FILTERING_EFFECTS   # NoSchedule, NoExecute
+UNAVAILABLE_EFFECTS = FILTERING_EFFECTS  # NoSchedule, NoExecute
 
 
 # -- which devices count how ----------------------------------------------------------------------
+
 
 def has_unavailable_taint(device: Obj) -> bool:
     """controller.go ``hasUnavailableTaint``: an embedded NoSchedule or NoExecute taint."""
@@ -62,14 +63,17 @@ def rule_makes_device_unavailable(rule: Obj, driver: str, pool: str, device: str
 def device_unavailable(driver: str, pool: str, device: Obj, rules: Iterable[Obj]) -> bool:
     """controller.go ``deviceUnavailable``."""
     return has_unavailable_taint(device) or any(
-        rule_makes_device_unavailable(r, driver, pool, device.get("name", "")) for r in rules)
+        rule_makes_device_unavailable(r, driver, pool, device.get("name", "")) for r in rules
+    )
 
 
 # -- the partition and shareable views (views.go) ------------------------------------------------
 
+
 @dataclass
 class DeviceRecord:
     """views.go ``deviceRecord``."""
+
     name: str
     partition_attr: str = ""
     partition_type: str = ""
@@ -84,11 +88,17 @@ def slice_device_records(slice_: Obj) -> list[DeviceRecord]:
     """views.go ``sliceDeviceRecords``: each device seeded with its slice's partitionTypeAttribute."""
     spec = slice_.get("spec") or {}
     attr = spec.get("partitionTypeAttribute") or ""
-    return [DeviceRecord(name=d.get("name", ""), partition_attr=attr,
-                         consumes_counters=list(d.get("consumesCounters") or []),
-                         allow_multiple=bool(d.get("allowMultipleAllocations")),
-                         capacity=dict(d.get("capacity") or {}), attributes=dict(d.get("attributes") or {}))
-            for d in spec.get("devices") or []]
+    return [
+        DeviceRecord(
+            name=d.get("name", ""),
+            partition_attr=attr,
+            consumes_counters=list(d.get("consumesCounters") or []),
+            allow_multiple=bool(d.get("allowMultipleAllocations")),
+            capacity=dict(d.get("capacity") or {}),
+            attributes=dict(d.get("attributes") or {}),
+        )
+        for d in spec.get("devices") or []
+    ]
 
 
 def resolve_partition_type(driver: str, attributes: dict[str, Obj], fqn: str) -> tuple[str, bool]:
@@ -96,7 +106,7 @@ def resolve_partition_type(driver: str, attributes: dict[str, Obj], fqn: str) ->
     own domain also matches the bare attribute (the explicit one wins)."""
     attr = attributes.get(fqn)
     if attr is None and fqn.startswith(driver + "/"):
-        attr = attributes.get(fqn[len(driver) + 1:])
+        attr = attributes.get(fqn[len(driver) + 1 :])
     if attr is None or attr.get("string") is None:
         return "", False
     return attr["string"], True
@@ -121,8 +131,11 @@ def _go_quote(text: str) -> str:
 
 def consumes_counters_key(cost: list[Obj]) -> str:
     """views.go ``consumesCountersKey``: a device's counter cost as a comparable string."""
-    parts = [f"{cc.get('counterSet')}/{name}={Quantity.parse(c.get('value', '0'))}"
-             for cc in cost for name, c in sorted((cc.get("counters") or {}).items())]
+    parts = [
+        f"{cc.get('counterSet')}/{name}={Quantity.parse(c.get('value', '0'))}"
+        for cc in cost
+        for name, c in sorted((cc.get("counters") or {}).items())
+    ]
     return ",".join(sorted(parts))
 
 
@@ -132,23 +145,28 @@ def available_counters(shared: list[Obj], devices: list[DeviceRecord], in_use: s
     return counters_left(capacities(shared), (d.consumes_counters for d in devices if d.name in in_use))
 
 
-def compute_partition_summary(driver: str, pool: str, devices: list[DeviceRecord], shared: list[Obj],
-                              in_use: set[str]) -> tuple[list[Obj] | None, str]:
+def compute_partition_summary(
+    driver: str, pool: str, devices: list[DeviceRecord], shared: list[Obj], in_use: set[str]
+) -> tuple[list[Obj] | None, str]:
     """views.go ``computePartitionSummary``."""
     groups: dict[tuple[str, str], dict[str, Any]] = {}
     for d in devices:
         if not d.consumes_counters or not d.partition_attr:
             continue
         if not d.has_partition_type:
-            return None, (f"{PREFIX_PARTITION_TYPE_MISSING} device {_go_quote(d.name)} in pool {driver}/{pool} "
-                          f"does not carry partition type attribute {_go_quote(d.partition_attr)}")
+            return None, (
+                f"{PREFIX_PARTITION_TYPE_MISSING} device {_go_quote(d.name)} in pool {driver}/{pool} "
+                f"does not carry partition type attribute {_go_quote(d.partition_attr)}"
+            )
         group = groups.setdefault((d.partition_attr, d.partition_type), {"total": 0, "fresh": [], "cost": ""})
         key = consumes_counters_key(d.consumes_counters)
         if group["total"] == 0:
             group["cost"] = key
         elif key != group["cost"]:
-            return None, (f"{PREFIX_PARTITION_COST_MISMATCH} devices of partition type {_go_quote(d.partition_type)} "
-                          f"in pool {driver}/{pool} consume different counters")
+            return None, (
+                f"{PREFIX_PARTITION_COST_MISMATCH} devices of partition type {_go_quote(d.partition_type)} "
+                f"in pool {driver}/{pool} consume different counters"
+            )
         group["total"] += 1
         if d.name not in in_use:
             group["fresh"].append(d)
@@ -164,13 +182,16 @@ def compute_partition_summary(driver: str, pool: str, devices: list[DeviceRecord
                 deduct(avail, d.consumes_counters)
         result.append({"attribute": attr, "type": type_, "total": group["total"], "allocatable": allocatable})
     if len(result) > MAX_STATUS_LIST_ITEMS:
-        return None, (f"{PREFIX_PARTITION_SUMMARY_OVER_CAP} pool {driver}/{pool} has {len(result)} partition types, "
-                      f"exceeding the maximum of {MAX_STATUS_LIST_ITEMS}")
+        return None, (
+            f"{PREFIX_PARTITION_SUMMARY_OVER_CAP} pool {driver}/{pool} has {len(result)} partition types, "
+            f"exceeding the maximum of {MAX_STATUS_LIST_ITEMS}"
+        )
     return result, ""
 
 
-def compute_shareable_summary(driver: str, pool: str, devices: list[DeviceRecord], in_use: set[str],
-                              consumed: dict[str, Quantity]) -> tuple[Obj | None, str]:
+def compute_shareable_summary(
+    driver: str, pool: str, devices: list[DeviceRecord], in_use: set[str], consumed: dict[str, Quantity]
+) -> tuple[Obj | None, str]:
     """views.go ``computeShareableSummary``: only for pools with allowMultipleAllocations devices."""
     full = partial = 0
     total: dict[str, Quantity] = {}
@@ -190,26 +211,42 @@ def compute_shareable_summary(driver: str, pool: str, devices: list[DeviceRecord
     capacities = []
     for key in sorted(total):
         used = consumed.get(key, Quantity())
-        capacities.append({"name": key, "total": str(total[key]), "consumed": str(used),
-                           "available": str(non_negative_diff(total[key], used))})
+        capacities.append(
+            {
+                "name": key,
+                "total": str(total[key]),
+                "consumed": str(used),
+                "available": str(non_negative_diff(total[key], used)),
+            }
+        )
     if len(capacities) > MAX_STATUS_LIST_ITEMS:
-        return None, (f"{PREFIX_SHAREABLE_OVER_CAP} pool {driver}/{pool} has {len(capacities)} shareable capacity "
-                      f"keys, exceeding the maximum of {MAX_STATUS_LIST_ITEMS}")
+        return None, (
+            f"{PREFIX_SHAREABLE_OVER_CAP} pool {driver}/{pool} has {len(capacities)} shareable capacity "
+            f"keys, exceeding the maximum of {MAX_STATUS_LIST_ITEMS}"
+        )
     summary: Obj = {"fullyAvailableDevices": full, "partiallyAvailableDevices": partial}
     if capacities:
         summary["capacity"] = capacities
     return summary, ""
 
 
-def compute_pool_views(driver: str, pool: str, devices: list[DeviceRecord], shared: list[Obj], in_use: set[str],
-                       consumed: dict[str, Quantity]) -> tuple[list[Obj] | None, Obj | None, str]:
+def compute_pool_views(
+    driver: str,
+    pool: str,
+    devices: list[DeviceRecord],
+    shared: list[Obj],
+    in_use: set[str],
+    consumed: dict[str, Quantity],
+) -> tuple[list[Obj] | None, Obj | None, str]:
     """views.go ``computePoolViews``: (partitionSummary, shareableSummary, first validation error)."""
     has_counters = bool(shared)
     grouped = any(d.partition_attr for d in devices)
     partitions, error = None, ""
     if grouped and not has_counters:
-        error = (f"{PREFIX_PARTITION_TYPE_MISSING} pool {driver}/{pool} declares partitionTypeAttribute "
-                 "but publishes no sharedCounters")
+        error = (
+            f"{PREFIX_PARTITION_TYPE_MISSING} pool {driver}/{pool} declares partitionTypeAttribute "
+            "but publishes no sharedCounters"
+        )
     elif grouped:
         partitions, error = compute_partition_summary(driver, pool, devices, shared, in_use)
     shareable, shareable_error = compute_shareable_summary(driver, pool, devices, in_use, consumed)
@@ -224,11 +261,13 @@ def compute_pool_views(driver: str, pool: str, devices: list[DeviceRecord], shar
 
 # -- the whole answer (controller.go calculatePoolStatus) ----------------------------------------
 
+
 def _truncate(message: str) -> str:
     """To the API field's 256 bytes, as upstream cuts them."""
     raw = message.encode()
-    return raw[:MAX_VALIDATION_ERROR_BYTES].decode(errors="replace") if len(raw) > MAX_VALIDATION_ERROR_BYTES \
-        else message
+    return (
+        raw[:MAX_VALIDATION_ERROR_BYTES].decode(errors="replace") if len(raw) > MAX_VALIDATION_ERROR_BYTES else message
+    )
 
 
 @dataclass
@@ -251,8 +290,9 @@ def request_limit(request: Obj) -> int:
     return LIMIT_DEFAULT if limit is None else int(limit)
 
 
-def calculate_pool_status(request: Obj, slices: Iterable[Obj], claims: Iterable[Obj], rules: Iterable[Obj],
-                          now: str) -> Obj:
+def calculate_pool_status(
+    request: Obj, slices: Iterable[Obj], claims: Iterable[Obj], rules: Iterable[Obj], now: str
+) -> Obj:
     """The request's ``status``. ``rules``: the DeviceTaintRules (empty when the cluster serves
     none, as upstream with its DRADeviceTaintRules gate off); ``now``: lastTransitionTime."""
     spec = request.get("spec") or {}
@@ -316,16 +356,22 @@ def calculate_pool_status(request: Obj, slices: Iterable[Obj], claims: Iterable[
         if info.slices < info.expected_slices:
             status["validationError"] = _truncate(
                 f"{PREFIX_POOL_INCOMPLETE} pool {info.driver}/{info.name} is incomplete: observed "
-                f"{info.slices}/{info.expected_slices} slices at generation {info.generation}")
+                f"{info.slices}/{info.expected_slices} slices at generation {info.generation}"
+            )
         else:
             key = f"{info.driver}/{info.name}"
             in_use = allocated.get(key, set())
-            status.update(resourceSliceCount=info.slices, totalDevices=info.total, allocatedDevices=len(in_use),
-                          availableDevices=max(0, info.total - len(in_use) - info.unavailable),
-                          unavailableDevices=info.unavailable)
+            status.update(
+                resourceSliceCount=info.slices,
+                totalDevices=info.total,
+                allocatedDevices=len(in_use),
+                availableDevices=max(0, info.total - len(in_use) - info.unavailable),
+                unavailableDevices=info.unavailable,
+            )
             resolve_device_partitions(spec.get("defaultPartitionTypeAttribute"), info.devices, info.driver)
-            partitions, shareable, error = compute_pool_views(info.driver, info.name, info.devices,
-                                                              info.shared_counters, in_use, consumed.get(key, {}))
+            partitions, shareable, error = compute_pool_views(
+                info.driver, info.name, info.devices, info.shared_counters, in_use, consumed.get(key, {})
+            )
             if partitions:
                 status["partitionSummary"] = partitions
             if shareable is not None:
@@ -336,7 +382,7 @@ def calculate_pool_status(request: Obj, slices: Iterable[Obj], claims: Iterable[
 
     statuses.sort(key=lambda p: (p["driver"], p["poolName"]))
     pool_count = len(statuses)
-    statuses = statuses[:request_limit(request)]
+    statuses = statuses[: request_limit(request)]
     flagged = sum(1 for p in statuses if p.get("validationError"))
     message = f"Calculated status for {len(statuses)} pools"
     if flagged:
@@ -344,16 +390,33 @@ def calculate_pool_status(request: Obj, slices: Iterable[Obj], claims: Iterable[
     result: Obj = {"poolCount": pool_count}
     if statuses:
         result["pools"] = statuses
-    result["conditions"] = [{"type": COMPLETE, "status": "True", "lastTransitionTime": now,
-                             "reason": "CalculationComplete", "message": message}]
+    result["conditions"] = [
+        {
+            "type": COMPLETE,
+            "status": "True",
+            "lastTransitionTime": now,
+            "reason": "CalculationComplete",
+            "message": message,
+        }
+    ]
     return result
 
 
 def error_status(message: str, now: str) -> Obj:
     """controller.go ``errorStatus`` (upstream writes it when a lister fails; ours read a cache
     that cannot fail, so it is kept for completeness)."""
-    return {"poolCount": 0, "conditions": [{"type": FAILED, "status": "True", "lastTransitionTime": now,
-                                            "reason": "CalculationFailed", "message": message}]}
+    return {
+        "poolCount": 0,
+        "conditions": [
+            {
+                "type": FAILED,
+                "status": "True",
+                "lastTransitionTime": now,
+                "reason": "CalculationFailed",
+                "message": message,
+            }
+        ],
+    }
 
 
 def has_incomplete_pool(status: Obj) -> bool:
@@ -367,6 +430,7 @@ def is_processed(request: Obj) -> bool:
 
 
 # -- retention (controller.go shouldDeleteRequest) -----------------------------------------------
+
 
 def _older_than(stamp: str | None, ttl: float, now: datetime.datetime) -> bool:
     if not stamp:

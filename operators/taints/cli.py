@@ -11,8 +11,8 @@ import click
 import yaml
 
 from ..core.api.kube import Kube
-from ..core.logging import configure_logging
 from ..core.dra.metatime import utcnow
+from ..core.logging import configure_logging
 from ..core.settings import Settings
 from . import decisions as d
 from .preview import compute, load, prepare_rule, render
@@ -28,8 +28,9 @@ def rule_from_file(path: str) -> d.Obj:
         text = sys.stdin.read() if path == "-" else Path(path).read_text()
         documents = list(yaml.safe_load_all(text))
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
-        raise click.ClickException(f"{path}: not a readable YAML file ({' '.join(str(e).split())}); "
-                                   "give a file with one DeviceTaintRule") from None
+        raise click.ClickException(
+            f"{path}: not a readable YAML file ({' '.join(str(e).split())}); give a file with one DeviceTaintRule"
+        ) from None
     rules = [doc for doc in documents if isinstance(doc, dict) and doc.get("kind") == "DeviceTaintRule"]
     if len(rules) != 1:
         raise click.ClickException(f"{path}: expected exactly one DeviceTaintRule, found {len(rules)}")

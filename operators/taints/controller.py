@@ -12,20 +12,21 @@ from __future__ import annotations
 import datetime
 import time
 from collections import OrderedDict
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 import structlog
 
+from ..core.api.kube import STRATEGIC_PATCH, ApiError, Kube
+from ..core.api.resources import PODS, Resource
 from ..core.dra import resourceclaim as rc
+from ..core.dra.metatime import format_time, utcnow
 from ..core.machinery import slim
 from ..core.machinery.events import NORMAL, WARNING, EventRecorder
-from ..core.api.kube import STRATEGIC_PATCH, ApiError, Kube
-from ..core.dra.metatime import format_time, utcnow
-from ..core.api.resources import PODS, Resource
 from ..core.machinery.store import Store, key_of
-from ..core.machinery.workqueue import RetryableError, WorkQueue
 from ..core.machinery.uidcache import UidCache
+from ..core.machinery.workqueue import RetryableError, WorkQueue
 from . import decisions as d
 from .metrics import Metrics
 from .ratelimit import EvictionLimiter
@@ -51,13 +52,22 @@ class Guards:
 
 
 class TaintsController:
-    def __init__(self, kube: Kube, *, rules: Resource | None, rule_status: bool = True, workers: int = 10,
-                 guards: Guards = Guards(), metrics: Metrics | None = None, workload_claims: bool = False):
+    def __init__(
+        self,
+        kube: Kube,
+        *,
+        rules: Resource | None,
+        rule_status: bool = True,
+        workers: int = 10,
+        guards: Guards = Guards(),
+        metrics: Metrics | None = None,
+        workload_claims: bool = False,
+    ):
         self.kube = kube
         # DRAWorkloadResourceClaims: a claim reserved for a PodGroup is its member Pods' (found
         # through the "claim" index: their statuses name the PodGroup's claim).
         self.workload_claims = workload_claims
-        self.rules_resource = rules          # None: the cluster serves no DeviceTaintRules
+        self.rules_resource = rules  # None: the cluster serves no DeviceTaintRules
         self.rule_status = rule_status and rules is not None
         self.guards = guards
         self.metrics = metrics or Metrics()
@@ -71,14 +81,16 @@ class TaintsController:
         # (PDB key -> pod keys, first parked first), and attempts under way per PDB.
         self.parked: dict[str, OrderedDict[str, None]] = {}
         self.attempts: dict[str, int] = {}
-        self.pending: dict[str, Pending] = {}           # pod key -> when and why it goes
-        self.admitted: dict[str, tuple[str, float]] = {}  # pod key -> (uid, monotonic time its rate-limit token is valid)
-        self.marked: set[str] = set()                    # UIDs with a "Marking for deletion" Event
+        self.pending: dict[str, Pending] = {}  # pod key -> when and why it goes
+        self.admitted: dict[
+            str, tuple[str, float]
+        ] = {}  # pod key -> (uid, monotonic time its rate-limit token is valid)
+        self.marked: set[str] = set()  # UIDs with a "Marking for deletion" Event
         self.evicted = UidCache()
         # Pods whose eviction request has not returned yet, by UID (with the eviction): pending
         # until it counts as evicted, even if the Pod is already deleting or gone from the cache.
         self.in_flight: dict[str, tuple[d.Obj, d.Eviction]] = {}
-        self.rule_evictions: dict[str, int] = {}         # rule UID -> Pods evicted since start
+        self.rule_evictions: dict[str, int] = {}  # rule UID -> Pods evicted since start
         self.rule_problems: dict[str, set[tuple[str, str]]] = {}  # rule name -> (reason, message) to report
         self.events = EventRecorder(kube, d.CONTROLLER_NAME, distinct_messages=True)
         self.limiter = EvictionLimiter(guards.evictions_per_second)
@@ -111,8 +123,11 @@ class TaintsController:
         if rules is None:
             rules = self.evicting_rules()
         meta = claim["metadata"]
-        stamp = (meta.get("resourceVersion"), self._generation,
-                 tuple((r["metadata"].get("uid"), d.rule_effect(r)) for r in rules))
+        stamp = (
+            meta.get("resourceVersion"),
+            self._generation,
+            tuple((r["metadata"].get("uid"), d.rule_effect(r)) for r in rules),
+        )
         cacheable = bool(meta.get("uid") and meta.get("resourceVersion"))
         cached = self._claim_evictions.get(meta["uid"]) if cacheable else None
         if cached is not None and cached[0] == stamp:
@@ -125,8 +140,9 @@ class TaintsController:
     def pod_eviction(self, pod: d.Obj, rules: list[d.Obj] | None = None) -> d.Eviction | None:
         if rules is None:
             rules = self.evicting_rules()
-        return d.pod_eviction(pod, self.claims.get, lambda claim: self.claim_eviction(claim, rules),
-                              self.workload_claims)
+        return d.pod_eviction(
+            pod, self.claims.get, lambda claim: self.claim_eviction(claim, rules), self.workload_claims
+        )
 
     def _cel(self, rule: d.Obj, driver: str, device: d.Obj) -> bool:
         """A v1alpha3 rule's DeviceClass and CEL selectors, evaluated on the published device.
@@ -136,13 +152,20 @@ class TaintsController:
         if class_name := selector.get("deviceClassName"):
             device_class = self.classes.get(class_name)
             if device_class is None:
-                self._problem(rule, "DeviceClassNotFound",
-                              f"DeviceClass {class_name} does not exist: the rule selects no device until it does")
+                self._problem(
+                    rule,
+                    "DeviceClassNotFound",
+                    f"DeviceClass {class_name} does not exist: the rule selects no device until it does",
+                )
                 return False
-            expressions += [s["cel"]["expression"] for s in (device_class.get("spec") or {}).get("selectors") or []
-                            if (s.get("cel") or {}).get("expression")]
-        expressions += [s["cel"]["expression"] for s in selector.get("selectors") or []
-                        if (s.get("cel") or {}).get("expression")]
+            expressions += [
+                s["cel"]["expression"]
+                for s in (device_class.get("spec") or {}).get("selectors") or []
+                if (s.get("cel") or {}).get("expression")
+            ]
+        expressions += [
+            s["cel"]["expression"] for s in selector.get("selectors") or [] if (s.get("cel") or {}).get("expression")
+        ]
         if expressions:
             # Only v1alpha3 rules (Kubernetes <= 1.34) select by CEL: the engine (4 MiB) is
             # loaded by the operators that meet one.
@@ -152,9 +175,12 @@ class TaintsController:
                 if not cel.matches(expression, driver, device):
                     return False
             except cel.SelectorError as e:
-                self._problem(rule, "DeviceSelectorFailed",
-                              f"CEL selector {expression!r} on device {driver}/{device.get('name')}: {e}; "
-                              "the rule does not select this device (fix the expression, e.g. with has() or 'in')")
+                self._problem(
+                    rule,
+                    "DeviceSelectorFailed",
+                    f"CEL selector {expression!r} on device {driver}/{device.get('name')}: {e}; "
+                    "the rule does not select this device (fix the expression, e.g. with has() or 'in')",
+                )
                 return False
         return True
 
@@ -190,8 +216,12 @@ class TaintsController:
                 self.admitted.pop(key, None)
                 self._unpark(key)
                 if not ours:  # else it is our own eviction coming back
-                    log.info("pod deleted while its eviction was pending", pod=key, uid=uid,
-                             due=format_time(pending.eviction.when))
+                    log.info(
+                        "pod deleted while its eviction was pending",
+                        pod=key,
+                        uid=uid,
+                        due=format_time(pending.eviction.when),
+                    )
             return
         if not self.pods.upsert(pod):
             return
@@ -276,8 +306,11 @@ class TaintsController:
         if old is not None and not deleted and old.get("spec") == device_class.get("spec"):
             return
         self._generation += 1
-        users = [r for r in self.rules.values()
-                 if ((r.get("spec") or {}).get("deviceSelector") or {}).get("deviceClassName") == name]
+        users = [
+            r
+            for r in self.rules.values()
+            if ((r.get("spec") or {}).get("deviceSelector") or {}).get("deviceClassName") == name
+        ]
         for rule in users:
             self.rule_problems.pop(rule["metadata"]["name"], None)
         if users:
@@ -308,15 +341,19 @@ class TaintsController:
             del self.parked[budget]
 
     def _budgets_of(self, pod: d.Obj) -> list[str]:
-        return [key_of(b) for b in self.budgets.by_index("namespace", pod["metadata"]["namespace"])
-                if d.budget_selects(b, pod)]
+        return [
+            key_of(b)
+            for b in self.budgets.by_index("namespace", pod["metadata"]["namespace"])
+            if d.budget_selects(b, pod)
+        ]
 
     def _enqueue_rule_pods(self, rules: list[d.Obj]) -> None:
         """Pods of allocated claims with a device the rule selects (before or after a change);
         rule changes are rare, so every allocated claim is looked at."""
         for claim in self.claims.values():
-            if rc.is_allocated(claim) and any(self._result_matches(rule, result)
-                                              for rule in rules for result in rc.allocation_results(claim)):
+            if rc.is_allocated(claim) and any(
+                self._result_matches(rule, result) for rule in rules for result in rc.allocation_results(claim)
+            ):
                 self._enqueue_claim_pods(claim)
 
     # -- timers ------------------------------------------------------------------------------
@@ -339,9 +376,9 @@ class TaintsController:
         if due is not None and due <= time.monotonic() + 0.01:
             del self._timers[key]
         if key.startswith(POD_PREFIX):
-            await self.sync_pod(key[len(POD_PREFIX):])
+            await self.sync_pod(key[len(POD_PREFIX) :])
         elif key.startswith(RULE_PREFIX):
-            await self.sync_rule(key[len(RULE_PREFIX):])
+            await self.sync_rule(key[len(RULE_PREFIX) :])
         else:
             log.error("unexpected work queue key", key=key)
 
@@ -361,18 +398,28 @@ class TaintsController:
                 self.admitted.pop(key, None)
                 self._unpark(key)
                 self.marked.discard(uid)
-                log.info("pod eviction cancelled", pod=key, claims=rc.pod_claim_keys(pod),
-                         was_due=format_time(pending.eviction.when),
-                         reasons=[str(r) for r in pending.eviction.reasons])
+                log.info(
+                    "pod eviction cancelled",
+                    pod=key,
+                    claims=rc.pod_claim_keys(pod),
+                    was_due=format_time(pending.eviction.when),
+                    reasons=[str(r) for r in pending.eviction.reasons],
+                )
                 self.events.post(pod, NORMAL, d.EVENT_REASON, d.CANCELLING)
             return
         if uid in self.evicted:
             return
         if pending is None or pending.eviction != eviction:
             self.pending[key] = Pending(uid, eviction)
-            log.info("pod eviction scheduled", pod=key, due=format_time(eviction.when),
-                     reasons=[str(r) for r in eviction.reasons], rules=eviction.rule_names(),
-                     claims=rc.pod_claim_keys(pod), devices=self._pod_devices(pod))
+            log.info(
+                "pod eviction scheduled",
+                pod=key,
+                due=format_time(eviction.when),
+                reasons=[str(r) for r in eviction.reasons],
+                rules=eviction.rule_names(),
+                claims=rc.pod_claim_keys(pod),
+                devices=self._pod_devices(pod),
+            )
             # Rule status follows once more Pods had their say (upstream: ruleStatusPeriod later).
             for rule in eviction.rule_names():
                 self._after(RULE_PREFIX + rule, d.RULE_STATUS_PERIOD)
@@ -426,8 +473,14 @@ class TaintsController:
         uid = cached["metadata"]["uid"]
         rules = self._reason_rules(eviction)
         api_wait = d.eviction_api_wait(rules, eviction, self.guards.eviction_api_max_wait)
-        logger = log.bind(pod=key, uid=uid, rules=eviction.rule_names(), reasons=[str(r) for r in eviction.reasons],
-                          claims=rc.pod_claim_keys(cached), devices=self._pod_devices(cached))
+        logger = log.bind(
+            pod=key,
+            uid=uid,
+            rules=eviction.rule_names(),
+            reasons=[str(r) for r in eviction.reasons],
+            claims=rc.pod_claim_keys(cached),
+            devices=self._pod_devices(cached),
+        )
         deadline = eviction.when + datetime.timedelta(seconds=api_wait or 0)
         remaining = (deadline - utcnow()).total_seconds()
         budgets = self._budgets_of(cached) if api_wait is not None and remaining > 0 else []
@@ -457,8 +510,11 @@ class TaintsController:
                     await self.kube.request("POST", PODS.path(namespace, name, "eviction"), body=d.eviction_body(pod))
                 except ApiError as e:
                     if e.status == 429:
-                        logger.info("eviction refused by a PodDisruptionBudget, will retry",
-                                    message=e.message, deletes_at=format_time(deadline))
+                        logger.info(
+                            "eviction refused by a PodDisruptionBudget, will retry",
+                            message=e.message,
+                            deletes_at=format_time(deadline),
+                        )
                         self._park(key, budgets[0] if budgets else "", remaining)
                         return
                     if e.not_found or e.conflict:
@@ -471,16 +527,23 @@ class TaintsController:
                         self.attempts[budget] -= 1
                 self._evicted(key, uid, eviction, logger, "Eviction API")
                 return  # the budget's next status says how many more may go
-            logger.warning("PodDisruptionBudget still refuses after the longest wait, deleting the pod",
-                           max_wait=api_wait)
+            logger.warning(
+                "PodDisruptionBudget still refuses after the longest wait, deleting the pod", max_wait=api_wait
+            )
 
         await self._mark(pod)
         self.in_flight[uid] = (pod, eviction)
         try:
             if not d.has_pod_condition(pod):
-                await self.kube.patch(PODS, name, d.pod_condition_patch(pod, utcnow()), namespace,
-                                      content_type=STRATEGIC_PATCH, subresource="status",
-                                      field_manager=d.CONTROLLER_NAME)
+                await self.kube.patch(
+                    PODS,
+                    name,
+                    d.pod_condition_patch(pod, utcnow()),
+                    namespace,
+                    content_type=STRATEGIC_PATCH,
+                    subresource="status",
+                    field_manager=d.CONTROLLER_NAME,
+                )
             await self.kube.delete(PODS, name, namespace, uid=uid)
         except ApiError as e:
             if e.not_found:
@@ -552,10 +615,18 @@ class TaintsController:
         published = 0
         for pool in {d.slice_pool_key(s) for s in self.slices.values()}:
             driver, _, pool_name = pool.partition("/")
-            published += sum(1 for name, (_, device) in self._view(pool).devices.items()
-                             if d.rule_matches_device(rule, driver, pool_name, name, device, self._cel))
-        allocated = sum(1 for c in self.claims.values() if rc.is_allocated(c)
-                        for r in rc.allocation_results(c) if self._result_matches(rule, r))
+            published += sum(
+                1
+                for name, (_, device) in self._view(pool).devices.items()
+                if d.rule_matches_device(rule, driver, pool_name, name, device, self._cel)
+            )
+        allocated = sum(
+            1
+            for c in self.claims.values()
+            if rc.is_allocated(c)
+            for r in rc.allocation_results(c)
+            if self._result_matches(rule, r)
+        )
         return published, allocated
 
     def pods_evicted_by(self, rule: d.Obj, rules: list[d.Obj]) -> tuple[list[tuple[d.Obj, d.Eviction]], set[str]]:
@@ -581,9 +652,11 @@ class TaintsController:
         return found, namespaces
 
     def _check_annotations(self, rule: d.Obj) -> None:
-        for check, consequence in ((d.rule_rate, "the rule's evictions are not rate limited"),
-                                   (d.uses_eviction_api, "the rule's Pods are deleted as upstream does"),
-                                   (lambda r: d.eviction_api_max_wait(r, 0), "the default wait applies")):
+        for check, consequence in (
+            (d.rule_rate, "the rule's evictions are not rate limited"),
+            (d.uses_eviction_api, "the rule's Pods are deleted as upstream does"),
+            (lambda r: d.eviction_api_max_wait(r, 0), "the default wait applies"),
+        ):
             try:
                 check(rule)
             except d.BadAnnotation as e:
@@ -609,20 +682,33 @@ class TaintsController:
             return
         body = d.rule_status_apply(rule, self.rules_resource.group_version, condition, now)
         try:
-            updated = await self.kube.apply(self.rules_resource, body, field_manager=d.CONTROLLER_NAME,
-                                            force=True, subresource="status")
+            updated = await self.kube.apply(
+                self.rules_resource, body, field_manager=d.CONTROLLER_NAME, force=True, subresource="status"
+            )
         except ApiError as e:
             if e.not_found or e.conflict:
                 return  # deleted, or replaced by a rule of the same name (UID precondition)
             raise RetryableError(f"DeviceTaintRule {name} status: {e}") from e
         self.rules.upsert(updated)
-        log.info("rule status updated", rule=name, reason=condition["reason"], message=condition["message"],
-                 status=condition["status"])
+        log.info(
+            "rule status updated",
+            rule=name,
+            reason=condition["reason"],
+            message=condition["message"],
+            status=condition["status"],
+        )
 
     # -- start-up ----------------------------------------------------------------------------
 
-    def prime(self, rules: Iterable[d.Obj], classes: Iterable[d.Obj], slices: Iterable[d.Obj],
-              claims: Iterable[d.Obj], pods: Iterable[d.Obj], budgets: Iterable[d.Obj] = ()) -> None:
+    def prime(
+        self,
+        rules: Iterable[d.Obj],
+        classes: Iterable[d.Obj],
+        slices: Iterable[d.Obj],
+        claims: Iterable[d.Obj],
+        pods: Iterable[d.Obj],
+        budgets: Iterable[d.Obj] = (),
+    ) -> None:
         """Fill the caches from LISTs before any worker runs; every Pod using claims and every
         rule gets a sync. Listed items carry no kind: Events about them need one."""
         rule_version = self.rules_resource.group_version if self.rules_resource else ""

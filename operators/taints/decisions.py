@@ -10,14 +10,16 @@ Where ours deliberately differs, the function says so.
 from __future__ import annotations
 
 import datetime
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator, Sequence
 
 from ..core.dra.metatime import format_time, parse_time, utcnow
-from ..core.dra.tolerations import device_selector_matches
-from ..core.dra.tolerations import tolerates  # noqa: F401 - part of this module's vocabulary (tests, preview)
 from ..core.dra.podgroup import is_for_pod_or_group, is_reserved_for_pod_or_group
 from ..core.dra.resourceclaim import Obj, allocation_results, is_allocated, pod_claim_names
+from ..core.dra.tolerations import (
+    device_selector_matches,
+    tolerates,  # part of this module's vocabulary (tests, preview)
+)
 
 NO_EXECUTE, NO_SCHEDULE, NONE_EFFECT = "NoExecute", "NoSchedule", "None"
 
@@ -29,7 +31,9 @@ EVENT_REASON = "DeviceTaintManagerEviction"
 MARKING = "Marking for deletion"
 CANCELLING = "Cancelling deletion"
 POD_CONDITION = {
-    "type": "DisruptionTarget", "status": "True", "reason": "DeletionByDeviceTaintManager",
+    "type": "DisruptionTarget",
+    "status": "True",
+    "reason": "DeletionByDeviceTaintManager",
     "message": "Device Taint manager: deleting due to NoExecute taint",
 }
 
@@ -48,13 +52,13 @@ class TaintSource:
     """``trackedTaint``: a NoExecute taint from a DeviceTaintRule or from one device of a
     ResourceSlice (exactly one of the two)."""
 
-    rule: str = ""          # DeviceTaintRule name
+    rule: str = ""  # DeviceTaintRule name
     rule_uid: str = ""
-    slice: str = ""         # ResourceSlice name
+    slice: str = ""  # ResourceSlice name
     driver: str = ""
     pool: str = ""
     device: str = ""
-    index: int = 0          # position in the device's taints
+    index: int = 0  # position in the device's taints
 
     @property
     def is_rule(self) -> bool:
@@ -138,8 +142,11 @@ def no_execute_taints(view: PoolView) -> dict[str, list[tuple]]:
     """``getTaintedDevices``: per device name, its NoExecute taints as comparable tuples."""
     tainted: dict[str, list[tuple]] = {}
     for name, (_, device) in view.devices.items():
-        taints = [(t.get("key"), t.get("value"), t.get("effect"), t.get("timeAdded"))
-                  for t in device.get("taints") or [] if t.get("effect") == NO_EXECUTE]
+        taints = [
+            (t.get("key"), t.get("value"), t.get("effect"), t.get("timeAdded"))
+            for t in device.get("taints") or []
+            if t.get("effect") == NO_EXECUTE
+        ]
         if taints:
             tainted[name] = taints
     return tainted
@@ -176,8 +183,9 @@ def uses_cel(rule: Obj) -> bool:
 CelMatcher = Callable[[Obj, str, Obj], bool]
 
 
-def rule_matches_device(rule: Obj, driver: str, pool: str, device_name: str,
-                        device: Obj | None = None, cel: CelMatcher | None = None) -> bool:
+def rule_matches_device(
+    rule: Obj, driver: str, pool: str, device_name: str, device: Obj | None = None, cel: CelMatcher | None = None
+) -> bool:
     """``ruleMatchesDevice``: no selector matches nothing (unlike the empty selector, which
     matches everything); each of driver, pool and device that is set must be equal. A v1alpha3
     class/CEL selector needs the published device: without its slice it matches nothing."""
@@ -206,12 +214,12 @@ def device_key(driver: str, pool: str, device: str) -> str:
 
 
 def claim_device_keys(claim: Obj) -> list[str]:
-    return [device_key(r.get("driver", ""), r.get("pool", ""), r.get("device", ""))
-            for r in allocation_results(claim)]
+    return [device_key(r.get("driver", ""), r.get("pool", ""), r.get("device", "")) for r in allocation_results(claim)]
 
 
-def evicting_taints(result: Obj, lookup: DeviceLookup, rules: Sequence[Obj],
-                    cel: CelMatcher | None = None) -> Iterator[tuple[TaintSource, Obj]]:
+def evicting_taints(
+    result: Obj, lookup: DeviceLookup, rules: Sequence[Obj], cel: CelMatcher | None = None
+) -> Iterator[tuple[TaintSource, Obj]]:
     """``allEvictingDeviceTaints``: NoExecute taints of the allocated device in its slice (newest
     generation) and NoExecute rules matching the allocation result, as (source, taint)."""
     driver, pool, name = result.get("driver", ""), result.get("pool", ""), result.get("device", "")
@@ -223,12 +231,19 @@ def evicting_taints(result: Obj, lookup: DeviceLookup, rules: Sequence[Obj],
                 yield TaintSource(slice=slice_name, driver=driver, pool=pool, device=name, index=index), taint
     for rule in rules:
         if is_evicting(rule) and rule_matches_device(rule, driver, pool, name, device, cel):
-            yield (TaintSource(rule=rule["metadata"]["name"], rule_uid=rule["metadata"].get("uid", "")),
-                   rule_taint(rule))
+            yield (
+                TaintSource(rule=rule["metadata"]["name"], rule_uid=rule["metadata"].get("uid", "")),
+                rule_taint(rule),
+            )
 
 
-def claim_eviction(claim: Obj, lookup: DeviceLookup, rules: Sequence[Obj], cel: CelMatcher | None = None,
-                   now: datetime.datetime | None = None) -> Eviction | None:
+def claim_eviction(
+    claim: Obj,
+    lookup: DeviceLookup,
+    rules: Sequence[Obj],
+    cel: CelMatcher | None = None,
+    now: datetime.datetime | None = None,
+) -> Eviction | None:
     """``claimEvictionTime``: for every NoExecute taint on an allocated device, its ``timeAdded``
     plus the smallest ``tolerationSeconds`` (negative = 0) of the matching NoExecute tolerations
     the scheduler copied into the allocation result; a matching toleration without seconds
@@ -265,8 +280,12 @@ def claim_eviction(claim: Obj, lookup: DeviceLookup, rules: Sequence[Obj], cel: 
 # -- pods --------------------------------------------------------------------------------------
 
 
-def pod_eviction(pod: Obj, get_claim: Callable[[str], Obj | None],
-                 eviction_of: Callable[[Obj], Eviction | None], workload_claims: bool = False) -> Eviction | None:
+def pod_eviction(
+    pod: Obj,
+    get_claim: Callable[[str], Obj | None],
+    eviction_of: Callable[[Obj], Eviction | None],
+    workload_claims: bool = False,
+) -> Eviction | None:
     """``podEvictionTime``: a scheduled Pod is evicted at the earliest eviction time of the
     allocated claims reserved for it (UID in ``reservedFor``, or with ``workload_claims``
     (DRAWorkloadResourceClaims) its PodGroup by name, the claim then owned by the Pod or the
@@ -298,9 +317,11 @@ def pod_needs_look(old: Obj | None, new: Obj) -> bool:
     if old is None:
         return True
     old_status, new_status = old.get("status") or {}, new.get("status") or {}
-    return ((old.get("spec") or {}).get("nodeName") != (new.get("spec") or {}).get("nodeName")
-            or old_status.get("resourceClaimStatuses") != new_status.get("resourceClaimStatuses")
-            or old_status.get("extendedResourceClaimStatus") != new_status.get("extendedResourceClaimStatus"))
+    return (
+        (old.get("spec") or {}).get("nodeName") != (new.get("spec") or {}).get("nodeName")
+        or old_status.get("resourceClaimStatuses") != new_status.get("resourceClaimStatuses")
+        or old_status.get("extendedResourceClaimStatus") != new_status.get("extendedResourceClaimStatus")
+    )
 
 
 def claim_needs_look(old: Obj | None, new: Obj | None) -> bool:
@@ -316,8 +337,7 @@ def claim_needs_look(old: Obj | None, new: Obj | None) -> bool:
 def rule_spec_changed(old: Obj | None, new: Obj | None) -> bool:
     if old is None or new is None:
         return True
-    return (old["metadata"].get("uid") != new["metadata"].get("uid")
-            or old.get("spec") != new.get("spec"))
+    return old["metadata"].get("uid") != new["metadata"].get("uid") or old.get("spec") != new.get("spec")
 
 
 # -- the Pod condition -------------------------------------------------------------------------
@@ -334,10 +354,13 @@ def has_pod_condition(pod: Obj) -> bool:
 def pod_condition_patch(pod: Obj, now: datetime.datetime) -> Obj:
     """A strategic merge patch of ``pods/status`` adding the DisruptionTarget condition; the
     UID makes it fail on a replaced Pod (as ``PatchPodStatus``)."""
-    previous = next((c for c in (pod.get("status") or {}).get("conditions") or []
-                     if c.get("type") == POD_CONDITION["type"]), None)
+    previous = next(
+        (c for c in (pod.get("status") or {}).get("conditions") or [] if c.get("type") == POD_CONDITION["type"]), None
+    )
     changed = previous is None or previous.get("status") != POD_CONDITION["status"]
-    condition = dict(POD_CONDITION, lastTransitionTime=format_time(now) if changed else previous.get("lastTransitionTime"))
+    condition = dict(
+        POD_CONDITION, lastTransitionTime=format_time(now) if changed else previous.get("lastTransitionTime")
+    )
     return {"metadata": {"uid": pod["metadata"]["uid"]}, "status": {"conditions": [condition]}}
 
 
@@ -364,8 +387,9 @@ def selector_matches(selector: Obj | None, labels: dict[str, str]) -> bool:
 
 
 def budget_selects(pdb: Obj, pod: Obj) -> bool:
-    return (pdb["metadata"].get("namespace") == pod["metadata"].get("namespace")
-            and selector_matches((pdb.get("spec") or {}).get("selector"), pod["metadata"].get("labels") or {}))
+    return pdb["metadata"].get("namespace") == pod["metadata"].get("namespace") and selector_matches(
+        (pdb.get("spec") or {}).get("selector"), pod["metadata"].get("labels") or {}
+    )
 
 
 def budget_allows(pdb: Obj) -> int:
@@ -380,9 +404,12 @@ def budget_allows(pdb: Obj) -> int:
 def eviction_body(pod: Obj) -> Obj:
     """A policy/v1 Eviction for ``pods/<name>/eviction`` that only hits this Pod instance."""
     meta = pod["metadata"]
-    return {"apiVersion": "policy/v1", "kind": "Eviction",
-            "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
-            "deleteOptions": {"preconditions": {"uid": meta["uid"]}}}
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
+        "deleteOptions": {"preconditions": {"uid": meta["uid"]}},
+    }
 
 
 # -- DeviceTaintRule status --------------------------------------------------------------------
@@ -392,8 +419,8 @@ def eviction_body(pod: Obj) -> Obj:
 class RuleCounts:
     pending_pods: int = 0
     pending_namespaces: int = 0
-    published_devices: int = 0   # effect None only
-    allocated_devices: int = 0   # effect None only
+    published_devices: int = 0  # effect None only
+    allocated_devices: int = 0  # effect None only
 
 
 def existing_condition(rule: Obj) -> Obj | None:
@@ -423,14 +450,19 @@ def _plural(n: int, one: str, many: str) -> str:
 def rule_condition(rule: Obj, counts: RuleCounts, evicted: int) -> Obj:
     """The ``EvictionInProgress`` condition upstream computes, without ``lastTransitionTime``."""
     effect = rule_effect(rule)
-    condition: Obj = {"type": CONDITION_TYPE, "status": "False", "reason": "Effect" + effect, "message": "",
-                      "observedGeneration": rule["metadata"].get("generation")}
+    condition: Obj = {
+        "type": CONDITION_TYPE,
+        "status": "False",
+        "reason": "Effect" + effect,
+        "message": "",
+        "observedGeneration": rule["metadata"].get("generation"),
+    }
     if effect == NO_EXECUTE:
         if counts.pending_pods > 0:
             condition["status"], condition["reason"] = "True", "PodsPendingEviction"
-            condition["message"] = (
-                _plural(counts.pending_pods, "1 pod needs to be evicted in ", "{n} pods need to be evicted in ")
-                + _plural(counts.pending_namespaces, "1 namespace.", "{n} different namespaces."))
+            condition["message"] = _plural(
+                counts.pending_pods, "1 pod needs to be evicted in ", "{n} pods need to be evicted in "
+            ) + _plural(counts.pending_namespaces, "1 namespace.", "{n} different namespaces.")
         elif evicted > 0:
             condition["reason"] = "Completed"
         else:
@@ -443,7 +475,8 @@ def rule_condition(rule: Obj, counts: RuleCounts, evicted: int) -> Obj:
             + _plural(counts.pending_pods, "1 pod would be evicted in ", "{n} pods would be evicted in ")
             + _plural(counts.pending_namespaces, "1 namespace ", "{n} different namespaces ")
             + "if the effect was NoExecute. This information will not be updated again. "
-              "Recreate the DeviceTaintRule to trigger an update.")
+            "Recreate the DeviceTaintRule to trigger an update."
+        )
     else:
         condition["reason"] = "OtherEffect"
         condition["message"] = "Eviction only happens for the NoExecute effect."
@@ -457,16 +490,18 @@ def rule_condition(rule: Obj, counts: RuleCounts, evicted: int) -> Obj:
 def condition_changed(existing: Obj | None, new: Obj) -> bool:
     if existing is None:
         return True
-    return any(existing.get(k) != new.get(k)
-               for k in ("type", "status", "reason", "message", "observedGeneration"))
+    return any(existing.get(k) != new.get(k) for k in ("type", "status", "reason", "message", "observedGeneration"))
 
 
 def rule_status_apply(rule: Obj, api_version: str, condition: Obj, now: datetime.datetime) -> Obj:
     """The server-side apply body of the rule's status: the UID makes it a precondition."""
     meta = rule["metadata"]
-    return {"apiVersion": api_version, "kind": "DeviceTaintRule",
-            "metadata": {"name": meta["name"], "uid": meta["uid"]},
-            "status": {"conditions": [dict(condition, lastTransitionTime=format_time(now))]}}
+    return {
+        "apiVersion": api_version,
+        "kind": "DeviceTaintRule",
+        "metadata": {"name": meta["name"], "uid": meta["uid"]},
+        "status": {"conditions": [dict(condition, lastTransitionTime=format_time(now))]},
+    }
 
 
 # -- guard rails -------------------------------------------------------------------------------
@@ -484,8 +519,9 @@ def rule_rate(rule: Obj) -> float | None:
     try:
         value = float(raw)
     except ValueError:
-        raise BadAnnotation(f'{RATE_ANNOTATION}="{raw}" is not a number; write evictions per second, '
-                            'for example "20" or "0.5"') from None
+        raise BadAnnotation(
+            f'{RATE_ANNOTATION}="{raw}" is not a number; write evictions per second, for example "20" or "0.5"'
+        ) from None
     if not value > 0:
         raise BadAnnotation(f'{RATE_ANNOTATION}="{raw}" must be greater than 0 (remove it for no limit)')
     return value

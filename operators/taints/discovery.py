@@ -17,8 +17,10 @@ async def discover_rules(kube: Kube, pinned: str = "") -> tuple[Resource | None,
     if pinned:
         served = await kube.served_versions(DEVICE_TAINT_RULES.group, DEVICE_TAINT_RULES.plural)
         if pinned not in served:
-            raise RuleVersionNotServed(f"DRA_TAINTS_RULE_VERSION={pinned}: the cluster serves DeviceTaintRules "
-                                      f"as {', '.join(served) or 'nothing'}")
+            raise RuleVersionNotServed(
+                f"DRA_TAINTS_RULE_VERSION={pinned}: the cluster serves DeviceTaintRules "
+                f"as {', '.join(served) or 'nothing'}"
+            )
         rules = DEVICE_TAINT_RULES.with_version(pinned)
     else:
         rules = await kube.preferred_version(DEVICE_TAINT_RULES)

@@ -15,12 +15,15 @@ class Metrics:
         self.deletions = Counter(
             "device_taint_eviction_controller_pod_deletions",
             "Total number of Pods deleted by DeviceTaintEvictionController since its start.",
-            registry=self.registry)
+            registry=self.registry,
+        )
         self.deletion_duration = Histogram(
             "device_taint_eviction_controller_pod_deletion_duration_seconds",
             "Latency, in seconds, between the time when a device taint effect has been activated "
             "and a Pod's deletion via DeviceTaintEvictionController.",
-            buckets=DELETION_BUCKETS, registry=self.registry)
+            buckets=DELETION_BUCKETS,
+            registry=self.registry,
+        )
 
     def pod_deleted(self, latency: float) -> None:
         self.deletions.inc()

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import kopf
 
-from ..core.dra import resourceclaim as rc
 from ..core.api.featuregates import WORKLOAD_CLAIMS_GATE, detect_workload
-from ..core.logging import get_logger
+from ..core.api.resources import DEVICE_CLASSES, POD_DISRUPTION_BUDGETS, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
+from ..core.dra import resourceclaim as rc
 from ..core.framework.metrics import serve
-from ..core.api.resources import (DEVICE_CLASSES, POD_DISRUPTION_BUDGETS, PODS, RESOURCE_CLAIMS,
-                              RESOURCE_SLICES)
 from ..core.framework.operator import OperatorSpec, register
 from ..core.framework.runtime import Runtime
+from ..core.logging import get_logger
 from ..core.settings import Settings
 from .controller import Guards, TaintsController
 from .discovery import discover_rules
@@ -23,20 +22,31 @@ from .metrics import Metrics
 
 log = get_logger("operators.taints")
 
+
 async def start(runtime: Runtime, config: Settings, memo: kopf.Memo) -> None:
     kube = runtime.kube
     rules, rule_status = await discover_rules(kube, config.taints_rule_version)
     workload = await detect_workload(kube)
     if not workload.gates_known:
-        log.warning("cannot read the API server's feature gates (GET /metrics); claims reserved for a "
-                    "PodGroup are handled as with the gate off", gate=WORKLOAD_CLAIMS_GATE)
+        log.warning(
+            "cannot read the API server's feature gates (GET /metrics); claims reserved for a "
+            "PodGroup are handled as with the gate off",
+            gate=WORKLOAD_CLAIMS_GATE,
+        )
     metrics = Metrics()
     controller = TaintsController(
-        kube, rules=rules, rule_status=rule_status, workers=config.taints_workers, metrics=metrics,
-        guards=Guards(evictions_per_second=config.taints_evictions_per_second,
-                      eviction_api_max_wait=config.taints_eviction_api_max_wait,
-                      eviction_api_retry=config.taints_eviction_api_retry),
-        workload_claims=workload.workload_claims)
+        kube,
+        rules=rules,
+        rule_status=rule_status,
+        workers=config.taints_workers,
+        metrics=metrics,
+        guards=Guards(
+            evictions_per_second=config.taints_evictions_per_second,
+            eviction_api_max_wait=config.taints_eviction_api_max_wait,
+            eviction_api_retry=config.taints_eviction_api_retry,
+        ),
+        workload_claims=workload.workload_claims,
+    )
     runtime.on_cleanup(controller.queue.stop)
     # Fill the caches before any worker runs: deadlines come from the API's state, so a
     # restarted operator finds every pending eviction again, with the same due time.
@@ -48,8 +58,9 @@ async def start(runtime: Runtime, config: Settings, memo: kopf.Memo) -> None:
     if rules is not None:
         runtime.informer(rules, controller.rules, controller.on_rule, kind="DeviceTaintRule")
     runtime.informer(RESOURCE_CLAIMS, controller.claims, controller.on_claim, kind="ResourceClaim")
-    runtime.informer(PODS, controller.pods, controller.on_pod, kind="Pod", keep=rc.uses_claims,
-                     keep_line=rc.may_use_claims)
+    runtime.informer(
+        PODS, controller.pods, controller.on_pod, kind="Pod", keep=rc.uses_claims, keep_line=rc.may_use_claims
+    )
     counts = await runtime.prime()
     serve(metrics.registry, config.metrics_port)
     memo.taints_controller = controller
@@ -57,9 +68,16 @@ async def start(runtime: Runtime, config: Settings, memo: kopf.Memo) -> None:
     await runtime.lead(config, "dra-operators-taints", controller.queue)
     if rules is None:
         log.warning("the cluster serves no DeviceTaintRules: only ResourceSlice taints evict")
-    log.info("taints operator started", workers=config.taints_workers, rules_version=rules.version if rules else None,
-             rule_status=rule_status, evictions_per_second=config.taints_evictions_per_second,
-             workload_resource_claims=workload.workload_claims, metrics_port=config.metrics_port, **counts)
+    log.info(
+        "taints operator started",
+        workers=config.taints_workers,
+        rules_version=rules.version if rules else None,
+        rule_status=rule_status,
+        evictions_per_second=config.taints_evictions_per_second,
+        workload_resource_claims=workload.workload_claims,
+        metrics_port=config.metrics_port,
+        **counts,
+    )
 
 
 register(OperatorSpec("taints", start))

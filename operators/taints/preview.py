@@ -14,11 +14,11 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.dra import resourceclaim as rc
 from ..core.api.featuregates import detect_workload
 from ..core.api.kube import Kube
-from ..core.dra.metatime import format_time, parse_time
 from ..core.api.resources import DEVICE_CLASSES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
+from ..core.dra import resourceclaim as rc
+from ..core.dra.metatime import format_time, parse_time
 from . import decisions as d
 from .controller import TaintsController
 from .discovery import discover_rules
@@ -33,9 +33,9 @@ class PodRow:
     uid: str
     node: str
     due: datetime.datetime
-    estimated: datetime.datetime      # with the rule's rate limit
+    estimated: datetime.datetime  # with the rule's rate limit
     claims: list[str]
-    other_reasons: list[str]          # taints that evict the Pod anyway (maybe earlier)
+    other_reasons: list[str]  # taints that evict the Pod anyway (maybe earlier)
 
 
 @dataclass
@@ -56,15 +56,29 @@ class Preview:
 
     def to_json(self, now: datetime.datetime) -> dict[str, Any]:
         return {
-            "rule": self.rule, "effect": self.effect, "simulatedEffect": d.NO_EXECUTE,
+            "rule": self.rule,
+            "effect": self.effect,
+            "simulatedEffect": d.NO_EXECUTE,
             "timeAdded": format_time(self.time_added),
-            "publishedDevices": self.published_devices, "allocatedDevices": self.allocated_devices,
-            "evictionsPerSecond": self.rate, "evictionAPI": self.eviction_api,
+            "publishedDevices": self.published_devices,
+            "allocatedDevices": self.allocated_devices,
+            "evictionsPerSecond": self.rate,
+            "evictionAPI": self.eviction_api,
             "namespaces": self.namespaces,
-            "pods": [{"namespace": p.namespace, "name": p.name, "uid": p.uid, "node": p.node,
-                      "evictAt": format_time(p.due), "inSeconds": max(0, math.ceil((p.due - now).total_seconds())),
-                      "estimatedAt": format_time(p.estimated), "claims": p.claims,
-                      "otherReasons": p.other_reasons} for p in self.pods],
+            "pods": [
+                {
+                    "namespace": p.namespace,
+                    "name": p.name,
+                    "uid": p.uid,
+                    "node": p.node,
+                    "evictAt": format_time(p.due),
+                    "inSeconds": max(0, math.ceil((p.due - now).total_seconds())),
+                    "estimatedAt": format_time(p.estimated),
+                    "claims": p.claims,
+                    "otherReasons": p.other_reasons,
+                }
+                for p in self.pods
+            ],
             "problems": self.problems,
         }
 
@@ -114,21 +128,34 @@ def compute(controller: TaintsController, rule: d.Obj, now: datetime.datetime) -
         eviction_api = False
     estimated = estimate([e.when for _, e in found], rate)
     published, allocated = controller.selected_devices(simulated)
-    preview = Preview(rule=rule["metadata"]["name"], effect=effect,
-                      time_added=parse_time(d.rule_taint(rule).get("timeAdded")) or now,
-                      published_devices=published, allocated_devices=allocated,
-                      rate=rate, eviction_api=eviction_api)
+    preview = Preview(
+        rule=rule["metadata"]["name"],
+        effect=effect,
+        time_added=parse_time(d.rule_taint(rule).get("timeAdded")) or now,
+        published_devices=published,
+        allocated_devices=allocated,
+        rate=rate,
+        eviction_api=eviction_api,
+    )
     # CEL selectors that fail, a missing DeviceClass, unreadable guard-rail annotations: the
     # Events the operator would post on the rule.
     controller._check_annotations(rule)
-    preview.problems = [f"{reason}: {message}"
-                        for reason, message in sorted(controller.rule_problems.get(rule["metadata"]["name"], ()))]
+    preview.problems = [
+        f"{reason}: {message}" for reason, message in sorted(controller.rule_problems.get(rule["metadata"]["name"], ()))
+    ]
     for (pod, eviction), when in zip(found, estimated):
-        preview.pods.append(PodRow(
-            namespace=pod["metadata"]["namespace"], name=pod["metadata"]["name"], uid=pod["metadata"]["uid"],
-            node=pod["spec"].get("nodeName", ""), due=eviction.when, estimated=when,
-            claims=[k for k in rc.pod_claim_keys(pod) if controller.claims.get(k) is not None],
-            other_reasons=[str(r) for r in eviction.reasons if r.rule != rule["metadata"]["name"]]))
+        preview.pods.append(
+            PodRow(
+                namespace=pod["metadata"]["namespace"],
+                name=pod["metadata"]["name"],
+                uid=pod["metadata"]["uid"],
+                node=pod["spec"].get("nodeName", ""),
+                due=eviction.when,
+                estimated=when,
+                claims=[k for k in rc.pod_claim_keys(pod) if controller.claims.get(k) is not None],
+                other_reasons=[str(r) for r in eviction.reasons if r.rule != rule["metadata"]["name"]],
+            )
+        )
     return preview
 
 
@@ -136,12 +163,17 @@ async def load(kube: Kube, rule: d.Obj | None, name: str | None) -> tuple[Taints
     """The cluster's state in a controller's caches (nothing is started), and the rule."""
     rules_resource, _ = await discover_rules(kube)
     workload = await detect_workload(kube)
-    controller = TaintsController(kube, rules=rules_resource, rule_status=False,
-                                  workload_claims=workload.workload_claims)
+    controller = TaintsController(
+        kube, rules=rules_resource, rule_status=False, workload_claims=workload.workload_claims
+    )
     existing = await kube.list(rules_resource) if rules_resource else []
-    controller.prime(rules=existing, classes=await kube.list(DEVICE_CLASSES),
-                     slices=await kube.list(RESOURCE_SLICES), claims=await kube.list(RESOURCE_CLAIMS),
-                     pods=await kube.list(PODS))
+    controller.prime(
+        rules=existing,
+        classes=await kube.list(DEVICE_CLASSES),
+        slices=await kube.list(RESOURCE_SLICES),
+        claims=await kube.list(RESOURCE_CLAIMS),
+        pods=await kube.list(PODS),
+    )
     if rule is None:
         if rules_resource is None:
             raise LookupError("the cluster serves no DeviceTaintRules")
@@ -152,13 +184,17 @@ async def load(kube: Kube, rule: d.Obj | None, name: str | None) -> tuple[Taints
 
 
 def render(preview: Preview, now: datetime.datetime) -> str:
-    lines = [f"DeviceTaintRule {preview.rule}: effect {preview.effect or '(none)'}"
-             + ("" if preview.effect == d.NO_EXECUTE else ", previewed as if it were NoExecute")
-             + f", taint added {format_time(preview.time_added)}"]
+    lines = [
+        f"DeviceTaintRule {preview.rule}: effect {preview.effect or '(none)'}"
+        + ("" if preview.effect == d.NO_EXECUTE else ", previewed as if it were NoExecute")
+        + f", taint added {format_time(preview.time_added)}"
+    ]
     pods, namespaces = len(preview.pods), preview.namespaces
-    lines.append(f"selects {preview.published_devices} published and {preview.allocated_devices} allocated devices; "
-                 f"{pods} pod{'' if pods == 1 else 's'} would be evicted in "
-                 f"{namespaces} namespace{'' if namespaces == 1 else 's'}")
+    lines.append(
+        f"selects {preview.published_devices} published and {preview.allocated_devices} allocated devices; "
+        f"{pods} pod{'' if pods == 1 else 's'} would be evicted in "
+        f"{namespaces} namespace{'' if namespaces == 1 else 's'}"
+    )
     if preview.rate:
         lines.append(f"rate limit {preview.rate:g} evictions per second")
     if preview.eviction_api:
@@ -167,9 +203,17 @@ def render(preview: Preview, now: datetime.datetime) -> str:
         lines.append(f"problem: {problem}")
     if preview.pods:
         header = ("NAMESPACE", "POD", "NODE", "EVICT AT", "IN", "CLAIMS")
-        rows = [(p.namespace, p.name, p.node, format_time(p.estimated),
-                 f"{max(0, math.ceil((p.estimated - now).total_seconds()))}s", ",".join(k.split("/", 1)[1] for k in p.claims))
-                for p in preview.pods]
+        rows = [
+            (
+                p.namespace,
+                p.name,
+                p.node,
+                format_time(p.estimated),
+                f"{max(0, math.ceil((p.estimated - now).total_seconds()))}s",
+                ",".join(k.split("/", 1)[1] for k in p.claims),
+            )
+            for p in preview.pods
+        ]
         widths = [max(len(str(r[i])) for r in (header, *rows)) for i in range(len(header))]
         for row in (header, *rows):
             lines.append("  ".join(str(v).ljust(w) for v, w in zip(row, widths)).rstrip())

@@ -9,7 +9,7 @@ over 10 s instead of letting a first batch through at once.
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from ..core.api.ratelimit import TokenBucket
 

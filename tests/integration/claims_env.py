@@ -7,8 +7,15 @@ import json
 from typing import Any
 
 from operators.core.api.kube import MERGE_PATCH, STRATEGIC_PATCH, ApiError, Kube
-from operators.core.api.resources import (DEVICE_CLASSES, NAMESPACES, PODS, RESOURCE_CLAIM_TEMPLATES,
-                                      RESOURCE_CLAIMS, RESOURCE_SLICES, SERVICE_ACCOUNTS)
+from operators.core.api.resources import (
+    DEVICE_CLASSES,
+    NAMESPACES,
+    PODS,
+    RESOURCE_CLAIM_TEMPLATES,
+    RESOURCE_CLAIMS,
+    RESOURCE_SLICES,
+    SERVICE_ACCOUNTS,
+)
 from operators.lab.components import FINISH_ANNOTATION
 
 from . import objects
@@ -23,8 +30,9 @@ class ClaimsEnv:
     sharing a claim may spread over the lab's Nodes; ``extended_resource``: the class also
     answers the extended resource ``self.extended_resource`` (DRAExtendedResource)."""
 
-    def __init__(self, kube: Kube, token: str, devices: int = 8, all_nodes: bool = False,
-                 extended_resource: bool = False):
+    def __init__(
+        self, kube: Kube, token: str, devices: int = 8, all_nodes: bool = False, extended_resource: bool = False
+    ):
         self.kube = kube
         self.token = token
         self.namespace = f"cl-{token}"
@@ -33,29 +41,36 @@ class ClaimsEnv:
         self.devices = devices
         self.all_nodes = all_nodes
         self.extended_resource = f"{token}.lab.dra-operators.dev/gpu" if extended_resource else None
-        self.mode = ""              # "upstream" or "ours", set by the runner
+        self.mode = ""  # "upstream" or "ours", set by the runner
         self.controllers: Any = None  # conftest's Controllers switch, for scenarios that restart them
 
-    async def __aenter__(self) -> "ClaimsEnv":
+    async def __aenter__(self) -> ClaimsEnv:
         await self.kube.create(NAMESPACES, {"metadata": {"name": self.namespace}})
         device_class = objects.device_class(self.device_class, self.driver)
         if self.extended_resource:
             device_class["spec"]["extendedResourceName"] = self.extended_resource
         await self.kube.create(DEVICE_CLASSES, device_class)
-        body = objects.resource_slice(f"slice-{self.token}", self.driver, NODE,
-                                      [objects.device(f"gpu-{i}") for i in range(self.devices)])
+        body = objects.resource_slice(
+            f"slice-{self.token}", self.driver, NODE, [objects.device(f"gpu-{i}") for i in range(self.devices)]
+        )
         if self.all_nodes:
             del body["spec"]["nodeName"]
             body["spec"]["allNodes"] = True
             body["spec"]["pool"]["name"] = "everywhere"
         await self.kube.create(RESOURCE_SLICES, body)
-        await wait_for(lambda: self.kube.get_or_none(SERVICE_ACCOUNTS, "default", self.namespace), timeout=30,
-                       what="default ServiceAccount")
+        await wait_for(
+            lambda: self.kube.get_or_none(SERVICE_ACCOUNTS, "default", self.namespace),
+            timeout=30,
+            what="default ServiceAccount",
+        )
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        for res, name in ((NAMESPACES, self.namespace), (RESOURCE_SLICES, f"slice-{self.token}"),
-                          (DEVICE_CLASSES, self.device_class)):
+        for res, name in (
+            (NAMESPACES, self.namespace),
+            (RESOURCE_SLICES, f"slice-{self.token}"),
+            (DEVICE_CLASSES, self.device_class),
+        ):
             try:
                 await self.kube.delete(res, name)
             except ApiError as e:
@@ -74,8 +89,15 @@ class ClaimsEnv:
     async def claim(self, name: str) -> None:
         await self.kube.create(RESOURCE_CLAIMS, objects.resource_claim(name, self.device_class), self.namespace)
 
-    async def pod(self, name: str, claims: dict[str, dict[str, str]], node: str | None = None, *,
-                  scheduler: str | None = None, extended: int = 0) -> None:
+    async def pod(
+        self,
+        name: str,
+        claims: dict[str, dict[str, str]],
+        node: str | None = None,
+        *,
+        scheduler: str | None = None,
+        extended: int = 0,
+    ) -> None:
         body = objects.pod(name, claims)
         if node:
             body["spec"]["nodeName"] = node
@@ -87,12 +109,18 @@ class ClaimsEnv:
 
     async def patch_pod_status(self, pod: str, status: dict) -> dict:
         """Another writer of ``pods/status`` (strategic merge: conditions merge by type)."""
-        return await self.kube.patch(PODS, pod, {"status": status}, self.namespace,
-                                     content_type=STRATEGIC_PATCH, subresource="status")
+        return await self.kube.patch(
+            PODS, pod, {"status": status}, self.namespace, content_type=STRATEGIC_PATCH, subresource="status"
+        )
 
     async def finish(self, pod: str, phase: str = "Succeeded") -> None:
-        await self.kube.patch(PODS, pod, {"metadata": {"annotations": {FINISH_ANNOTATION: phase}}},
-                              self.namespace, content_type=MERGE_PATCH)
+        await self.kube.patch(
+            PODS,
+            pod,
+            {"metadata": {"annotations": {FINISH_ANNOTATION: phase}}},
+            self.namespace,
+            content_type=MERGE_PATCH,
+        )
         await self.wait_pod(pod, lambda p: p["status"].get("phase") == phase, f"pod {pod} {phase}")
 
     async def delete_pod(self, pod: str) -> None:
@@ -117,24 +145,33 @@ class ClaimsEnv:
         return await self.wait_pod(pod, lambda p: p["status"].get("phase") == "Running", f"pod {pod} Running")
 
     async def claim_of(self, pod: str, pod_claim: str) -> str:
-        found = await self.wait_pod(pod, lambda p: any(
-            s["name"] == pod_claim and s.get("resourceClaimName")
-            for s in p["status"].get("resourceClaimStatuses") or []), f"pod {pod} claim {pod_claim}")
+        found = await self.wait_pod(
+            pod,
+            lambda p: any(
+                s["name"] == pod_claim and s.get("resourceClaimName")
+                for s in p["status"].get("resourceClaimStatuses") or []
+            ),
+            f"pod {pod} claim {pod_claim}",
+        )
         return next(s["resourceClaimName"] for s in found["status"]["resourceClaimStatuses"] if s["name"] == pod_claim)
 
     async def wait_claim(self, claim: str, predicate, what: str, timeout: float = 60) -> dict:
-        return await wait_for_object(self.kube, RESOURCE_CLAIMS, claim, self.namespace, predicate,
-                                     what=what, timeout=timeout)
+        return await wait_for_object(
+            self.kube, RESOURCE_CLAIMS, claim, self.namespace, predicate, what=what, timeout=timeout
+        )
 
     async def wait_no_claims(self, timeout: float = 60) -> None:
         async def none_left() -> bool:
             return not await self.kube.list(RESOURCE_CLAIMS, self.namespace)
+
         await wait_for(none_left, timeout=timeout, what="no ResourceClaim left", describe=self.describe)
 
     async def wait_event(self, reason: str) -> None:
         async def seen() -> bool:
             from operators.core.api.resources import EVENTS
+
             return any(e.get("reason") == reason for e in await self.kube.list(EVENTS, self.namespace))
+
         await wait_for(seen, timeout=60, what=f"Event {reason}", describe=self.describe)
 
     async def _gone(self, res, name: str) -> bool:

@@ -67,14 +67,20 @@ def _pod(pod: dict, n: Normaliser) -> dict[str, Any]:
         "name": pod["metadata"]["name"],
         "phase": status.get("phase"),
         "nodeName": pod["spec"].get("nodeName"),
-        "resourceClaimStatuses": [dict(s, resourceClaimName=n.generated(s["resourceClaimName"]))
-                                  if s.get("resourceClaimName") else s
-                                  for s in status.get("resourceClaimStatuses") or []],
-        "extendedResourceClaimName": _generated_or_none(n, (status.get("extendedResourceClaimStatus") or {})
-                                                        .get("resourceClaimName")),
-        "managers": sorted({(m.get("manager"), m.get("operation"), m.get("subresource", ""))
-                            for m in pod["metadata"].get("managedFields") or []
-                            if m.get("manager") in CONTROLLER_MANAGERS}),
+        "resourceClaimStatuses": [
+            dict(s, resourceClaimName=n.generated(s["resourceClaimName"])) if s.get("resourceClaimName") else s
+            for s in status.get("resourceClaimStatuses") or []
+        ],
+        "extendedResourceClaimName": _generated_or_none(
+            n, (status.get("extendedResourceClaimStatus") or {}).get("resourceClaimName")
+        ),
+        "managers": sorted(
+            {
+                (m.get("manager"), m.get("operation"), m.get("subresource", ""))
+                for m in pod["metadata"].get("managedFields") or []
+                if m.get("manager") in CONTROLLER_MANAGERS
+            }
+        ),
     }
 
 
@@ -82,10 +88,19 @@ async def snapshot(kube: Kube, namespace: str) -> dict[str, Any]:
     pods = await kube.list(PODS, namespace)
     claims = await kube.list(RESOURCE_CLAIMS, namespace)
     n = Normaliser(pods, claims)
-    events = sorted({
-        (e.get("type"), e.get("reason"), e["involvedObject"].get("kind"), n.name(e["involvedObject"].get("name", "")))
-        for e in await kube.list(EVENTS, namespace)
-        if (e.get("source") or {}).get("component") in EVENT_COMPONENTS or e.get("reportingComponent") in EVENT_COMPONENTS})
+    events = sorted(
+        {
+            (
+                e.get("type"),
+                e.get("reason"),
+                e["involvedObject"].get("kind"),
+                n.name(e["involvedObject"].get("name", "")),
+            )
+            for e in await kube.list(EVENTS, namespace)
+            if (e.get("source") or {}).get("component") in EVENT_COMPONENTS
+            or e.get("reportingComponent") in EVENT_COMPONENTS
+        }
+    )
     return {
         "claims": sorted((_claim(c, n) for c in claims), key=lambda c: c["name"]),
         "pods": sorted((_pod(p, n) for p in pods), key=lambda p: p["name"]),

@@ -16,7 +16,6 @@ from operators.lab import Lab
 
 from .labs import client_of, running_lab
 from .operator_process import OperatorProcess
-
 from .waiting import wait_for
 
 LAB_NODES = 2
@@ -66,8 +65,9 @@ async def namespace(kube: Kube, unique: str) -> str:
     name = f"t-{unique}"
     await kube.create(NAMESPACES, {"metadata": {"name": name}})
     # The ServiceAccount admission plugin rejects Pods until the controller made "default".
-    await wait_for(lambda: kube.get_or_none(SERVICE_ACCOUNTS, "default", name),
-                   timeout=30, what=f"ServiceAccount {name}/default")
+    await wait_for(
+        lambda: kube.get_or_none(SERVICE_ACCOUNTS, "default", name), timeout=30, what=f"ServiceAccount {name}/default"
+    )
     yield name
     await kube.delete(NAMESPACES, name)
 
@@ -109,7 +109,7 @@ class Controllers:
     """Which claim/taint controllers run: upstream's (inside kube-controller-manager), ours
     (operator processes), or none. Never both at once."""
 
-    def __init__(self, lab: Lab, operators: dict[str, "OperatorProcess"]):
+    def __init__(self, lab: Lab, operators: dict[str, OperatorProcess]):
         self.lab = lab
         self.operators = operators
         self.mode = "none"
@@ -134,8 +134,13 @@ class Controllers:
 @pytest.fixture(scope="session")
 def controllers(lab: Lab, tmp_path_factory: pytest.TempPathFactory) -> Controllers:
     logs = tmp_path_factory.mktemp("operator-logs")
-    switch = Controllers(lab, {"claims": OperatorProcess(["claims"], lab.kubeconfig, logs),
-                               "taints": OperatorProcess(["taints"], lab.kubeconfig, logs)})
+    switch = Controllers(
+        lab,
+        {
+            "claims": OperatorProcess(["claims"], lab.kubeconfig, logs),
+            "taints": OperatorProcess(["taints"], lab.kubeconfig, logs),
+        },
+    )
     try:
         yield switch
     finally:

@@ -21,7 +21,7 @@ from typing import Any
 from operators.lab.components import build_node
 
 Obj = dict[str, Any]
-LABEL = "dra-explain"          # on the scenario's Nodes and Pod
+LABEL = "dra-explain"  # on the scenario's Nodes and Pod
 ADMIN_LABEL = "resource.kubernetes.io/admin-access"
 
 
@@ -34,16 +34,18 @@ class Scenario:
     nodes: list[Obj] = field(default_factory=list)
     slices: list[Obj] = field(default_factory=list)
     classes: list[Obj] = field(default_factory=list)
-    claims: list[Obj] = field(default_factory=list)      # the Pod's
+    claims: list[Obj] = field(default_factory=list)  # the Pod's
     held: list[tuple[Obj, list[Obj]]] = field(default_factory=list)  # (claim, allocation results)
     pod: Obj = field(default_factory=dict)
 
     def describe(self) -> str:
         import yaml
+
         docs = self.nodes + self.slices + self.classes + [c for c, _ in self.held] + self.claims + [self.pod]
         held = {c["metadata"]["name"]: r for c, r in self.held}
-        return (f"--- scenario {self.token} ({self.shape}) held={held}\n"
-                + yaml.safe_dump_all(docs, sort_keys=False, width=160))
+        return f"--- scenario {self.token} ({self.shape}) held={held}\n" + yaml.safe_dump_all(
+            docs, sort_keys=False, width=160
+        )
 
 
 class Generator:
@@ -70,21 +72,34 @@ class Generator:
 
     def _device(self, driver: str, name: str, index: int, **extra: Any) -> Obj:
         r = self.rng
-        attributes = {"model": {"string": r.choice(["a", "a", "b"])}, "numa": {"int": r.choice([0, 1])},
-                      "index": {"int": index}, "uuid": {"string": f"GPU-{uuid.UUID(int=r.getrandbits(128))}"},
-                      "type": {"string": "gpu"}}
-        device: Obj = {"name": name, "attributes": attributes,
-                       "capacity": {"memory": {"value": r.choice(["16Gi", "32Gi"])}}}
+        attributes = {
+            "model": {"string": r.choice(["a", "a", "b"])},
+            "numa": {"int": r.choice([0, 1])},
+            "index": {"int": index},
+            "uuid": {"string": f"GPU-{uuid.UUID(int=r.getrandbits(128))}"},
+            "type": {"string": "gpu"},
+        }
+        device: Obj = {
+            "name": name,
+            "attributes": attributes,
+            "capacity": {"memory": {"value": r.choice(["16Gi", "32Gi"])}},
+        }
         if r.random() < 0.2:
-            device["taints"] = [{"key": "xid", "value": r.choice(["79", "48"]),
-                                 "effect": r.choice(["NoSchedule", "NoExecute", "None"])}]
+            device["taints"] = [
+                {"key": "xid", "value": r.choice(["79", "48"]), "effect": r.choice(["NoSchedule", "NoExecute", "None"])}
+            ]
         device.update(extra)
         return device
 
     @staticmethod
-    def _slice(name: str, driver: str, pool: str, devices: list[Obj] | None, count: int = 1,
-               generation: int = 1, **spec: Any) -> Obj:
-        body: Obj = {"driver": driver, "pool": {"name": pool, "generation": generation, "resourceSliceCount": count}, **spec}
+    def _slice(
+        name: str, driver: str, pool: str, devices: list[Obj] | None, count: int = 1, generation: int = 1, **spec: Any
+    ) -> Obj:
+        body: Obj = {
+            "driver": driver,
+            "pool": {"name": pool, "generation": generation, "resourceSliceCount": count},
+            **spec,
+        }
         if devices is not None:
             body["devices"] = devices
         return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": name}, "spec": body}
@@ -92,8 +107,12 @@ class Generator:
     @staticmethod
     def _class(name: str, driver: str, extra: str | None = None) -> Obj:
         expression = f'device.driver == "{driver}"' + (f" && {extra}" if extra else "")
-        return {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": name},
-                "spec": {"selectors": [{"cel": {"expression": expression}}]}}
+        return {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": name},
+            "spec": {"selectors": [{"cel": {"expression": expression}}]},
+        }
 
     # -- slice shapes ---------------------------------------------------------------------------
 
@@ -114,6 +133,7 @@ class Generator:
 
             def consumes(amount: str) -> list[Obj]:
                 return [{"counterSet": "gpu-0-counters", "counters": {"memory": {"value": amount}}}]
+
             whole = self._device(s.driver, "gpu-0", 0, consumesCounters=consumes("80Gi"))
             whole["capacity"] = {"memory": {"value": "80Gi"}}
             parts = []
@@ -122,17 +142,32 @@ class Generator:
                 part["attributes"]["type"] = {"string": "partition"}
                 part["capacity"] = {"memory": {"value": "40Gi"}}
                 parts.append(part)
-            s.slices.append(self._slice(f"{name}-counters", s.driver, f"{name}-parts", None, count=2, nodeName=name,
-                                        sharedCounters=[{"name": "gpu-0-counters", "counters": {"memory": {"value": "80Gi"}}}]))
-            s.slices.append(self._slice(f"{name}-devices", s.driver, f"{name}-parts", [whole, *parts], count=2, nodeName=name))
+            s.slices.append(
+                self._slice(
+                    f"{name}-counters",
+                    s.driver,
+                    f"{name}-parts",
+                    None,
+                    count=2,
+                    nodeName=name,
+                    sharedCounters=[{"name": "gpu-0-counters", "counters": {"memory": {"value": "80Gi"}}}],
+                )
+            )
+            s.slices.append(
+                self._slice(f"{name}-devices", s.driver, f"{name}-parts", [whole, *parts], count=2, nodeName=name)
+            )
 
     def _shared(self, s: Scenario) -> None:
         """A device several claims share by memory (consumable capacity, a request policy)."""
         for node in s.nodes:
             name = node["metadata"]["name"]
-            policy = (self.rng.choice([{"default": "4Gi", "validRange": {"min": "1Gi", "step": "1Gi"}},
-                                       {"default": "8Gi", "validValues": ["8Gi", "16Gi", "24Gi"]},
-                                       {"default": "4Gi", "validRange": {"min": "2Gi", "max": "20Gi", "step": "2Gi"}}]))
+            policy = self.rng.choice(
+                [
+                    {"default": "4Gi", "validRange": {"min": "1Gi", "step": "1Gi"}},
+                    {"default": "8Gi", "validValues": ["8Gi", "16Gi", "24Gi"]},
+                    {"default": "4Gi", "validRange": {"min": "2Gi", "max": "20Gi", "step": "2Gi"}},
+                ]
+            )
             device = self._device(s.driver, "shared-0", 0, allowMultipleAllocations=True)
             device["attributes"]["type"] = {"string": "shared-gpu"}
             device["capacity"] = {"memory": {"value": "48Gi", "requestPolicy": policy}}
@@ -142,8 +177,16 @@ class Generator:
         """Devices not local to one node: a node selector (rack r0), or all nodes."""
         devices = [self._device(s.driver, f"net-{i}", i) for i in range(self.rng.randint(1, 3))]
         if self.rng.random() < 0.5:
-            selector = {"nodeSelectorTerms": [{"matchExpressions": [{"key": "rack", "operator": "In", "values": ["r0"]},
-                                                                     {"key": LABEL, "operator": "In", "values": [s.token]}]}]}
+            selector = {
+                "nodeSelectorTerms": [
+                    {
+                        "matchExpressions": [
+                            {"key": "rack", "operator": "In", "values": ["r0"]},
+                            {"key": LABEL, "operator": "In", "values": [s.token]},
+                        ]
+                    }
+                ]
+            }
             s.slices.append(self._slice(f"net-{s.token}", s.driver, f"net-{s.token}", devices, nodeSelector=selector))
         else:
             s.slices.append(self._slice(f"net-{s.token}", s.driver, f"net-{s.token}", devices, allNodes=True))
@@ -165,20 +208,38 @@ class Generator:
     def _exact(self, s: Scenario, name: str, classes: list[str], shared: bool) -> Obj:
         r = self.rng
         shared_classes = [c for c in classes if c.startswith("shared-")]
-        exactly: Obj = {"deviceClassName": r.choice(shared_classes if shared and shared_classes and r.random() < 0.6 else classes)}
+        exactly: Obj = {
+            "deviceClassName": r.choice(shared_classes if shared and shared_classes and r.random() < 0.6 else classes)
+        }
         if r.random() < 0.1:
             exactly["allocationMode"] = "All"
         else:
             exactly["allocationMode"] = "ExactCount"
             exactly["count"] = r.choice([1, 1, 1, 1, 2, 2, 3])
         if r.random() < 0.25:
-            exactly["selectors"] = [{"cel": {"expression": r.choice([
-                f'device.attributes["{s.driver}"].numa == 0', f'device.attributes["{s.driver}"].model == "b"',
-                f'device.capacity["{s.driver}"].memory.compareTo(quantity("20Gi")) > 0'])}}]
+            exactly["selectors"] = [
+                {
+                    "cel": {
+                        "expression": r.choice(
+                            [
+                                f'device.attributes["{s.driver}"].numa == 0',
+                                f'device.attributes["{s.driver}"].model == "b"',
+                                f'device.capacity["{s.driver}"].memory.compareTo(quantity("20Gi")) > 0',
+                            ]
+                        )
+                    }
+                }
+            ]
         if r.random() < 0.35:
-            exactly["tolerations"] = [r.choice([{"key": "xid", "operator": "Exists"},
-                                                {"key": "xid", "value": "79", "effect": "NoSchedule"},
-                                                {"operator": "Exists", "effect": "NoExecute"}])]
+            exactly["tolerations"] = [
+                r.choice(
+                    [
+                        {"key": "xid", "operator": "Exists"},
+                        {"key": "xid", "value": "79", "effect": "NoSchedule"},
+                        {"operator": "Exists", "effect": "NoExecute"},
+                    ]
+                )
+            ]
         if shared and exactly["deviceClassName"].endswith("shared") and r.random() < 0.8:
             exactly["capacity"] = {"requests": {"memory": r.choice(["3Gi", "8Gi", "16Gi", "30Gi", "50Gi"])}}
         if r.random() < 0.15 and exactly["allocationMode"] == "ExactCount":
@@ -197,8 +258,11 @@ class Generator:
         r = self.rng
         requests = []
         for i in range(r.choice([1, 1, 2])):
-            requests.append(self._first_available(s, f"r{i}", classes) if r.random() < 0.2
-                            else self._exact(s, f"r{i}", classes, shared))
+            requests.append(
+                self._first_available(s, f"r{i}", classes)
+                if r.random() < 0.2
+                else self._exact(s, f"r{i}", classes, shared)
+            )
         devices: Obj = {"requests": requests}
         if r.random() < 0.4:
             key = r.choice(["matchAttribute", "distinctAttribute"])
@@ -206,13 +270,21 @@ class Generator:
             for request in requests:  # a constraint matters between two devices or more
                 if "exactly" in request and request["exactly"].get("count") == 1 and r.random() < 0.5:
                     request["exactly"]["count"] = 2
-        return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
-                "metadata": {"name": name, "namespace": s.namespace}, "spec": {"devices": devices}}
+        return {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": name, "namespace": s.namespace},
+            "spec": {"devices": devices},
+        }
 
     def _hold(self, s: Scenario, index: int) -> None:
         """A claim that already holds one or two devices (written as the scheduler would)."""
-        candidates = [(sl, d) for sl in s.slices for d in sl["spec"].get("devices") or []
-                      if sl["spec"]["pool"]["resourceSliceCount"] == 1 or sl["metadata"]["name"].endswith("-devices")]
+        candidates = [
+            (sl, d)
+            for sl in s.slices
+            for d in sl["spec"].get("devices") or []
+            if sl["spec"]["pool"]["resourceSliceCount"] == 1 or sl["metadata"]["name"].endswith("-devices")
+        ]
         if not candidates:
             return
         picks = self.rng.sample(candidates, min(len(candidates), self.rng.choice([1, 1, 2])))
@@ -229,9 +301,12 @@ class Generator:
         exactly: Obj = {"deviceClassName": f"any-{s.token}", "count": len(results)}
         if admin:
             exactly["adminAccess"] = True
-        claim = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
-                 "metadata": {"name": f"held-{index}", "namespace": s.namespace},
-                 "spec": {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}}}
+        claim = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": f"held-{index}", "namespace": s.namespace},
+            "spec": {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}},
+        }
         s.held.append((claim, results))
 
     def _pod(self, s: Scenario) -> None:
@@ -239,18 +314,36 @@ class Generator:
         spec: Obj = {
             "schedulingGates": [{"name": "dra-operators.dev/explain-first"}],
             "nodeSelector": {LABEL: s.token},
-            "resourceClaims": [{"name": c["metadata"]["name"], "resourceClaimName": c["metadata"]["name"]} for c in s.claims],
-            "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10",
-                            "resources": {"claims": [{"name": c["metadata"]["name"]} for c in s.claims]}}],
+            "resourceClaims": [
+                {"name": c["metadata"]["name"], "resourceClaimName": c["metadata"]["name"]} for c in s.claims
+            ],
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "registry.k8s.io/pause:3.10",
+                    "resources": {"claims": [{"name": c["metadata"]["name"]} for c in s.claims]},
+                }
+            ],
             "terminationGracePeriodSeconds": 0,
         }
         if r.random() < 0.5:
             spec["tolerations"] = [{"key": "maintenance", "operator": "Exists", "effect": "NoSchedule"}]
         if r.random() < 0.2:
-            spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-                "nodeSelectorTerms": [{"matchExpressions": [{"key": "rack", "operator": "In", "values": ["r1"]}]}]}}}
-        s.pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "pod", "namespace": s.namespace,
-                                                                 "labels": {LABEL: self.run}}, "spec": spec}
+            spec["affinity"] = {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [
+                            {"matchExpressions": [{"key": "rack", "operator": "In", "values": ["r1"]}]}
+                        ]
+                    }
+                }
+            }
+        s.pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "pod", "namespace": s.namespace, "labels": {LABEL: self.run}},
+            "spec": spec,
+        }
 
     # -- scenarios --------------------------------------------------------------------------------
 
@@ -263,9 +356,14 @@ class Generator:
         s.nodes = self._nodes(token, taint=self.rng.random() < 0.3)
         if shape == "example":
             return self._example(s)
-        builders = {"node-local": [self._node_local], "partitions": [self._partitions], "shared": [self._shared],
-                    "network": [self._network, self._node_local], "per-device": [self._per_device],
-                    "mixed": [self._node_local, self._partitions, self._shared]}[shape]
+        builders = {
+            "node-local": [self._node_local],
+            "partitions": [self._partitions],
+            "shared": [self._shared],
+            "network": [self._network, self._node_local],
+            "per-device": [self._per_device],
+            "mixed": [self._node_local, self._partitions, self._shared],
+        }[shape]
         for build in builders:
             build(s)
         if self.rng.random() < 0.15:
@@ -286,8 +384,9 @@ class Generator:
             classes.append(f"broken-{token}")
         for i in range(self.rng.choice([0, 1, 1, 2, 2])):
             self._hold(s, i)
-        s.claims = [self._claim(s, f"c{i}", classes, shape in ("shared", "mixed"))
-                    for i in range(self.rng.choice([1, 1, 1, 2]))]
+        s.claims = [
+            self._claim(s, f"c{i}", classes, shape in ("shared", "mixed")) for i in range(self.rng.choice([1, 1, 1, 2]))
+        ]
         self._pod(s)
         return s
 
@@ -305,18 +404,40 @@ class Generator:
 
             def consumes(amount: str) -> list[Obj]:
                 return [{"counterSet": "gpu-4-counters", "counters": {"memory": {"value": amount}}}]
+
             devices = [gpu(f"gpu-{i}", "gpu", "80Gi") for i in range(4)]
             devices.append(gpu("gpu-4", "gpu", "80Gi", consumesCounters=consumes("80Gi")))
-            devices += [gpu(f"gpu-4-part-{p}", "partition", "40Gi", consumesCounters=consumes("40Gi")) for p in range(2)]
+            devices += [
+                gpu(f"gpu-4-part-{p}", "partition", "40Gi", consumesCounters=consumes("40Gi")) for p in range(2)
+            ]
             shared = gpu("gpu-5", "shared-gpu", "48Gi", allowMultipleAllocations=True)
-            shared["capacity"]["memory"]["requestPolicy"] = {"default": "4Gi", "validRange": {"min": "1Gi", "step": "1Gi"}}
+            shared["capacity"]["memory"]["requestPolicy"] = {
+                "default": "4Gi",
+                "validRange": {"min": "1Gi", "step": "1Gi"},
+            }
             devices.append(shared)
-            s.slices.append(self._slice(f"{name}-counters", d, name, None, count=2, nodeName=name,
-                                        sharedCounters=[{"name": "gpu-4-counters", "counters": {"memory": {"value": "80Gi"}}}]))
+            s.slices.append(
+                self._slice(
+                    f"{name}-counters",
+                    d,
+                    name,
+                    None,
+                    count=2,
+                    nodeName=name,
+                    sharedCounters=[{"name": "gpu-4-counters", "counters": {"memory": {"value": "80Gi"}}}],
+                )
+            )
             s.slices.append(self._slice(f"{name}-devices", d, name, devices, count=2, nodeName=name))
         for kind in ("gpu", "partition", "shared-gpu"):
             s.classes.append(self._class(f"{kind}-{s.token}", d, f"device.attributes['{d}'].type == '{kind}'"))
-        examples = ("admin-access", "taints-tolerations", "prioritized-list", "consumable-capacity", "basic", "cel-selector")
+        examples = (
+            "admin-access",
+            "taints-tolerations",
+            "prioritized-list",
+            "consumable-capacity",
+            "basic",
+            "cel-selector",
+        )
         example = examples[(self.count // len(self.SHAPES)) % len(examples)]
         s.shape = f"example {example}"
         gpu_class = f"gpu-{s.token}"
@@ -324,41 +445,114 @@ class Generator:
         if example == "basic":
             requests = [{"name": "gpu", "exactly": {"deviceClassName": gpu_class, "count": self.rng.choice([1, 5, 9])}}]
         elif example == "cel-selector":
-            requests = [{"name": "gpu", "exactly": {"deviceClassName": gpu_class, "selectors": [{"cel": {"expression":
-                        f"device.attributes['{d}'].productName == '{self.rng.choice(['LabGPU-80G', 'NoSuchGPU'])}'"
-                        f" && device.attributes['{d}'].index == 0"}}]}}]
+            requests = [
+                {
+                    "name": "gpu",
+                    "exactly": {
+                        "deviceClassName": gpu_class,
+                        "selectors": [
+                            {
+                                "cel": {
+                                    "expression": f"device.attributes['{d}'].productName == '{self.rng.choice(['LabGPU-80G', 'NoSuchGPU'])}'"
+                                    f" && device.attributes['{d}'].index == 0"
+                                }
+                            }
+                        ],
+                    },
+                }
+            ]
         elif example == "prioritized-list":
-            requests = [{"name": "gpu", "firstAvailable": [
-                {"name": "dream", "deviceClassName": gpu_class, "selectors": [{"cel": {"expression":
-                 f"device.attributes['{d}'].productName == 'NoSuchGPU-1T'"}}]},
-                {"name": "half", "deviceClassName": f"partition-{s.token}"},
-                {"name": "any", "deviceClassName": gpu_class}]}]
+            requests = [
+                {
+                    "name": "gpu",
+                    "firstAvailable": [
+                        {
+                            "name": "dream",
+                            "deviceClassName": gpu_class,
+                            "selectors": [
+                                {"cel": {"expression": f"device.attributes['{d}'].productName == 'NoSuchGPU-1T'"}}
+                            ],
+                        },
+                        {"name": "half", "deviceClassName": f"partition-{s.token}"},
+                        {"name": "any", "deviceClassName": gpu_class},
+                    ],
+                }
+            ]
         elif example == "consumable-capacity":
-            requests = [{"name": "gpu", "exactly": {"deviceClassName": f"shared-gpu-{s.token}", "capacity": {
-                "requests": {"memory": self.rng.choice(["8Gi", "16Gi", "60Gi"])}}}}]
+            requests = [
+                {
+                    "name": "gpu",
+                    "exactly": {
+                        "deviceClassName": f"shared-gpu-{s.token}",
+                        "capacity": {"requests": {"memory": self.rng.choice(["8Gi", "16Gi", "60Gi"])}},
+                    },
+                }
+            ]
         elif example == "admin-access":
             # gpu-0 of both nodes held by another claim: only admin access gets at them
-            requests = [{"name": "gpu", "exactly": {"deviceClassName": gpu_class, "adminAccess": self.rng.random() < 0.6,
-                                                    "selectors": [{"cel": {"expression": f"device.attributes['{d}'].index == 0"}}]}}]
+            requests = [
+                {
+                    "name": "gpu",
+                    "exactly": {
+                        "deviceClassName": gpu_class,
+                        "adminAccess": self.rng.random() < 0.6,
+                        "selectors": [{"cel": {"expression": f"device.attributes['{d}'].index == 0"}}],
+                    },
+                }
+            ]
             for device in [dv for sl in s.slices for dv in sl["spec"].get("devices") or []]:
                 device["attributes"]["index"] = {"int": int(device["name"].split("-")[1])}
             if self.rng.random() < 0.7:
-                results = [{"request": "gpu", "driver": d, "pool": n["metadata"]["name"], "device": "gpu-0"} for n in s.nodes]
-                s.held.append(({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
-                                "metadata": {"name": "held-gpu-0", "namespace": s.namespace},
-                                "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
-                                    "deviceClassName": gpu_class, "count": 2}}]}}}, results))
+                results = [
+                    {"request": "gpu", "driver": d, "pool": n["metadata"]["name"], "device": "gpu-0"} for n in s.nodes
+                ]
+                s.held.append(
+                    (
+                        {
+                            "apiVersion": "resource.k8s.io/v1",
+                            "kind": "ResourceClaim",
+                            "metadata": {"name": "held-gpu-0", "namespace": s.namespace},
+                            "spec": {
+                                "devices": {
+                                    "requests": [{"name": "gpu", "exactly": {"deviceClassName": gpu_class, "count": 2}}]
+                                }
+                            },
+                        },
+                        results,
+                    )
+                )
         else:
             for node in s.nodes:
                 for sl in s.slices:
                     for device in sl["spec"].get("devices") or []:
                         if device["name"] == "gpu-3":
-                            device["taints"] = [{"key": "example.dra-operators.dev/maintenance", "value": "planned", "effect": "NoExecute"}]
-            requests = [{"name": "gpu", "exactly": {"deviceClassName": gpu_class, "count": self.rng.choice([1, 4]),
-                                                    "tolerations": [{"key": "example.dra-operators.dev/maintenance",
-                                                                     "operator": "Exists"}] if self.rng.random() < 0.5 else []}}]
-        s.claims = [{"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
-                     "metadata": {"name": "c0", "namespace": s.namespace}, "spec": {"devices": {"requests": requests}}}]
+                            device["taints"] = [
+                                {
+                                    "key": "example.dra-operators.dev/maintenance",
+                                    "value": "planned",
+                                    "effect": "NoExecute",
+                                }
+                            ]
+            requests = [
+                {
+                    "name": "gpu",
+                    "exactly": {
+                        "deviceClassName": gpu_class,
+                        "count": self.rng.choice([1, 4]),
+                        "tolerations": [{"key": "example.dra-operators.dev/maintenance", "operator": "Exists"}]
+                        if self.rng.random() < 0.5
+                        else [],
+                    },
+                }
+            ]
+        s.claims = [
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceClaim",
+                "metadata": {"name": "c0", "namespace": s.namespace},
+                "spec": {"devices": {"requests": requests}},
+            }
+        ]
         for i in range(self.rng.choice([0, 1, 2])):
             self._hold(s, i)
         self._pod(s)

@@ -26,8 +26,11 @@ class FakeKubelet:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while True:
-            sockets = [p for p in self.registry_dir.glob("*-reg.sock") if not p.name.startswith(".")] \
-                if self.registry_dir.is_dir() else []
+            sockets = (
+                [p for p in self.registry_dir.glob("*-reg.sock") if not p.name.startswith(".")]
+                if self.registry_dir.is_dir()
+                else []
+            )
             if sockets:
                 break
             if loop.time() > deadline:
@@ -39,8 +42,10 @@ class FakeKubelet:
         info = await registration.GetInfo(pluginregistration_v1_pb2.InfoRequest(), timeout=1)
         chosen = next((v for v in info.supported_versions if v in KNOWN_SERVICES), None)
         ok = info.type == "DRAPlugin" and chosen is not None and bool(info.endpoint)
-        await registration.NotifyRegistrationStatus(pluginregistration_v1_pb2.RegistrationStatus(
-            plugin_registered=ok, error="" if ok else "validation failed"), timeout=5)
+        await registration.NotifyRegistrationStatus(
+            pluginregistration_v1_pb2.RegistrationStatus(plugin_registered=ok, error="" if ok else "validation failed"),
+            timeout=5,
+        )
         assert ok, f"plugin rejected: {info}"
         endpoint = grpc.aio.insecure_channel(f"unix://{info.endpoint}")
         self._channels.append(endpoint)
@@ -51,19 +56,25 @@ class FakeKubelet:
 
     @staticmethod
     def _claims(module, claims: list[dict]):
-        return [module.Claim(namespace=c["metadata"]["namespace"], name=c["metadata"]["name"],
-                             uid=c["metadata"]["uid"]) if "metadata" in c else module.Claim(**c) for c in claims]
+        return [
+            module.Claim(namespace=c["metadata"]["namespace"], name=c["metadata"]["name"], uid=c["metadata"]["uid"])
+            if "metadata" in c
+            else module.Claim(**c)
+            for c in claims
+        ]
 
     async def prepare(self, claims: list[dict], version: str = "v1", timeout: float = 45):
         """``timeout``: kubelet's deadline for the call (gRPC cancels it on the plugin's side too)."""
         module, stub = (dra_v1_pb2, self._v1) if version == "v1" else (dra_v1beta1_pb2, self._v1beta1)
-        return await stub.NodePrepareResources(module.NodePrepareResourcesRequest(claims=self._claims(module, claims)),
-                                               timeout=timeout)
+        return await stub.NodePrepareResources(
+            module.NodePrepareResourcesRequest(claims=self._claims(module, claims)), timeout=timeout
+        )
 
     async def unprepare(self, claims: list[dict], version: str = "v1"):
         module, stub = (dra_v1_pb2, self._v1) if version == "v1" else (dra_v1beta1_pb2, self._v1beta1)
         return await stub.NodeUnprepareResources(
-            module.NodeUnprepareResourcesRequest(claims=self._claims(module, claims)), timeout=45)
+            module.NodeUnprepareResourcesRequest(claims=self._claims(module, claims)), timeout=45
+        )
 
     async def close(self) -> None:
         for channel in self._channels:

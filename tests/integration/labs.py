@@ -20,17 +20,31 @@ def short_run_dir(prefix: str) -> Path:
 
 
 @contextlib.contextmanager
-def running_lab(suffix: str, run_dir: Path, *, nodes: int, real_nodes: int = 0,
-                remove_run_dir: bool = False, node_namespaces: bool = False) -> Iterator[Lab]:
+def running_lab(
+    suffix: str,
+    run_dir: Path,
+    *,
+    nodes: int,
+    real_nodes: int = 0,
+    remove_run_dir: bool = False,
+    node_namespaces: bool = False,
+) -> Iterator[Lab]:
     """A started lab named after this pytest process, stopped at the end (and killed with pytest
     if it dies); with ``remove_run_dir`` its run directory goes too, unless the block failed
     (its logs are the evidence)."""
     if real_nodes:
         missing = paths.missing_real_node_binaries(paths.bin_dir())
         assert not missing, f"real-node binaries missing: {missing}; run `make lab-build-node`"
-    lab = Lab(LabOptions(name=f"pytest-{os.getpid()}{suffix}", nodes=nodes, real_nodes=real_nodes, run_dir=run_dir,
-                         node_namespaces=node_namespaces),
-              log=lambda message: print(message, flush=True))
+    lab = Lab(
+        LabOptions(
+            name=f"pytest-{os.getpid()}{suffix}",
+            nodes=nodes,
+            real_nodes=real_nodes,
+            run_dir=run_dir,
+            node_namespaces=node_namespaces,
+        ),
+        log=lambda message: print(message, flush=True),
+    )
     lab.start()
     try:
         yield lab

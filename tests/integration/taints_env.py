@@ -11,9 +11,18 @@ import time
 from typing import Any
 
 from operators.core.api.kube import MERGE_PATCH, ApiError, Kube
-from operators.core.api.resources import POD_GROUPS
-from operators.core.api.resources import (DEVICE_CLASSES, DEVICE_TAINT_RULES, EVENTS, NAMESPACES, PODS,
-                                      RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS, RESOURCE_SLICES, SERVICE_ACCOUNTS)
+from operators.core.api.resources import (
+    DEVICE_CLASSES,
+    DEVICE_TAINT_RULES,
+    EVENTS,
+    NAMESPACES,
+    POD_GROUPS,
+    PODS,
+    RESOURCE_CLAIM_TEMPLATES,
+    RESOURCE_CLAIMS,
+    RESOURCE_SLICES,
+    SERVICE_ACCOUNTS,
+)
 from operators.taints import decisions as d
 
 from . import objects
@@ -29,7 +38,7 @@ class PodWatch:
     def __init__(self, kube: Kube, namespace: str):
         self.kube, self.namespace = kube, namespace
         self.last: dict[str, dict] = {}
-        self.deleting_at: dict[str, float] = {}   # pod name -> time.time() when first seen deleting
+        self.deleting_at: dict[str, float] = {}  # pod name -> time.time() when first seen deleting
         self.gone: set[str] = set()
         self.history: list[tuple[float, str, dict]] = []  # (time, event type, pod) in order
         self._task: asyncio.Task | None = None
@@ -68,8 +77,15 @@ class PodWatch:
 
 
 class TaintsEnv:
-    def __init__(self, kube: Kube, token: str, mode: str, devices: int = 4, nodes: tuple[str, ...] = NODES[:1],
-                 extended_resource: bool = False):
+    def __init__(
+        self,
+        kube: Kube,
+        token: str,
+        mode: str,
+        devices: int = 4,
+        nodes: tuple[str, ...] = NODES[:1],
+        extended_resource: bool = False,
+    ):
         self.kube, self.token, self.mode = kube, token, mode
         self.namespace = f"tn-{token}"
         self.driver = f"{token}.taints.lab.dra-operators.dev"
@@ -81,23 +97,32 @@ class TaintsEnv:
         self.slices: list[str] = []
         self.watch = PodWatch(kube, self.namespace)
 
-    async def __aenter__(self) -> "TaintsEnv":
+    async def __aenter__(self) -> TaintsEnv:
         await self.kube.create(NAMESPACES, {"metadata": {"name": self.namespace}})
         device_class = objects.device_class(self.device_class, self.driver)
         if self.extended_resource:
             device_class["spec"]["extendedResourceName"] = self.extended_resource
         await self.kube.create(DEVICE_CLASSES, device_class)
         for node in self.nodes:
-            await self.add_slice(f"{node}-{self.token}", node, [objects.device(f"gpu-{i}") for i in range(self.devices)])
-        await wait_for(lambda: self.kube.get_or_none(SERVICE_ACCOUNTS, "default", self.namespace), timeout=30,
-                       what="default ServiceAccount")
+            await self.add_slice(
+                f"{node}-{self.token}", node, [objects.device(f"gpu-{i}") for i in range(self.devices)]
+            )
+        await wait_for(
+            lambda: self.kube.get_or_none(SERVICE_ACCOUNTS, "default", self.namespace),
+            timeout=30,
+            what="default ServiceAccount",
+        )
         await self.watch.start()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         await self.watch.stop()
-        for res, name in ([(DEVICE_TAINT_RULES, r) for r in self.rules] + [(NAMESPACES, self.namespace)]
-                          + [(RESOURCE_SLICES, s) for s in self.slices] + [(DEVICE_CLASSES, self.device_class)]):
+        for res, name in (
+            [(DEVICE_TAINT_RULES, r) for r in self.rules]
+            + [(NAMESPACES, self.namespace)]
+            + [(RESOURCE_SLICES, s) for s in self.slices]
+            + [(DEVICE_CLASSES, self.device_class)]
+        ):
             try:
                 await self.kube.delete(res, name)
             except ApiError as e:
@@ -124,18 +149,32 @@ class TaintsEnv:
         return spec
 
     async def template(self, name: str, tolerations: list[dict] | None = None) -> None:
-        body = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate", "metadata": {"name": name},
-                "spec": {"spec": self._spec(tolerations, None)}}
+        body = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaimTemplate",
+            "metadata": {"name": name},
+            "spec": {"spec": self._spec(tolerations, None)},
+        }
         await self.kube.create(RESOURCE_CLAIM_TEMPLATES, body, self.namespace)
 
     async def claim(self, name: str, tolerations: list[dict] | None = None, index: int | None = None) -> None:
         selector = f'device.attributes["{self.driver}"].index == {index}' if index is not None else None
-        body = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": name},
-                "spec": self._spec(tolerations, selector)}
+        body = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": name},
+            "spec": self._spec(tolerations, selector),
+        }
         await self.kube.create(RESOURCE_CLAIMS, body, self.namespace)
 
-    async def pod(self, name: str, claims: dict[str, dict[str, str]] | None = None, node: str | None = None,
-                  extended: int = 0, labels: dict | None = None) -> dict:
+    async def pod(
+        self,
+        name: str,
+        claims: dict[str, dict[str, str]] | None = None,
+        node: str | None = None,
+        extended: int = 0,
+        labels: dict | None = None,
+    ) -> dict:
         body = objects.pod(name, claims or {})
         if node:
             body["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}
@@ -151,14 +190,16 @@ class TaintsEnv:
     async def member(self, name: str, group: str, claims: dict[str, dict[str, str]]) -> dict:
         return await self.kube.create(PODS, objects.member(name, group, claims), self.namespace)
 
-    async def rule(self, short: str, selector: dict | None, effect: str = "NoExecute",
-                   annotations: dict | None = None) -> dict:
+    async def rule(
+        self, short: str, selector: dict | None, effect: str = "NoExecute", annotations: dict | None = None
+    ) -> dict:
         body = self.rule_body(short, selector, effect, annotations)
         self.rules.append(body["metadata"]["name"])
         return await self.kube.create(DEVICE_TAINT_RULES, body)
 
-    def rule_body(self, short: str, selector: dict | None, effect: str = "NoExecute",
-                  annotations: dict | None = None) -> dict:
+    def rule_body(
+        self, short: str, selector: dict | None, effect: str = "NoExecute", annotations: dict | None = None
+    ) -> dict:
         spec: dict[str, Any] = {"taint": {"key": self.taint_key, "value": "true", "effect": effect}}
         if selector is not None:
             spec["deviceSelector"] = selector
@@ -167,8 +208,15 @@ class TaintsEnv:
             meta["annotations"] = annotations
         return {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceTaintRule", "metadata": meta, "spec": spec}
 
-    async def add_slice(self, name: str, node: str, devices: list[dict], pool: str | None = None,
-                        generation: int = 1, slices_in_pool: int = 1) -> None:
+    async def add_slice(
+        self,
+        name: str,
+        node: str,
+        devices: list[dict],
+        pool: str | None = None,
+        generation: int = 1,
+        slices_in_pool: int = 1,
+    ) -> None:
         body = objects.resource_slice(name, self.driver, node, devices, pool, generation)
         body["spec"]["pool"]["resourceSliceCount"] = slices_in_pool
         await self.kube.create(RESOURCE_SLICES, body)
@@ -178,9 +226,13 @@ class TaintsEnv:
         """The node's pool with ``devices`` devices in slices of at most ``per_slice``."""
         starts = list(range(0, devices, per_slice))
         for n, start in enumerate(starts):
-            await self.add_slice(f"{node}-{n}-{self.token}", node,
-                                 [objects.device(f"gpu-{i}") for i in range(start, min(devices, start + per_slice))],
-                                 pool=node, slices_in_pool=len(starts))
+            await self.add_slice(
+                f"{node}-{n}-{self.token}",
+                node,
+                [objects.device(f"gpu-{i}") for i in range(start, min(devices, start + per_slice))],
+                pool=node,
+                slices_in_pool=len(starts),
+            )
 
     async def set_device_taint(self, slice_name: str, device: str, effect: str | None) -> None:
         """Put a driver-published taint on a device of a slice, or remove it (effect None)."""
@@ -198,8 +250,14 @@ class TaintsEnv:
 
     async def finish(self, pod: str) -> None:
         from operators.lab.components import FINISH_ANNOTATION
-        await self.kube.patch(PODS, pod, {"metadata": {"annotations": {FINISH_ANNOTATION: "Succeeded"}}},
-                              self.namespace, content_type=MERGE_PATCH)
+
+        await self.kube.patch(
+            PODS,
+            pod,
+            {"metadata": {"annotations": {FINISH_ANNOTATION: "Succeeded"}}},
+            self.namespace,
+            content_type=MERGE_PATCH,
+        )
 
     # -- waiting -----------------------------------------------------------------------------
 
@@ -212,32 +270,53 @@ class TaintsEnv:
 
     async def wait_running(self, *pods: str, timeout: float = 60) -> None:
         for pod in pods:
-            await wait_for_object(self.kube, PODS, pod, self.namespace,
-                                  lambda p: p["status"].get("phase") == "Running", what=f"pod {pod} Running",
-                                  timeout=timeout)
+            await wait_for_object(
+                self.kube,
+                PODS,
+                pod,
+                self.namespace,
+                lambda p: p["status"].get("phase") == "Running",
+                what=f"pod {pod} Running",
+                timeout=timeout,
+            )
 
     async def wait_evicted(self, *pods: str, timeout: float = 60) -> None:
-        await wait_for(lambda: asyncio.sleep(0, all(p in self.watch.deleting_at for p in pods)), timeout=timeout,
-                       what=f"pods {pods} deleted", describe=self.describe)
+        await wait_for(
+            lambda: asyncio.sleep(0, all(p in self.watch.deleting_at for p in pods)),
+            timeout=timeout,
+            what=f"pods {pods} deleted",
+            describe=self.describe,
+        )
 
     async def wait_rule(self, short: str, reason: str, message: str | None = None, timeout: float = 40) -> dict:
         name = f"{self.token}-{short}"
 
         def ok(rule: dict) -> bool:
             condition = d.existing_condition(rule)
-            return bool(condition) and condition["reason"] == reason and (message is None or condition["message"] == message)
-        return await wait_for_object(self.kube, DEVICE_TAINT_RULES, name, None, ok,
-                                     what=f"rule {name} {reason} {message or ''}", timeout=timeout)
+            return (
+                bool(condition)
+                and condition["reason"] == reason
+                and (message is None or condition["message"] == message)
+            )
+
+        return await wait_for_object(
+            self.kube, DEVICE_TAINT_RULES, name, None, ok, what=f"rule {name} {reason} {message or ''}", timeout=timeout
+        )
 
     async def wait_event(self, pod: str, message: str, timeout: float = 30) -> None:
         async def seen() -> bool:
-            return any(e["involvedObject"].get("name") == pod and e.get("message") == message
-                       for e in await self.our_events())
+            return any(
+                e["involvedObject"].get("name") == pod and e.get("message") == message for e in await self.our_events()
+            )
+
         await wait_for(seen, timeout=timeout, what=f"event {message!r} on {pod}", describe=self.describe)
 
     async def our_events(self) -> list[dict]:
-        return [e for e in await self.kube.list(EVENTS, self.namespace)
-                if (e.get("source") or {}).get("component") == COMPONENT or e.get("reportingComponent") == COMPONENT]
+        return [
+            e
+            for e in await self.kube.list(EVENTS, self.namespace)
+            if (e.get("source") or {}).get("component") == COMPONENT or e.get("reportingComponent") == COMPONENT
+        ]
 
     async def rule_object(self, short: str) -> dict:
         return await self.kube.get(DEVICE_TAINT_RULES, f"{self.token}-{short}")
@@ -255,18 +334,30 @@ class TaintsEnv:
         for name in sorted(set(self.watch.last) | set(live)):
             pod = live.get(name) or self.watch.last[name]
             deleting = name in self.watch.deleting_at
-            conditions = [{k: c.get(k) for k in ("type", "status", "reason", "message")}
-                          for c in (self.watch.last.get(name, pod).get("status") or {}).get("conditions") or []
-                          if c.get("type") == "DisruptionTarget"]
-            pods[name] = {"evicted": deleting, "phase": None if deleting else pod["status"].get("phase"),
-                          "disruption": conditions}
-        events = sorted({(e.get("type"), e.get("reason"), e.get("message"), e["involvedObject"].get("name"))
-                         for e in await self.our_events()})
+            conditions = [
+                {k: c.get(k) for k in ("type", "status", "reason", "message")}
+                for c in (self.watch.last.get(name, pod).get("status") or {}).get("conditions") or []
+                if c.get("type") == "DisruptionTarget"
+            ]
+            pods[name] = {
+                "evicted": deleting,
+                "phase": None if deleting else pod["status"].get("phase"),
+                "disruption": conditions,
+            }
+        events = sorted(
+            {
+                (e.get("type"), e.get("reason"), e.get("message"), e["involvedObject"].get("name"))
+                for e in await self.our_events()
+            }
+        )
         rules = {}
         for name in self.rules:
             rule = await self.kube.get_or_none(DEVICE_TAINT_RULES, name)
             condition = d.existing_condition(rule) if rule else None
-            rules[name] = ({k: condition.get(k) for k in ("status", "reason", "message", "observedGeneration")}
-                           if condition else None)
+            rules[name] = (
+                {k: condition.get(k) for k in ("status", "reason", "message", "observedGeneration")}
+                if condition
+                else None
+            )
         snap = {"pods": pods, "events": [list(e) for e in events], "rules": rules}
         return json.loads(json.dumps(snap).replace(self.token, "<run>"))

@@ -28,8 +28,9 @@ OUTAGE = float(os.environ.get("DRA_TEST_OUTAGE_SECONDS", "75"))
 
 @pytest.fixture
 def proxy(lab):
-    proxy = HttpFaultProxy(lab.server, lab.pki.ca_cert, (lab.pki.serving_cert, lab.pki.serving_key),
-                           lab.pki.client("admin")).start()
+    proxy = HttpFaultProxy(
+        lab.server, lab.pki.ca_cert, (lab.pki.serving_cert, lab.pki.serving_key), lab.pki.client("admin")
+    ).start()
     yield proxy
     proxy.stop()
 
@@ -39,8 +40,9 @@ def _healthz(operator: OperatorProcess) -> dict:
         return json.loads(answer.read())
 
 
-async def test_an_api_outage_is_ridden_out_and_work_resumes_within_seconds(lab, kube, controllers, proxy, tmp_path,
-                                                                          unique):
+async def test_an_api_outage_is_ridden_out_and_work_resumes_within_seconds(
+    lab, kube, controllers, proxy, tmp_path, unique
+):
     controllers.use("none")
     kubeconfig = proxy.kubeconfig(lab.kubeconfig, tmp_path / "via-http-proxy.kubeconfig")
     # A short silence: the watchdog asks the API server after 8 s without events, every 2 s.
@@ -53,8 +55,11 @@ async def test_an_api_outage_is_ridden_out_and_work_resumes_within_seconds(lab, 
             await env.claim_of("before", "gpu")
 
             proxy.fail(OUTAGE)
-            await wait_for(lambda: asyncio.to_thread(lambda: not _healthz(operator)["claims"]["api"]["available"]),
-                           timeout=60, what="/healthz to report the outage")
+            await wait_for(
+                lambda: asyncio.to_thread(lambda: not _healthz(operator)["claims"]["api"]["available"]),
+                timeout=60,
+                what="/healthz to report the outage",
+            )
             during = []
             while proxy.failing:
                 assert operator.proc.poll() is None, "the operator exited during the outage"
@@ -68,10 +73,15 @@ async def test_an_api_outage_is_ridden_out_and_work_resumes_within_seconds(lab, 
             recovered = time.monotonic() - ended
             assert operator.proc.poll() is None
             assert all(during), "liveness failed during the outage"
-            await wait_for(lambda: asyncio.to_thread(lambda: _healthz(operator)["claims"]["api"]["available"]),
-                           timeout=30, what="/healthz to report the API back",
-                           describe=lambda: asyncio.to_thread(lambda: json.dumps(_healthz(operator))))
-            print(f"API outage of {OUTAGE:.0f}s (503 from a proxy, {proxy.refused} requests refused): "
-                  f"the operator kept running; a new Pod's claim {recovered:.1f}s after the end")
+            await wait_for(
+                lambda: asyncio.to_thread(lambda: _healthz(operator)["claims"]["api"]["available"]),
+                timeout=30,
+                what="/healthz to report the API back",
+                describe=lambda: asyncio.to_thread(lambda: json.dumps(_healthz(operator))),
+            )
+            print(
+                f"API outage of {OUTAGE:.0f}s (503 from a proxy, {proxy.refused} requests refused): "
+                f"the operator kept running; a new Pod's claim {recovered:.1f}s after the end"
+            )
     finally:
         operator.stop()

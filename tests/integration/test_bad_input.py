@@ -31,8 +31,17 @@ from aiohttp import web
 from operators.binding import decisions as bd
 from operators.claims.decisions import POD_CLAIM_ANNOTATION
 from operators.core.api.kube import ApiError, Kube
-from operators.core.api.resources import (DEVICE_CLASSES, DEVICE_TAINT_RULES, EVENTS, NAMESPACES, PODS,
-                                      RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS, RESOURCE_SLICES, SERVICE_ACCOUNTS)
+from operators.core.api.resources import (
+    DEVICE_CLASSES,
+    DEVICE_TAINT_RULES,
+    EVENTS,
+    NAMESPACES,
+    PODS,
+    RESOURCE_CLAIM_TEMPLATES,
+    RESOURCE_CLAIMS,
+    RESOURCE_SLICES,
+    SERVICE_ACCOUNTS,
+)
 from operators.lab.cluster import free_ports
 from operators.nodeagent.plugin import cdi
 from operators.taints import decisions as td
@@ -43,8 +52,8 @@ from .operator_process import OperatorProcess
 from .taints_env import TaintsEnv
 from .waiting import describe_namespace, wait_for, wait_for_object
 
-BINDING_DOMAIN = "bi.lab.dra-operators.dev"   # the module's binding operator serves *.<this>
-TOKEN = uuid.uuid4().hex[:6]                   # this module's cluster-scoped names
+BINDING_DOMAIN = "bi.lab.dra-operators.dev"  # the module's binding operator serves *.<this>
+TOKEN = uuid.uuid4().hex[:6]  # this module's cluster-scoped names
 
 
 # -- shared helpers ------------------------------------------------------------------------------
@@ -52,8 +61,9 @@ TOKEN = uuid.uuid4().hex[:6]                   # this module's cluster-scoped na
 
 def alive(operator: OperatorProcess) -> None:
     """Still running, and its liveness endpoint answers 200."""
-    assert operator.proc is not None and operator.proc.poll() is None, \
+    assert operator.proc is not None and operator.proc.poll() is None, (
         f"operator {operator.names} exited with {operator.proc.returncode}:\n{operator.tail()}"
+    )
     with urllib.request.urlopen(f"http://127.0.0.1:{operator.liveness_port}/healthz", timeout=5) as answer:
         assert answer.status == 200
 
@@ -74,16 +84,28 @@ class LogMark:
 
 
 async def warning_events(kube: Kube, namespace: str, reason: str, name: str | None = None) -> list[dict]:
-    return [e for e in await kube.list(EVENTS, namespace)
-            if e.get("reason") == reason and (name is None or e["involvedObject"].get("name") == name)]
+    return [
+        e
+        for e in await kube.list(EVENTS, namespace)
+        if e.get("reason") == reason and (name is None or e["involvedObject"].get("name") == name)
+    ]
 
 
-async def wait_event(kube: Kube, namespace: str, reason: str, name: str | None, *texts: str,
-                     timeout: float = 60, describe=None) -> dict:
+async def wait_event(
+    kube: Kube, namespace: str, reason: str, name: str | None, *texts: str, timeout: float = 60, describe=None
+) -> dict:
     """An Event with ``reason`` about ``name`` whose message contains every one of ``texts``."""
+
     async def seen() -> dict | None:
-        return next((e for e in await warning_events(kube, namespace, reason, name)
-                     if all(t in e.get("message", "") for t in texts)), None)
+        return next(
+            (
+                e
+                for e in await warning_events(kube, namespace, reason, name)
+                if all(t in e.get("message", "") for t in texts)
+            ),
+            None,
+        )
+
     return await wait_for(seen, timeout=timeout, what=f"Event {reason} on {name} with {texts}", describe=describe)
 
 
@@ -119,8 +141,9 @@ async def unschedulable_because(env: ClaimsEnv, pod: str, text: str) -> dict:
     """The claims operator made the claim (it is in the Pod's status); the scheduler says why it
     cannot be allocated."""
     await env.claim_of(pod, "gpu")
-    found = await env.wait_pod(pod, lambda p: text in condition(p, "PodScheduled").get("message", ""),
-                               f"pod {pod} unschedulable: {text}")
+    found = await env.wait_pod(
+        pod, lambda p: text in condition(p, "PodScheduled").get("message", ""), f"pod {pod} unschedulable: {text}"
+    )
     assert condition(found, "PodScheduled")["status"] == "False"
     return found
 
@@ -128,9 +151,15 @@ async def unschedulable_because(env: ClaimsEnv, pod: str, text: str) -> dict:
 async def test_claims_pod_naming_a_missing_template(kube, claims, unique):
     async with ClaimsEnv(kube, f"bm{unique}") as env:
         await env.pod("waiting", {"gpu": tmpl("absent")})
-        event = await wait_event(kube, env.namespace, "FailedResourceClaimCreation", "waiting",
-                                 'resource claim template "absent"', f"create it in namespace {env.namespace}",
-                                 describe=env.describe)
+        event = await wait_event(
+            kube,
+            env.namespace,
+            "FailedResourceClaimCreation",
+            "waiting",
+            'resource claim template "absent"',
+            f"create it in namespace {env.namespace}",
+            describe=env.describe,
+        )
         assert event["type"] == "Warning"
         await good_pod_runs(env)
         await env.template("absent")  # the fix: the claim follows, the Pod runs
@@ -141,8 +170,9 @@ async def test_claims_pod_naming_a_missing_template(kube, claims, unique):
 
 async def test_claims_template_naming_a_device_class_that_does_not_exist(kube, claims, unique):
     async with ClaimsEnv(kube, f"bc{unique}") as env:
-        await kube.create(RESOURCE_CLAIM_TEMPLATES, objects.resource_claim_template("ghost", f"ghost-{unique}"),
-                          env.namespace)
+        await kube.create(
+            RESOURCE_CLAIM_TEMPLATES, objects.resource_claim_template("ghost", f"ghost-{unique}"), env.namespace
+        )
         await env.pod("ghostly", {"gpu": tmpl("ghost")})
         await unschedulable_because(env, "ghostly", f"device class ghost-{unique} does not exist")
         await good_pod_runs(env)
@@ -164,7 +194,8 @@ async def test_claims_template_whose_cel_selector_fails_at_runtime(kube, claims,
     async with ClaimsEnv(kube, f"be{unique}") as env:
         template = objects.resource_claim_template("typo", env.device_class)
         template["spec"]["spec"]["devices"]["requests"][0]["exactly"]["selectors"] = [
-            {"cel": {"expression": f'device.attributes["{env.driver}"].modle == "lab-gpu"'}}]
+            {"cel": {"expression": f'device.attributes["{env.driver}"].modle == "lab-gpu"'}}
+        ]
         await kube.create(RESOURCE_CLAIM_TEMPLATES, template, env.namespace)
         await env.pod("typo", {"gpu": tmpl("typo")})
         pod = await unschedulable_because(env, "typo", "CEL runtime error: no such key: modle")
@@ -182,8 +213,9 @@ async def test_claims_claim_whose_pod_claim_name_is_not_in_the_pod(kube, claims,
         pod = await kube.create(PODS, objects.pod("owner", {"gpu": tmpl("t")}), env.namespace)
         stray = objects.resource_claim("stray", env.device_class)
         stray["metadata"]["annotations"] = {POD_CLAIM_ANNOTATION: "not-in-the-pod"}
-        stray["metadata"]["ownerReferences"] = [{"apiVersion": "v1", "kind": "Pod", "name": "owner",
-                                                 "uid": pod["metadata"]["uid"], "controller": True}]
+        stray["metadata"]["ownerReferences"] = [
+            {"apiVersion": "v1", "kind": "Pod", "name": "owner", "uid": pod["metadata"]["uid"], "controller": True}
+        ]
         await kube.create(RESOURCE_CLAIMS, stray, env.namespace)
         claim = await env.claim_of("owner", "gpu")
         assert claim != "stray" and claim.startswith("owner-gpu-")
@@ -202,8 +234,15 @@ async def test_claims_names_that_exceed_the_limits_when_generated(kube, claims, 
     async with ClaimsEnv(kube, f"bl{unique}") as env:
         pod_name, pod_claim = "p" * 253, "c" * 63
         await env.pod(pod_name, {pod_claim: tmpl("later")})
-        await wait_event(kube, env.namespace, "FailedResourceClaimCreation", pod_name,
-                         f"PodResourceClaim {pod_claim}", 'resource claim template "later"', describe=env.describe)
+        await wait_event(
+            kube,
+            env.namespace,
+            "FailedResourceClaimCreation",
+            pod_name,
+            f"PodResourceClaim {pod_claim}",
+            'resource claim template "later"',
+            describe=env.describe,
+        )
         await env.template("later")
         claim = await env.claim_of(pod_name, pod_claim)
         assert re.fullmatch("p" * 45 + "-" + "c" * 11 + "[a-z0-9]{5}", claim), claim  # 62 characters
@@ -220,8 +259,14 @@ async def test_claims_template_whose_claim_exceeds_the_annotation_limit(kube, cl
         template["spec"]["metadata"] = {"annotations": {key: "x" * (256 * 1024 - len(key) - 8)}}
         await kube.create(RESOURCE_CLAIM_TEMPLATES, template, env.namespace)
         await env.pod("big", {"gpu": tmpl("big")})
-        await wait_event(kube, env.namespace, "FailedResourceClaimCreation", "big", "metadata.annotations: Too long",
-                         describe=env.describe)
+        await wait_event(
+            kube,
+            env.namespace,
+            "FailedResourceClaimCreation",
+            "big",
+            "metadata.annotations: Too long",
+            describe=env.describe,
+        )
         await good_pod_runs(env)
     alive(claims)
 
@@ -248,12 +293,21 @@ async def test_taints_rule_with_three_bad_guard_rail_annotations(kube, taints, u
         await env.pod("spared", {"gpu": {"resourceClaimName": "c1"}})
         await env.wait_running("doomed", "spared")
         rule = f"{env.token}-bad"
-        await env.rule("bad", {"driver": env.driver, "device": "gpu-0"}, annotations={
-            td.RATE_ANNOTATION: "fast", td.EVICTION_API_ANNOTATION: "maybe", td.MAX_WAIT_ANNOTATION: "soon"})
+        await env.rule(
+            "bad",
+            {"driver": env.driver, "device": "gpu-0"},
+            annotations={
+                td.RATE_ANNOTATION: "fast",
+                td.EVICTION_API_ANNOTATION: "maybe",
+                td.MAX_WAIT_ANNOTATION: "soon",
+            },
+        )
         await env.wait_evicted("doomed")
-        for annotation, text in ((td.RATE_ANNOTATION, 'is not a number; write evictions per second'),
-                                 (td.EVICTION_API_ANNOTATION, 'must be "true" or "false"'),
-                                 (td.MAX_WAIT_ANNOTATION, 'is not a number of seconds')):
+        for annotation, text in (
+            (td.RATE_ANNOTATION, "is not a number; write evictions per second"),
+            (td.EVICTION_API_ANNOTATION, 'must be "true" or "false"'),
+            (td.MAX_WAIT_ANNOTATION, "is not a number of seconds"),
+        ):
             event = await wait_event(kube, "default", "InvalidAnnotation", rule, annotation, text)
             assert event["type"] == "Warning" and event["involvedObject"]["kind"] == "DeviceTaintRule"
         pod = await kube.get(PODS, "spared", env.namespace)
@@ -264,16 +318,30 @@ async def test_taints_rule_with_three_bad_guard_rail_annotations(kube, taints, u
 def _preview_rule(name: str, driver: str, selector: dict) -> dict:
     """A v1alpha3 rule with a DeviceClass or CEL selectors: API servers since 1.35 drop those
     fields, so only a file given to the preview still carries them to core/dra/cel.py."""
-    return {"apiVersion": "resource.k8s.io/v1alpha3", "kind": "DeviceTaintRule", "metadata": {"name": name},
-            "spec": {"deviceSelector": {"driver": driver, **selector},
-                     "taint": {"key": "k.example.com/x", "effect": "NoExecute"}}}
+    return {
+        "apiVersion": "resource.k8s.io/v1alpha3",
+        "kind": "DeviceTaintRule",
+        "metadata": {"name": name},
+        "spec": {
+            "deviceSelector": {"driver": driver, **selector},
+            "taint": {"key": "k.example.com/x", "effect": "NoExecute"},
+        },
+    }
 
 
 async def _preview(lab, path: Path, *args: str) -> tuple[int, str, str]:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "operators.cli", "taints", "preview", str(path), *args,
+        sys.executable,
+        "-m",
+        "operators.cli",
+        "taints",
+        "preview",
+        str(path),
+        *args,
         env={**os.environ, "KUBECONFIG": str(lab.kubeconfig)},
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
     out, err = await asyncio.wait_for(proc.communicate(), timeout=120)
     return proc.returncode, out.decode(), err.decode()
 
@@ -288,23 +356,39 @@ async def preview_env(kube, taints):
         yield env
 
 
-@pytest.mark.parametrize("case, selector, expected", [
-    ("runtime", {"selectors": [{"cel": {"expression": 'device.attributes["{driver}"].modle == "x"'}}]},
-     ["DeviceSelectorFailed", "evaluation failed", "modle", "fix the expression"]),
-    ("compile", {"selectors": [{"cel": {"expression": 'device.attributes["{driver}"].model =='}}]},
-     ["DeviceSelectorFailed", "compilation failed", "fix the expression"]),
-    ("class", {"deviceClassName": "no-such-class"},
-     ["DeviceClassNotFound", "DeviceClass no-such-class does not exist"]),
-], ids=["runtime", "compile", "class"])
-async def test_taints_preview_of_a_rule_whose_cel_selector_fails(lab, kube, taints, preview_env, tmp_path, case,
-                                                                 selector, expected):
+@pytest.mark.parametrize(
+    "case, selector, expected",
+    [
+        (
+            "runtime",
+            {"selectors": [{"cel": {"expression": 'device.attributes["{driver}"].modle == "x"'}}]},
+            ["DeviceSelectorFailed", "evaluation failed", "modle", "fix the expression"],
+        ),
+        (
+            "compile",
+            {"selectors": [{"cel": {"expression": 'device.attributes["{driver}"].model =='}}]},
+            ["DeviceSelectorFailed", "compilation failed", "fix the expression"],
+        ),
+        (
+            "class",
+            {"deviceClassName": "no-such-class"},
+            ["DeviceClassNotFound", "DeviceClass no-such-class does not exist"],
+        ),
+    ],
+    ids=["runtime", "compile", "class"],
+)
+async def test_taints_preview_of_a_rule_whose_cel_selector_fails(
+    lab, kube, taints, preview_env, tmp_path, case, selector, expected
+):
     env = preview_env
-    body = json.loads(json.dumps(_preview_rule(f"{env.token}-{case}", env.driver, selector))
-                      .replace("{driver}", env.driver))
+    body = json.loads(
+        json.dumps(_preview_rule(f"{env.token}-{case}", env.driver, selector)).replace("{driver}", env.driver)
+    )
     path = tmp_path / "rule.yaml"
     path.write_text(yaml.safe_dump(body))
-    (code, out, err), (table_code, table, _) = await asyncio.gather(_preview(lab, path, "-o", "json"),
-                                                                     _preview(lab, path))
+    (code, out, err), (table_code, table, _) = await asyncio.gather(
+        _preview(lab, path, "-o", "json"), _preview(lab, path)
+    )
     assert code == 0 and "Traceback" not in err, err
     preview = json.loads(out)
     assert preview["pods"] == [] and preview["publishedDevices"] == 0  # a broken selector selects nothing
@@ -336,9 +420,17 @@ def log_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def binding(lab, controllers, log_dir) -> OperatorProcess:
     controllers.use("ours")  # the claims operator makes the claims from the templates
-    operator = OperatorProcess(["binding"], lab.kubeconfig, log_dir, env={
-        "DRA_BINDING_DRIVERS": f"*.{BINDING_DOMAIN}", "DRA_BINDING_PREPARER": "simulated",
-        "DRA_BINDING_PREPARER_CONFIG": json.dumps({"delay": 0.2}), "DRA_BINDING_COOL_OFF": "0"})
+    operator = OperatorProcess(
+        ["binding"],
+        lab.kubeconfig,
+        log_dir,
+        env={
+            "DRA_BINDING_DRIVERS": f"*.{BINDING_DOMAIN}",
+            "DRA_BINDING_PREPARER": "simulated",
+            "DRA_BINDING_PREPARER_CONFIG": json.dumps({"delay": 0.2}),
+            "DRA_BINDING_COOL_OFF": "0",
+        },
+    )
     operator.start()
     mark = LogMark(operator)
     try:
@@ -363,16 +455,27 @@ class BindingWorld:
         self.namespace = f"bb-{self.token}"
         self.driver = f"{self.token}.{self.domain}"
 
-    async def __aenter__(self) -> "BindingWorld":
+    async def __aenter__(self) -> BindingWorld:
         await self.kube.create(NAMESPACES, {"metadata": {"name": self.namespace}})
         await self.kube.create(DEVICE_CLASSES, objects.device_class(self.driver, self.driver))
-        devices = [objects.device(f"gpu-{i}", bindsToNode=True, bindingConditions=[f"{self.driver}/attached"],
-                                  bindingFailureConditions=[f"{self.driver}/failed"]) for i in range(self.devices)]
+        devices = [
+            objects.device(
+                f"gpu-{i}",
+                bindsToNode=True,
+                bindingConditions=[f"{self.driver}/attached"],
+                bindingFailureConditions=[f"{self.driver}/failed"],
+            )
+            for i in range(self.devices)
+        ]
         await self.kube.create(RESOURCE_SLICES, objects.resource_slice(self.driver, self.driver, "lab-node-0", devices))
-        await self.kube.create(RESOURCE_CLAIM_TEMPLATES, objects.resource_claim_template("gpu", self.driver),
-                               self.namespace)
-        await wait_for(lambda: self.kube.get_or_none(SERVICE_ACCOUNTS, "default", self.namespace), timeout=30,
-                       what="default ServiceAccount")
+        await self.kube.create(
+            RESOURCE_CLAIM_TEMPLATES, objects.resource_claim_template("gpu", self.driver), self.namespace
+        )
+        await wait_for(
+            lambda: self.kube.get_or_none(SERVICE_ACCOUNTS, "default", self.namespace),
+            timeout=30,
+            what="default ServiceAccount",
+        )
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -395,15 +498,24 @@ class BindingWorld:
             names = [s.get("resourceClaimName") for s in p["status"].get("resourceClaimStatuses") or []]
             claim = await self.kube.get_or_none(RESOURCE_CLAIMS, names[0], self.namespace) if names else None
             return claim if claim and bd.allocation(claim) else None
+
         return await wait_for(check, timeout=60, what=f"claim of {pod} allocated", describe=self.describe)
 
     async def running(self, pod: str) -> None:
-        await wait_for_object(self.kube, PODS, pod, self.namespace, lambda p: p["status"].get("phase") == "Running",
-                              what=f"pod {pod} Running", timeout=90)
+        await wait_for_object(
+            self.kube,
+            PODS,
+            pod,
+            self.namespace,
+            lambda p: p["status"].get("phase") == "Running",
+            what=f"pod {pod} Running",
+            timeout=90,
+        )
 
     async def annotate(self, claim: dict, annotations: dict) -> None:
-        await self.kube.patch(RESOURCE_CLAIMS, claim["metadata"]["name"], {"metadata": {"annotations": annotations}},
-                              self.namespace)
+        await self.kube.patch(
+            RESOURCE_CLAIMS, claim["metadata"]["name"], {"metadata": {"annotations": annotations}}, self.namespace
+        )
 
 
 async def test_binding_unusable_record_annotations_on_claims(kube, binding, unique):
@@ -419,12 +531,21 @@ async def test_binding_unusable_record_annotations_on_claims(kube, binding, uniq
         other = bd.DeviceRef(world.driver, "lab-node-0", "gpu-7")
         record = bd.Record(other, "lab-node-0", "2026-01-01T00:00:00Z", None)
         await world.annotate(copied, {bad: record.to_json()})
-        for claim, text in ((garbled, "is not a preparation record"),
-                            (copied, f"holds the record of device {other.key}")):
+        for claim, text in (
+            (garbled, "is not a preparation record"),
+            (copied, f"holds the record of device {other.key}"),
+        ):
             name = claim["metadata"]["name"]
-            event = await wait_event(kube, world.namespace, "InvalidBindingRecord", name, bad, text,
-                                     f"kubectl annotate resourceclaim -n {world.namespace} {name} {bad}-",
-                                     describe=world.describe)
+            event = await wait_event(
+                kube,
+                world.namespace,
+                "InvalidBindingRecord",
+                name,
+                bad,
+                text,
+                f"kubectl annotate resourceclaim -n {world.namespace} {name} {bad}-",
+                describe=world.describe,
+            )
             assert event["type"] == "Warning"
         await world.running("garbled")
         await world.running("copied")
@@ -440,14 +561,26 @@ async def test_binding_record_of_a_device_the_claim_does_not_have(kube, binding,
         ghost = bd.DeviceRef(world.driver, "lab-node-0", "gpu-9")
         # As a run of the operator before a restart would have left it: applied by the device's manager.
         record = bd.Record(ghost, "lab-node-0", "2026-01-01T00:00:00Z", "2026-01-01T00:00:00Z")
-        await kube.apply(RESOURCE_CLAIMS, bd.record_apply(claim, ghost, record), field_manager=ghost.field_manager,
-                         force=True)
+        await kube.apply(
+            RESOURCE_CLAIMS, bd.record_apply(claim, ghost, record), field_manager=ghost.field_manager, force=True
+        )
         name = claim["metadata"]["name"]
-        await wait_event(kube, world.namespace, "DeviceUnprepared", name, f"preparation of device {ghost.key} undone",
-                         describe=world.describe)
-        await wait_for_object(kube, RESOURCE_CLAIMS, name, world.namespace,
-                              lambda c: ghost.record_annotation not in (c["metadata"].get("annotations") or {}),
-                              what="the stale record removed")
+        await wait_event(
+            kube,
+            world.namespace,
+            "DeviceUnprepared",
+            name,
+            f"preparation of device {ghost.key} undone",
+            describe=world.describe,
+        )
+        await wait_for_object(
+            kube,
+            RESOURCE_CLAIMS,
+            name,
+            world.namespace,
+            lambda c: ghost.record_annotation not in (c["metadata"].get("annotations") or {}),
+            what="the stale record removed",
+        )
         await world.running("p")
     alive(binding)
 
@@ -469,7 +602,7 @@ class GarbageAttachService:
             return web.Response(text="<html><body>It works!</body></html>", content_type="text/html")
         return web.json_response({"status": "ready", "message": "attached"})
 
-    async def __aenter__(self) -> "GarbageAttachService":
+    async def __aenter__(self) -> GarbageAttachService:
         app = web.Application()
         app.router.add_post("/{op}", self.handle)
         self.runner = web.AppRunner(app)
@@ -487,18 +620,36 @@ async def test_binding_attach_service_answering_garbage(kube, lab, controllers, 
     """The http preparer gets a web page instead of JSON: the device fails with the service's URL
     and answer in the Event, is cooled off, and the Pod gets another device that is prepared."""
     controllers.use("ours")
-    async with GarbageAttachService() as service, BindingWorld(kube, f"bh{unique}", devices=2,
-                                                                domain="bh.lab.dra-operators.dev") as world:
-        operator = OperatorProcess(["binding"], lab.kubeconfig, log_dir, env={
-            "DRA_BINDING_DRIVERS": world.driver, "DRA_BINDING_PREPARER": "http", "DRA_BINDING_COOL_OFF": "60",
-            "DRA_BINDING_PREPARER_CONFIG": json.dumps({"url": service.url, "retries": 0, "timeout": 5})})
+    async with (
+        GarbageAttachService() as service,
+        BindingWorld(kube, f"bh{unique}", devices=2, domain="bh.lab.dra-operators.dev") as world,
+    ):
+        operator = OperatorProcess(
+            ["binding"],
+            lab.kubeconfig,
+            log_dir,
+            env={
+                "DRA_BINDING_DRIVERS": world.driver,
+                "DRA_BINDING_PREPARER": "http",
+                "DRA_BINDING_COOL_OFF": "60",
+                "DRA_BINDING_PREPARER_CONFIG": json.dumps({"url": service.url, "retries": 0, "timeout": 5}),
+            },
+        )
         operator.log = log_dir / f"binding-http-{unique}.log"
         await asyncio.to_thread(operator.start)
         try:
             await world.pod("p")
-            event = await wait_event(kube, world.namespace, "DevicePreparationFailed", None, "AttachServiceRejected",
-                                     f"{service.url}/prepare answered 200", "It works!", timeout=90,
-                                     describe=world.describe)
+            event = await wait_event(
+                kube,
+                world.namespace,
+                "DevicePreparationFailed",
+                None,
+                "AttachServiceRejected",
+                f"{service.url}/prepare answered 200",
+                "It works!",
+                timeout=90,
+                describe=world.describe,
+            )
             assert event["type"] == "Warning" and "tainted by DeviceTaintRule" in event["message"]
             await world.running("p")
             alive(operator)
@@ -535,11 +686,21 @@ def agent(lab, log_dir) -> Agent:
     inventory.write_text(yaml.safe_dump({"gpus": [{"count": 2}]}))
     lab.create_node(node)
     lab.wait_node_schedulable(node)
-    process = OperatorProcess(["nodeagent"], lab.kubeconfig, log_dir, env={
-        "NODE_NAME": node, "DRA_NODEAGENT_BACKEND": "simulated", "DRA_NODEAGENT_INVENTORY": str(inventory),
-        "DRA_NODEAGENT_DRIVER": driver, "DRA_NODEAGENT_SYNC_DELAY": "1",
-        "DRA_NODEAGENT_REGISTRY_DIR": str(root / "registry"), "DRA_NODEAGENT_PLUGINS_DIR": str(root / "plugins"),
-        "DRA_NODEAGENT_CDI_ROOT": str(root / "cdi")})
+    process = OperatorProcess(
+        ["nodeagent"],
+        lab.kubeconfig,
+        log_dir,
+        env={
+            "NODE_NAME": node,
+            "DRA_NODEAGENT_BACKEND": "simulated",
+            "DRA_NODEAGENT_INVENTORY": str(inventory),
+            "DRA_NODEAGENT_DRIVER": driver,
+            "DRA_NODEAGENT_SYNC_DELAY": "1",
+            "DRA_NODEAGENT_REGISTRY_DIR": str(root / "registry"),
+            "DRA_NODEAGENT_PLUGINS_DIR": str(root / "plugins"),
+            "DRA_NODEAGENT_CDI_ROOT": str(root / "cdi"),
+        },
+    )
     process.log = log_dir / "nodeagent.log"
     process.start()
     yield Agent(process, node, driver, inventory, root / "plugins" / driver, root / "cdi")
@@ -553,12 +714,14 @@ def agent(lab, log_dir) -> Agent:
 async def published(kube: Kube, agent: Agent) -> list[str]:
     slices = await kube.list(RESOURCE_SLICES, field_selector=f"spec.nodeName={agent.node},spec.driver={agent.driver}")
     newest = max((s["spec"]["pool"]["generation"] for s in slices), default=0)
-    return sorted(d["name"] for s in slices if s["spec"]["pool"]["generation"] == newest
-                  for d in s["spec"].get("devices") or [])
+    return sorted(
+        d["name"] for s in slices if s["spec"]["pool"]["generation"] == newest for d in s["spec"].get("devices") or []
+    )
 
 
-async def inventory_case(kube: Kube, agent: Agent, content: dict | str | bytes | None, good: list[str],
-                         *texts: str) -> None:
+async def inventory_case(
+    kube: Kube, agent: Agent, content: dict | str | bytes | None, good: list[str], *texts: str
+) -> None:
     """Write the inventory (None: delete it); the good devices are published, the InvalidDevice
     Event on the Node names every problem, and the agent stays live."""
     if content is None:
@@ -576,47 +739,78 @@ async def inventory_case(kube: Kube, agent: Agent, content: dict | str | bytes |
     async def describe() -> str:
         events = await warning_events(kube, "default", "InvalidDevice", agent.node)
         return f"published {await published(kube, agent)}; events {[e['message'] for e in events]}"
+
     await wait_for(done, timeout=30, what=f"inventory case {texts}", describe=describe)
     alive(agent.process)
 
 
 async def test_nodeagent_inventory_with_wrong_types(kube, agent):
-    await inventory_case(kube, agent, {"gpus": [
-        {"count": 1, "model": "Good"},
-        {"count": "four"}, {"count": 1, "partitions": "two"}, {"count": 1, "attributes": ["not", "a", "map"]},
-        {"count": 1, "memoryPolicy": "x", "allowMultipleAllocations": True},
-    ], "devices": [{"name": "extra-0", "attributes": {"a": {"int": "5"}}}, {"name": "extra-1", "capacity": {"m": "1"}},
-                   {"name": "extra-2", "allowMultipleAllocations": "yes"}, {"name": "extra-ok"}]},
+    await inventory_case(
+        kube,
+        agent,
+        {
+            "gpus": [
+                {"count": 1, "model": "Good"},
+                {"count": "four"},
+                {"count": 1, "partitions": "two"},
+                {"count": 1, "attributes": ["not", "a", "map"]},
+                {"count": 1, "memoryPolicy": "x", "allowMultipleAllocations": True},
+            ],
+            "devices": [
+                {"name": "extra-0", "attributes": {"a": {"int": "5"}}},
+                {"name": "extra-1", "capacity": {"m": "1"}},
+                {"name": "extra-2", "allowMultipleAllocations": "yes"},
+                {"name": "extra-ok"},
+            ],
+        },
         ["gpu-0", "extra-ok"],
-        "gpus[1].count: 'four' is not a whole number", "gpus[2].partitions: 'two' is not a whole number",
-        "gpus[3].attributes: ['not', 'a', 'map'] is not a mapping", "gpus[4].memoryPolicy: 'x' is not a mapping",
+        "gpus[1].count: 'four' is not a whole number",
+        "gpus[2].partitions: 'two' is not a whole number",
+        "gpus[3].attributes: ['not', 'a', 'map'] is not a mapping",
+        "gpus[4].memoryPolicy: 'x' is not a mapping",
         "device 'extra-0': attributes[a]: int value '5' is not an integer",
         "device 'extra-1': capacity[m]: '1' must be a mapping like {value: 16Gi}",
-        "device 'extra-2': allowMultipleAllocations: 'yes' is not true or false")
+        "device 'extra-2': allowMultipleAllocations: 'yes' is not true or false",
+    )
 
 
 async def test_nodeagent_inventory_with_duplicate_device_names(kube, agent):
-    await inventory_case(kube, agent, {"gpus": [{"count": 2}], "devices": [{"name": "gpu-1"}, {"name": "dup-0"},
-                                                                           {"name": "dup-0"}]},
-                         ["gpu-0", "gpu-1", "dup-0"],
-                         "device 'gpu-1': name: duplicate device name in the pool",
-                         "device 'dup-0': name: duplicate device name in the pool")
+    await inventory_case(
+        kube,
+        agent,
+        {"gpus": [{"count": 2}], "devices": [{"name": "gpu-1"}, {"name": "dup-0"}, {"name": "dup-0"}]},
+        ["gpu-0", "gpu-1", "dup-0"],
+        "device 'gpu-1': name: duplicate device name in the pool",
+        "device 'dup-0': name: duplicate device name in the pool",
+    )
 
 
 async def test_nodeagent_inventory_with_counters_that_do_not_add_up(kube, agent):
     """A device naming a counter set that does not exist made the scheduler refuse the whole pool
     ("invalid resource pools"): it is left out, with the other counter problems, and the rest of
     the pool stays allocatable."""
-    await inventory_case(kube, agent, {"gpus": [{"count": 1, "memory": "16Gi", "partitions": 2},
-                                                {"count": 1, "memory": "16Gi", "partitions": 3}], "devices": [
-        {"name": "nowhere", "consumesCounters": [{"counterSet": "nope", "counters": {"memory": {"value": "1Gi"}}}]},
-        {"name": "greedy", "consumesCounters": [{"counterSet": "gpu-0-counters",
-                                                 "counters": {"memory": {"value": "32Gi"}}}]}]},
+    await inventory_case(
+        kube,
+        agent,
+        {
+            "gpus": [{"count": 1, "memory": "16Gi", "partitions": 2}, {"count": 1, "memory": "16Gi", "partitions": 3}],
+            "devices": [
+                {
+                    "name": "nowhere",
+                    "consumesCounters": [{"counterSet": "nope", "counters": {"memory": {"value": "1Gi"}}}],
+                },
+                {
+                    "name": "greedy",
+                    "consumesCounters": [{"counterSet": "gpu-0-counters", "counters": {"memory": {"value": "32Gi"}}}],
+                },
+            ],
+        },
         ["gpu-0", "gpu-0-part-0", "gpu-0-part-1"],
         "gpus[1].partitions: 16Gi of memory does not split into 3 equal partitions",
         "device 'nowhere': consumesCounters[0]: counter set 'nope' does not exist in this pool",
         "device 'greedy': consumesCounters[0].counters[memory]: consumes 32Gi, more than counter set "
-        "'gpu-0-counters' holds (16Gi)")
+        "'gpu-0-counters' holds (16Gi)",
+    )
 
 
 async def test_nodeagent_inventory_with_a_yaml_syntax_error(kube, agent):
@@ -626,24 +820,46 @@ async def test_nodeagent_inventory_with_a_yaml_syntax_error(kube, agent):
 
 async def test_nodeagent_inventory_that_is_not_utf8_or_gone(kube, agent):
     await inventory_case(kube, agent, {"gpus": [{"count": 1}], "devices": [{"name": "still"}]}, ["gpu-0", "still"])
-    await inventory_case(kube, agent, b"gpus:\n- count: 1\n  model: \xff\xfe\n", ["gpu-0", "still"],
-                         "is not UTF-8 text")
+    await inventory_case(
+        kube, agent, b"gpus:\n- count: 1\n  model: \xff\xfe\n", ["gpu-0", "still"], "is not UTF-8 text"
+    )
     await inventory_case(kube, agent, None, ["gpu-0", "still"], f"cannot read the inventory {agent.inventory}")
     await inventory_case(kube, agent, {"gpus": [{"count": 1}]}, ["gpu-0"])  # the fix
 
 
 def _claim_spec(driver: str, uid: str) -> dict:
-    return cdi.build_claim_spec(driver, {"uid": uid, "namespace": "ns", "name": f"claim-{uid}"}, [
-        {"cdi_name": f"{uid}-gpu-0", "edits": {"env": ["X=1"]},
-         "record": {"pool": "p", "device": "gpu-0", "requestNames": ["gpu"], "shareID": None, "adminAccess": False,
-                    "cdiDeviceIDs": [cdi.qualified_id(driver, f"{uid}-gpu-0")]}}])
+    return cdi.build_claim_spec(
+        driver,
+        {"uid": uid, "namespace": "ns", "name": f"claim-{uid}"},
+        [
+            {
+                "cdi_name": f"{uid}-gpu-0",
+                "edits": {"env": ["X=1"]},
+                "record": {
+                    "pool": "p",
+                    "device": "gpu-0",
+                    "requestNames": ["gpu"],
+                    "shareID": None,
+                    "adminAccess": False,
+                    "cdiDeviceIDs": [cdi.qualified_id(driver, f"{uid}-gpu-0")],
+                },
+            }
+        ],
+    )
 
 
-@pytest.mark.parametrize("case, content, error", [
-    ("not-utf8", b'{"kind": "Checkpoint", "apiVersion": "\xff"}', "UnicodeDecodeError"),
-    ("unknown-version", b'{"kind": "Checkpoint", "apiVersion": "checkpoint.nodeagent.dra-operators.dev/v9"}',
-     "unknown checkpoint version 'checkpoint.nodeagent.dra-operators.dev/v9'"),
-], ids=["not-utf8", "unknown-version"])
+@pytest.mark.parametrize(
+    "case, content, error",
+    [
+        ("not-utf8", b'{"kind": "Checkpoint", "apiVersion": "\xff"}', "UnicodeDecodeError"),
+        (
+            "unknown-version",
+            b'{"kind": "Checkpoint", "apiVersion": "checkpoint.nodeagent.dra-operators.dev/v9"}',
+            "unknown checkpoint version 'checkpoint.nodeagent.dra-operators.dev/v9'",
+        ),
+    ],
+    ids=["not-utf8", "unknown-version"],
+)
 async def test_nodeagent_corrupt_checkpoint_is_rebuilt_from_cdi_specs(kube, agent, case, content, error):
     """The agent rebuilds its checkpoint from the CDI specs it wrote (a damaged spec is skipped,
     then removed as an orphan) and posts CheckpointCorrupt on its Node; it publishes and serves as
@@ -652,11 +868,13 @@ async def test_nodeagent_corrupt_checkpoint_is_rebuilt_from_cdi_specs(kube, agen
     uid = f"{case}-{uuid.uuid4().hex[:8]}"
     cdi.write_spec(agent.cdi_root, cdi.spec_file_name(agent.driver, uid), _claim_spec(agent.driver, uid))
     (agent.cdi_root / cdi.spec_file_name(agent.driver, f"damaged-{uid}")).write_text(
-        json.dumps({"kind": cdi.kind(agent.driver), "annotations": {cdi.CLAIM_ANNOTATION: "[1]"}, "devices": []}))
+        json.dumps({"kind": cdi.kind(agent.driver), "annotations": {cdi.CLAIM_ANNOTATION: "[1]"}, "devices": []})
+    )
     (agent.plugins / "checkpoint.json").write_bytes(content)
     await asyncio.to_thread(agent.process.start)
-    event = await wait_event(kube, "default", "CheckpointCorrupt", agent.node, error, "rebuilt",
-                             "prepared claim(s) from the CDI specs")
+    event = await wait_event(
+        kube, "default", "CheckpointCorrupt", agent.node, error, "rebuilt", "prepared claim(s) from the CDI specs"
+    )
     assert event["type"] == "Warning"
     rebuilt = json.loads((agent.plugins / "checkpoint.json").read_text())
     assert uid in [c["uid"] for c in rebuilt["preparedClaims"]]
@@ -702,10 +920,18 @@ class GarbageServer:
 
 def _kubeconfig(path: Path, server: str, ca: str | None = None, token: str | None = None) -> Path:
     cluster = {"server": server, **({"certificate-authority": ca} if ca else {})}
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "c",
-        "clusters": [{"name": "c", "cluster": cluster}], "users": [{"name": "u", "user": {"token": token or "x"}}],
-        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "c",
+                "clusters": [{"name": "c", "cluster": cluster}],
+                "users": [{"name": "u", "user": {"token": token or "x"}}],
+                "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+            }
+        )
+    )
     return path
 
 
@@ -713,61 +939,134 @@ def exit_cases(lab, agent: Agent, closed_port: int, garbage: str, files: Path) -
     closed = _kubeconfig(files / "closed.kubeconfig", f"https://127.0.0.1:{closed_port}", str(lab.pki.ca_cert))
     not_api = _kubeconfig(files / "garbage.kubeconfig", garbage)
     bad_token = _kubeconfig(files / "token.kubeconfig", lab.server, str(lab.pki.ca_cert), token="garbage")
-    node = {"NODE_NAME": agent.node, "DRA_NODEAGENT_BACKEND": "simulated", "DRA_NODEAGENT_INVENTORY": str(agent.inventory),
-            "DRA_NODEAGENT_KUBELET_PLUGIN": "false", "DRA_NODEAGENT_DRIVER": f"exit-{TOKEN}.lab.dra-operators.dev"}
-    unreachable = (f"cannot reach the API server at https://127.0.0.1:{closed_port}",
-                   f"check that the cluster is running and that KUBECONFIG ({closed}) names its address and port")
+    node = {
+        "NODE_NAME": agent.node,
+        "DRA_NODEAGENT_BACKEND": "simulated",
+        "DRA_NODEAGENT_INVENTORY": str(agent.inventory),
+        "DRA_NODEAGENT_KUBELET_PLUGIN": "false",
+        "DRA_NODEAGENT_DRIVER": f"exit-{TOKEN}.lab.dra-operators.dev",
+    }
+    unreachable = (
+        f"cannot reach the API server at https://127.0.0.1:{closed_port}",
+        f"check that the cluster is running and that KUBECONFIG ({closed}) names its address and port",
+    )
     cases = {
-        "claims-workers-not-a-number": ExitCase(("claims",), {"DRA_CLAIMS_WORKERS": "abc"}, (
-            "DRA_CLAIMS_WORKERS='abc': not a whole number", "Set a whole number >= 1")),
-        "log-level-unknown": ExitCase(("claims",), {"DRA_LOG_LEVEL": "LOUD"}, (
-            "DRA_LOG_LEVEL='LOUD': not a log level", "Set DEBUG, INFO, WARNING or ERROR")),
-        "leader-election-not-a-bool": ExitCase(("claims",), {"DRA_LEADER_ELECTION": "maybe"}, (
-            "DRA_LEADER_ELECTION='maybe': not true or false",)),
-        "taints-negative-rate": ExitCase(("taints",), {"DRA_TAINTS_EVICTIONS_PER_SECOND": "-1"}, (
-            "DRA_TAINTS_EVICTIONS_PER_SECOND='-1': too small", "Set a number >= 0")),
-        "taints-unknown-rule-version": ExitCase(("taints",), {"DRA_TAINTS_RULE_VERSION": "v9"}, (
-            "DRA_TAINTS_RULE_VERSION='v9': not a known value", "'v1', 'v1beta2', 'v1alpha3'")),
-        "binding-bad-taint-effect": ExitCase(("binding",), {"DRA_BINDING_TAINT_EFFECT": "NoExecute"}, (
-            "DRA_BINDING_TAINT_EFFECT='NoExecute': not a known value", "Set one of 'NoSchedule', 'None'")),
-        "binding-unknown-preparer": ExitCase(("binding",), {"DRA_BINDING_PREPARER": "nope"}, (
-            "DRA_BINDING_PREPARER='nope'", "unknown preparer 'nope'; available: http, simulated")),
-        "binding-preparer-config-wrong-type": ExitCase(("binding",), {"DRA_BINDING_PREPARER_CONFIG": '{"delay": "slow"}'}, (
-            "simulated preparer: delay must be a number >= 0, got 'slow'", "fix the preparer's name or its configuration")),
+        "claims-workers-not-a-number": ExitCase(
+            ("claims",),
+            {"DRA_CLAIMS_WORKERS": "abc"},
+            ("DRA_CLAIMS_WORKERS='abc': not a whole number", "Set a whole number >= 1"),
+        ),
+        "log-level-unknown": ExitCase(
+            ("claims",),
+            {"DRA_LOG_LEVEL": "LOUD"},
+            ("DRA_LOG_LEVEL='LOUD': not a log level", "Set DEBUG, INFO, WARNING or ERROR"),
+        ),
+        "leader-election-not-a-bool": ExitCase(
+            ("claims",), {"DRA_LEADER_ELECTION": "maybe"}, ("DRA_LEADER_ELECTION='maybe': not true or false",)
+        ),
+        "taints-negative-rate": ExitCase(
+            ("taints",),
+            {"DRA_TAINTS_EVICTIONS_PER_SECOND": "-1"},
+            ("DRA_TAINTS_EVICTIONS_PER_SECOND='-1': too small", "Set a number >= 0"),
+        ),
+        "taints-unknown-rule-version": ExitCase(
+            ("taints",),
+            {"DRA_TAINTS_RULE_VERSION": "v9"},
+            ("DRA_TAINTS_RULE_VERSION='v9': not a known value", "'v1', 'v1beta2', 'v1alpha3'"),
+        ),
+        "binding-bad-taint-effect": ExitCase(
+            ("binding",),
+            {"DRA_BINDING_TAINT_EFFECT": "NoExecute"},
+            ("DRA_BINDING_TAINT_EFFECT='NoExecute': not a known value", "Set one of 'NoSchedule', 'None'"),
+        ),
+        "binding-unknown-preparer": ExitCase(
+            ("binding",),
+            {"DRA_BINDING_PREPARER": "nope"},
+            ("DRA_BINDING_PREPARER='nope'", "unknown preparer 'nope'; available: http, simulated"),
+        ),
+        "binding-preparer-config-wrong-type": ExitCase(
+            ("binding",),
+            {"DRA_BINDING_PREPARER_CONFIG": '{"delay": "slow"}'},
+            (
+                "simulated preparer: delay must be a number >= 0, got 'slow'",
+                "fix the preparer's name or its configuration",
+            ),
+        ),
         # Not shown: a configuration holds credentials (SECRET must not be in the output).
-        "binding-preparer-config-not-json": ExitCase(("binding",), {
-            "DRA_BINDING_PREPARER_CONFIG": '{"headers": {"Authorization": "Bearer ' + SECRET + '"}, delay: 1'}, (
-            "DRA_BINDING_PREPARER_CONFIG: preparer configuration (inline, 58 characters, not shown): not JSON: "
-            "Expecting property name enclosed in double quotes at line 1 column 51",
-            "(a JSON object, or @file with JSON or YAML)")),
-        "binding-preparer-config-file-missing": ExitCase(("binding",), {"DRA_BINDING_PREPARER_CONFIG": "@/nonexistent.yaml"}, (
-            "preparer configuration file /nonexistent.yaml: cannot read it: No such file or directory",)),
-        "nodeagent-unknown-backend": ExitCase(("nodeagent",), {**node, "DRA_NODEAGENT_BACKEND": "gpu"}, (
-            "DRA_NODEAGENT_BACKEND='gpu': not a known value", "Set one of 'nvml', 'simulated'")),
-        "nodeagent-node-name-unset": ExitCase(("nodeagent",), {**node, "NODE_NAME": ""}, (
-            "NODE_NAME is not set", "downward API")),
-        "nodeagent-node-does-not-exist": ExitCase(("nodeagent",), {**node, "NODE_NAME": f"missing-{TOKEN}"}, (
-            f"Node 'missing-{TOKEN}' does not exist: set NODE_NAME",)),
-        "nodeagent-ignored-xids-not-numbers": ExitCase(("nodeagent",), {**node, "DRA_NODEAGENT_IGNORED_XIDS": "13,x"}, (
-            "DRA_NODEAGENT_IGNORED_XIDS='13,x': 'x' is not an XID number",)),
-        "nodeagent-socket-path-too-long": ExitCase(("nodeagent",), {
-            **node, "DRA_NODEAGENT_KUBELET_PLUGIN": "true", "DRA_NODEAGENT_PLUGINS_DIR": "/tmp/" + "p" * 100,
-            "DRA_NODEAGENT_REGISTRY_DIR": str(files / "registry"), "DRA_NODEAGENT_CDI_ROOT": str(files / "cdi")}, (
-            "is longer than 107 characters", "choose shorter kubelet directories")),
-        "kubeconfig-missing-file": ExitCase(("claims",), {"KUBECONFIG": "/nonexistent/kubeconfig"}, (
-            "KUBECONFIG=/nonexistent/kubeconfig: no such file", "point KUBECONFIG at the cluster's kubeconfig")),
-        "kubeconfig-not-an-api-server": ExitCase(("taints",), {"KUBECONFIG": str(not_api)}, (
-            f"the API server at {garbage} did not answer like a Kubernetes API server", "not JSON",
-            f"check the server address in KUBECONFIG ({not_api})")),
-        "kubeconfig-bad-token": ExitCase(("binding",), {"KUBECONFIG": str(bad_token)}, (
-            f"the API server at {lab.server} does not accept our credentials", "401",
-            f"check the user (token or client certificate) in KUBECONFIG ({bad_token})")),
+        "binding-preparer-config-not-json": ExitCase(
+            ("binding",),
+            {"DRA_BINDING_PREPARER_CONFIG": '{"headers": {"Authorization": "Bearer ' + SECRET + '"}, delay: 1'},
+            (
+                "DRA_BINDING_PREPARER_CONFIG: preparer configuration (inline, 58 characters, not shown): not JSON: "
+                "Expecting property name enclosed in double quotes at line 1 column 51",
+                "(a JSON object, or @file with JSON or YAML)",
+            ),
+        ),
+        "binding-preparer-config-file-missing": ExitCase(
+            ("binding",),
+            {"DRA_BINDING_PREPARER_CONFIG": "@/nonexistent.yaml"},
+            ("preparer configuration file /nonexistent.yaml: cannot read it: No such file or directory",),
+        ),
+        "nodeagent-unknown-backend": ExitCase(
+            ("nodeagent",),
+            {**node, "DRA_NODEAGENT_BACKEND": "gpu"},
+            ("DRA_NODEAGENT_BACKEND='gpu': not a known value", "Set one of 'nvml', 'simulated'"),
+        ),
+        "nodeagent-node-name-unset": ExitCase(
+            ("nodeagent",), {**node, "NODE_NAME": ""}, ("NODE_NAME is not set", "downward API")
+        ),
+        "nodeagent-node-does-not-exist": ExitCase(
+            ("nodeagent",),
+            {**node, "NODE_NAME": f"missing-{TOKEN}"},
+            (f"Node 'missing-{TOKEN}' does not exist: set NODE_NAME",),
+        ),
+        "nodeagent-ignored-xids-not-numbers": ExitCase(
+            ("nodeagent",),
+            {**node, "DRA_NODEAGENT_IGNORED_XIDS": "13,x"},
+            ("DRA_NODEAGENT_IGNORED_XIDS='13,x': 'x' is not an XID number",),
+        ),
+        "nodeagent-socket-path-too-long": ExitCase(
+            ("nodeagent",),
+            {
+                **node,
+                "DRA_NODEAGENT_KUBELET_PLUGIN": "true",
+                "DRA_NODEAGENT_PLUGINS_DIR": "/tmp/" + "p" * 100,
+                "DRA_NODEAGENT_REGISTRY_DIR": str(files / "registry"),
+                "DRA_NODEAGENT_CDI_ROOT": str(files / "cdi"),
+            },
+            ("is longer than 107 characters", "choose shorter kubelet directories"),
+        ),
+        "kubeconfig-missing-file": ExitCase(
+            ("claims",),
+            {"KUBECONFIG": "/nonexistent/kubeconfig"},
+            ("KUBECONFIG=/nonexistent/kubeconfig: no such file", "point KUBECONFIG at the cluster's kubeconfig"),
+        ),
+        "kubeconfig-not-an-api-server": ExitCase(
+            ("taints",),
+            {"KUBECONFIG": str(not_api)},
+            (
+                f"the API server at {garbage} did not answer like a Kubernetes API server",
+                "not JSON",
+                f"check the server address in KUBECONFIG ({not_api})",
+            ),
+        ),
+        "kubeconfig-bad-token": ExitCase(
+            ("binding",),
+            {"KUBECONFIG": str(bad_token)},
+            (
+                f"the API server at {lab.server} does not accept our credentials",
+                "401",
+                f"check the user (token or client certificate) in KUBECONFIG ({bad_token})",
+            ),
+        ),
     }
     for name in ("claims", "taints", "binding", "nodeagent"):
         # Each waits DRA_API_WAIT (60 s by default, 3 s here) for the API server, saying so, then exits.
-        cases[f"{name}-api-unreachable"] = ExitCase((name,), {**(node if name == "nodeagent" else {}),
-                                                              "KUBECONFIG": str(closed), "DRA_API_WAIT": "3"},
-                                                    (f"{name} could not start", *unreachable))
+        cases[f"{name}-api-unreachable"] = ExitCase(
+            (name,),
+            {**(node if name == "nodeagent" else {}), "KUBECONFIG": str(closed), "DRA_API_WAIT": "3"},
+            (f"{name} could not start", *unreachable),
+        )
     return cases
 
 
@@ -785,13 +1084,27 @@ async def exits(lab, agent, tmp_path_factory) -> dict[str, tuple[ExitCase, Exit]
     limit = asyncio.Semaphore(8)
 
     async def run(case: ExitCase) -> Exit:
-        env = {**os.environ, "KUBECONFIG": str(lab.kubeconfig), "DRA_METRICS_PORT": "0", "DRA_LOG_FORMAT": "json",
-               **case.env}
+        env = {
+            **os.environ,
+            "KUBECONFIG": str(lab.kubeconfig),
+            "DRA_METRICS_PORT": "0",
+            "DRA_LOG_FORMAT": "json",
+            **case.env,
+        }
         env = {k: v for k, v in env.items() if v != ""}
         async with limit:
             proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "operators.cli", "run", *case.names, "--liveness", "", env=env,
-                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+                sys.executable,
+                "-m",
+                "operators.cli",
+                "run",
+                *case.names,
+                "--liveness",
+                "",
+                env=env,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+            )
             try:
                 out, _ = await asyncio.wait_for(proc.communicate(), timeout=120)
             except TimeoutError:
@@ -808,13 +1121,30 @@ async def exits(lab, agent, tmp_path_factory) -> dict[str, tuple[ExitCase, Exit]
     return {name: (case, results[name]) for name, case in cases.items()}
 
 
-EXIT_CASES = ["claims-workers-not-a-number", "log-level-unknown", "leader-election-not-a-bool", "taints-negative-rate",
-              "taints-unknown-rule-version", "binding-bad-taint-effect", "binding-unknown-preparer",
-              "binding-preparer-config-wrong-type", "binding-preparer-config-not-json",
-              "binding-preparer-config-file-missing", "nodeagent-unknown-backend", "nodeagent-node-name-unset",
-              "nodeagent-node-does-not-exist", "nodeagent-ignored-xids-not-numbers", "nodeagent-socket-path-too-long",
-              "kubeconfig-missing-file", "kubeconfig-not-an-api-server", "kubeconfig-bad-token",
-              "claims-api-unreachable", "taints-api-unreachable", "binding-api-unreachable", "nodeagent-api-unreachable"]
+EXIT_CASES = [
+    "claims-workers-not-a-number",
+    "log-level-unknown",
+    "leader-election-not-a-bool",
+    "taints-negative-rate",
+    "taints-unknown-rule-version",
+    "binding-bad-taint-effect",
+    "binding-unknown-preparer",
+    "binding-preparer-config-wrong-type",
+    "binding-preparer-config-not-json",
+    "binding-preparer-config-file-missing",
+    "nodeagent-unknown-backend",
+    "nodeagent-node-name-unset",
+    "nodeagent-node-does-not-exist",
+    "nodeagent-ignored-xids-not-numbers",
+    "nodeagent-socket-path-too-long",
+    "kubeconfig-missing-file",
+    "kubeconfig-not-an-api-server",
+    "kubeconfig-bad-token",
+    "claims-api-unreachable",
+    "taints-api-unreachable",
+    "binding-api-unreachable",
+    "nodeagent-api-unreachable",
+]
 
 
 @pytest.mark.parametrize("name", EXIT_CASES)
@@ -830,7 +1160,6 @@ def test_exits_with_one_message_naming_the_fix(exits, name):
     for text in case.expected:
         assert text in message, f"{text!r} not in {message!r}"
     assert SECRET not in result.output, result.output[-3000:]
-
 
 
 async def _async(value):

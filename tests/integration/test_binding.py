@@ -19,11 +19,21 @@ import yaml
 from operators.binding import decisions as bd
 from operators.binding import rbac
 from operators.core.api.kube import APPLY_PATCH, MERGE_PATCH, ApiError, Kube
+from operators.core.api.resources import (
+    DEVICE_CLASSES,
+    EVENTS,
+    LEASES,
+    NAMESPACES,
+    NODES,
+    PODS,
+    RESOURCE_CLAIM_TEMPLATES,
+    RESOURCE_CLAIMS,
+    RESOURCE_SLICES,
+    SERVICE_ACCOUNTS,
+    Resource,
+)
 from operators.core.dra.metatime import format_time, utcnow
 from operators.core.framework.metrics import samples
-from operators.core.api.resources import (DEVICE_CLASSES, EVENTS, LEASES, NAMESPACES, NODES, PODS, RESOURCE_CLAIM_TEMPLATES,
-                                      RESOURCE_CLAIMS, RESOURCE_SLICES, SERVICE_ACCOUNTS, Resource)
-
 from tests.unit.binding.test_preparers import AttachServer
 
 from . import objects
@@ -49,9 +59,20 @@ class BindingEnv:
     """A namespace, a driver whose devices carry binding conditions, a template, and an operator
     process serving that driver. Names that differ between runs contain ``token``."""
 
-    def __init__(self, kube: Kube, lab, log_dir: Path, token: str, devices: dict[str, int],
-                 preparer: str = "simulated", config: dict[str, Any] | None = None, cool_off: float = 300,
-                 timeout: float = 600, kubeconfig: Path | None = None, env: dict[str, str] | None = None):
+    def __init__(
+        self,
+        kube: Kube,
+        lab,
+        log_dir: Path,
+        token: str,
+        devices: dict[str, int],
+        preparer: str = "simulated",
+        config: dict[str, Any] | None = None,
+        cool_off: float = 300,
+        timeout: float = 600,
+        kubeconfig: Path | None = None,
+        env: dict[str, str] | None = None,
+    ):
         self.kube = kube
         self.lab = lab
         self.token = token
@@ -61,34 +82,54 @@ class BindingEnv:
         self.failed_type = f"{self.driver}/attach-failed"
         self.device_class = f"binding-{token}"
         self.devices = devices  # node -> number of devices (pool = node name)
-        env = {"DRA_BINDING_DRIVERS": self.driver, "DRA_BINDING_PREPARER": preparer,
-               "DRA_BINDING_PREPARER_CONFIG": json.dumps(config or {}), "DRA_BINDING_COOL_OFF": str(cool_off),
-               "DRA_BINDING_TIMEOUT": str(timeout), **(env or {})}
+        env = {
+            "DRA_BINDING_DRIVERS": self.driver,
+            "DRA_BINDING_PREPARER": preparer,
+            "DRA_BINDING_PREPARER_CONFIG": json.dumps(config or {}),
+            "DRA_BINDING_COOL_OFF": str(cool_off),
+            "DRA_BINDING_TIMEOUT": str(timeout),
+            **(env or {}),
+        }
         self.operator = OperatorProcess(["binding"], kubeconfig or lab.kubeconfig, log_dir, env=env)
         self.operator.log = log_dir / f"binding-{token}.log"
 
     def slice_name(self, node: str) -> str:
         return f"{node}-{self.token}"
 
-    async def __aenter__(self) -> "BindingEnv":
+    async def __aenter__(self) -> BindingEnv:
         await self.kube.create(NAMESPACES, {"metadata": {"name": self.namespace}})
         await self.kube.create(DEVICE_CLASSES, objects.device_class(self.device_class, self.driver))
         for node, count in self.devices.items():
-            devices = [objects.device(f"gpu-{i}", bindsToNode=True, bindingConditions=[self.ready_type],
-                                      bindingFailureConditions=[self.failed_type]) for i in range(count)]
-            await self.kube.create(RESOURCE_SLICES, objects.resource_slice(self.slice_name(node), self.driver, node,
-                                                                           devices))
-        await self.kube.create(RESOURCE_CLAIM_TEMPLATES, objects.resource_claim_template("gpu", self.device_class),
-                               self.namespace)
-        await wait_for(lambda: self.kube.get_or_none(SERVICE_ACCOUNTS, "default", self.namespace), timeout=30,
-                       what="default ServiceAccount")
+            devices = [
+                objects.device(
+                    f"gpu-{i}",
+                    bindsToNode=True,
+                    bindingConditions=[self.ready_type],
+                    bindingFailureConditions=[self.failed_type],
+                )
+                for i in range(count)
+            ]
+            await self.kube.create(
+                RESOURCE_SLICES, objects.resource_slice(self.slice_name(node), self.driver, node, devices)
+            )
+        await self.kube.create(
+            RESOURCE_CLAIM_TEMPLATES, objects.resource_claim_template("gpu", self.device_class), self.namespace
+        )
+        await wait_for(
+            lambda: self.kube.get_or_none(SERVICE_ACCOUNTS, "default", self.namespace),
+            timeout=30,
+            what="default ServiceAccount",
+        )
         await asyncio.to_thread(self.operator.start)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         self.operator.stop()
-        for res, name in ((NAMESPACES, self.namespace), (DEVICE_CLASSES, self.device_class),
-                          *((RESOURCE_SLICES, self.slice_name(n)) for n in self.devices)):
+        for res, name in (
+            (NAMESPACES, self.namespace),
+            (DEVICE_CLASSES, self.device_class),
+            *((RESOURCE_SLICES, self.slice_name(n)) for n in self.devices),
+        ):
             try:
                 await self.kube.delete(res, name)
             except ApiError as e:
@@ -100,8 +141,7 @@ class BindingEnv:
     # -- verbs -------------------------------------------------------------------------------
 
     async def pod(self, name: str) -> None:
-        await self.kube.create(PODS, objects.pod(name, {"gpu": {"resourceClaimTemplateName": "gpu"}}),
-                               self.namespace)
+        await self.kube.create(PODS, objects.pod(name, {"gpu": {"resourceClaimTemplateName": "gpu"}}), self.namespace)
 
     async def delete_pod(self, name: str) -> None:
         await self.kube.delete(PODS, name, self.namespace)
@@ -118,6 +158,7 @@ class BindingEnv:
         async def check():
             p = await self.kube.get_or_none(PODS, pod, self.namespace)
             return p if p and p["status"].get("phase") == "Running" else None
+
         return await self.wait(check, f"pod {pod} Running", timeout)
 
     async def claim_of(self, pod: str) -> dict:
@@ -125,6 +166,7 @@ class BindingEnv:
             p = await self.kube.get(PODS, pod, self.namespace)
             names = [s.get("resourceClaimName") for s in p["status"].get("resourceClaimStatuses") or []]
             return names[0] if names and names[0] else None
+
         name = await self.wait(check, f"claim of pod {pod}")
         return await self.kube.get(RESOURCE_CLAIMS, name, self.namespace)
 
@@ -132,15 +174,20 @@ class BindingEnv:
         async def check():
             c = await self.kube.get(RESOURCE_CLAIMS, claim, self.namespace)
             return c if bd.allocation(c) else None
+
         return await self.wait(check, f"claim {claim} allocated")
 
     async def events(self, reason: str, name: str | None = None) -> list[dict]:
-        return [e for e in await self.kube.list(EVENTS, self.namespace)
-                if e.get("reason") == reason and (name is None or e["involvedObject"].get("name") == name)]
+        return [
+            e
+            for e in await self.kube.list(EVENTS, self.namespace)
+            if e.get("reason") == reason and (name is None or e["involvedObject"].get("name") == name)
+        ]
 
     async def wait_event(self, reason: str, name: str | None = None, text: str = "", timeout: float = 90) -> dict:
         async def check():
             return next((e for e in await self.events(reason, name) if text in e.get("message", "")), None)
+
         return await self.wait(check, f"Event {reason} {name or ''} {text!r}", timeout)
 
     async def rules(self) -> list[dict]:
@@ -153,6 +200,7 @@ class BindingEnv:
     async def wait_metric(self, name: str, value: float, timeout: float = 90, **labels: str) -> None:
         async def check():
             return metric(self.metrics(), name, **labels) == value
+
         await self.wait(check, f"{name}{labels} == {value}", timeout)
 
     @staticmethod
@@ -184,8 +232,18 @@ def log_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture
 def short_binding_timeout(lab):
     """kube-scheduler with a 10 s bindingTimeout for one test, the default afterwards."""
-    lab.restart_scheduler({"profiles": [{"schedulerName": "default-scheduler", "pluginConfig": [
-        {"name": "DynamicResources", "args": {"bindingTimeout": f"{SHORT_BINDING_TIMEOUT}s"}}]}]})
+    lab.restart_scheduler(
+        {
+            "profiles": [
+                {
+                    "schedulerName": "default-scheduler",
+                    "pluginConfig": [
+                        {"name": "DynamicResources", "args": {"bindingTimeout": f"{SHORT_BINDING_TIMEOUT}s"}}
+                    ],
+                }
+            ]
+        }
+    )
     try:
         yield SHORT_BINDING_TIMEOUT
     finally:
@@ -194,18 +252,41 @@ def short_binding_timeout(lab):
 
 async def apply_other_writer(kube: Kube, claim: dict, driver: str, pool: str, device: str) -> None:
     """Another controller (say, a network agent) writes its own condition and data on the entry."""
-    body = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
-            "metadata": {"name": claim["metadata"]["name"], "namespace": claim["metadata"]["namespace"]},
-            "status": {"devices": [{"driver": driver, "pool": pool, "device": device, "data": {"vlan": 7},
-                                    "conditions": [{"type": "other.example.com/linked", "status": "True",
-                                                    "reason": "Linked", "message": "",
-                                                    "lastTransitionTime": format_time(utcnow())}]}]}}
-    await kube.request("PATCH", RESOURCE_CLAIMS.path(claim["metadata"]["namespace"], claim["metadata"]["name"],
-                                                     "status"),
-                       body=body, content_type=APPLY_PATCH, params=[("fieldManager", "other-writer")])
+    body = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": claim["metadata"]["name"], "namespace": claim["metadata"]["namespace"]},
+        "status": {
+            "devices": [
+                {
+                    "driver": driver,
+                    "pool": pool,
+                    "device": device,
+                    "data": {"vlan": 7},
+                    "conditions": [
+                        {
+                            "type": "other.example.com/linked",
+                            "status": "True",
+                            "reason": "Linked",
+                            "message": "",
+                            "lastTransitionTime": format_time(utcnow()),
+                        }
+                    ],
+                }
+            ]
+        },
+    }
+    await kube.request(
+        "PATCH",
+        RESOURCE_CLAIMS.path(claim["metadata"]["namespace"], claim["metadata"]["name"], "status"),
+        body=body,
+        content_type=APPLY_PATCH,
+        params=[("fieldManager", "other-writer")],
+    )
 
 
 # -- ready -------------------------------------------------------------------------------------
+
 
 async def test_pod_waits_in_prebind_until_the_device_is_prepared(kube, lab, controllers, unique, log_dir):
     controllers.use("ours")
@@ -255,9 +336,9 @@ async def test_pod_waits_in_prebind_until_the_device_is_prepared(kube, lab, cont
         assert not env.operator.errors(), env.operator.errors()[:5]
 
 
-
 async def test_pod_deleted_during_the_preparation_cancels_and_undoes_it_without_a_taint(
-        kube, lab, controllers, unique, log_dir):
+    kube, lab, controllers, unique, log_dir
+):
     controllers.use("ours")
     async with BindingEnv(kube, lab, log_dir, f"pg{unique}", {"lab-node-0": 1}, config={"delay": 60}) as env:
         await env.pod("app")
@@ -267,6 +348,7 @@ async def test_pod_deleted_during_the_preparation_cancels_and_undoes_it_without_
         async def started():
             claim = await kube.get_or_none(RESOURCE_CLAIMS, claim_name, env.namespace)
             return claim and bd.records(claim, served)
+
         await env.wait(started, "preparation started")
         await env.wait_metric("dra_operators_binding_preparations_in_flight", 1)
         await env.delete_pod("app")
@@ -279,13 +361,22 @@ async def test_pod_deleted_during_the_preparation_cancels_and_undoes_it_without_
         assert not await env.rules(), "a Pod that went away says nothing against the device"
         assert not env.operator.errors(), env.operator.errors()[:5]
 
+
 # -- failure -----------------------------------------------------------------------------------
+
 
 async def test_failed_device_is_tainted_and_the_pod_gets_another_one(kube, lab, controllers, unique, log_dir):
     controllers.use("ours")
     cool_off = 15
-    async with BindingEnv(kube, lab, log_dir, f"fl{unique}", {"lab-node-0": 2}, cool_off=cool_off,
-                          config={"delay": 1, "fail": ["gpu-0"], "reason": "FabricPortDown"}) as env:
+    async with BindingEnv(
+        kube,
+        lab,
+        log_dir,
+        f"fl{unique}",
+        {"lab-node-0": 2},
+        cool_off=cool_off,
+        config={"delay": 1, "fail": ["gpu-0"], "reason": "FabricPortDown"},
+    ) as env:
         await env.pod("app")
         # The allocator tries devices in slice order: gpu-0 first, which fails.
         rule = await env.wait(env.rules, "cool-off DeviceTaintRule")
@@ -324,11 +415,21 @@ async def _none(awaitable) -> bool:
 
 # -- timeout -----------------------------------------------------------------------------------
 
+
 async def test_preparation_slower_than_the_binding_timeout_is_undone_and_the_pod_rescheduled(
-        kube, lab, controllers, unique, log_dir, short_binding_timeout):
+    kube, lab, controllers, unique, log_dir, short_binding_timeout
+):
     controllers.use("ours")
-    async with BindingEnv(kube, lab, log_dir, f"to{unique}", {"lab-node-0": 2}, timeout=short_binding_timeout,
-                          config={"delay": 1, "delays": {"gpu-0": 120}}, cool_off=120) as env:
+    async with BindingEnv(
+        kube,
+        lab,
+        log_dir,
+        f"to{unique}",
+        {"lab-node-0": 2},
+        timeout=short_binding_timeout,
+        config={"delay": 1, "delays": {"gpu-0": 120}},
+        cool_off=120,
+    ) as env:
         await env.pod("app")
         claim = await env.allocated((await env.claim_of("app"))["metadata"]["name"])
         claim_name = claim["metadata"]["name"]
@@ -354,8 +455,10 @@ async def test_preparation_slower_than_the_binding_timeout_is_undone_and_the_pod
 
 # -- restart -----------------------------------------------------------------------------------
 
+
 async def test_restart_neither_repeats_a_finished_preparation_nor_loses_a_running_one(
-        kube, lab, controllers, unique, log_dir):
+    kube, lab, controllers, unique, log_dir
+):
     controllers.use("ours")
     delay = 8
     async with BindingEnv(kube, lab, log_dir, f"rs{unique}", {"lab-node-0": 2}, config={"delay": delay}) as env:
@@ -370,6 +473,7 @@ async def test_restart_neither_repeats_a_finished_preparation_nor_loses_a_runnin
         async def recorded():
             c = await kube.get(RESOURCE_CLAIMS, busy_name, env.namespace)
             return bd.records(c, bd.DriverFilter.parse(env.driver))
+
         [record] = await env.wait(recorded, "preparation of the second claim started")
         env.operator.kill()  # SIGKILL in the middle of the preparation
         assert (await kube.get(PODS, "busy", env.namespace))["status"].get("phase") == "Pending"
@@ -389,25 +493,29 @@ async def test_restart_neither_repeats_a_finished_preparation_nor_loses_a_runnin
         assert metric(metrics, "dra_operators_binding_preparation_duration_seconds_sum") >= delay
         done_after = await kube.get(RESOURCE_CLAIMS, done_claim["metadata"]["name"], env.namespace)
         assert env.conditions(done_after, env.device_of(done_after))[env.ready_type]["lastTransitionTime"] == done_since
-        assert not [e for e in await env.events("PreparingDevice", done_claim["metadata"]["name"])
-                    if "resuming" in e["message"]]
+        assert not [
+            e for e in await env.events("PreparingDevice", done_claim["metadata"]["name"]) if "resuming" in e["message"]
+        ]
         assert env.operator.starts == 2
         assert not env.operator.errors(), env.operator.errors()[:5]
 
 
 # -- scale -------------------------------------------------------------------------------------
 
+
 async def test_fifty_pods_at_once(kube, lab, controllers, unique, log_dir):
     controllers.use("ours")
     count = 50
-    async with BindingEnv(kube, lab, log_dir, f"sc{unique}", {"lab-node-0": 25, "lab-node-1": 25},
-                          config={"delay": 1}) as env:
+    async with BindingEnv(
+        kube, lab, log_dir, f"sc{unique}", {"lab-node-0": 25, "lab-node-1": 25}, config={"delay": 1}
+    ) as env:
         started = time.monotonic()
         await asyncio.gather(*(env.pod(f"p{i:02d}") for i in range(count)))
 
         async def all_running():
             pods = await kube.list(PODS, env.namespace)
             return len(pods) == count and all(p["status"].get("phase") == "Running" for p in pods)
+
         await env.wait(all_running, f"{count} Pods Running", timeout=240)
         running = time.monotonic() - started
         claims = await kube.list(RESOURCE_CLAIMS, env.namespace)
@@ -424,13 +532,16 @@ async def test_fifty_pods_at_once(kube, lab, controllers, unique, log_dir):
         await env.wait_metric("dra_operators_binding_undos_total", count, result="success", timeout=240)
         await env.wait(lambda: _none(kube.list(RESOURCE_CLAIMS, env.namespace)), "all claims gone", timeout=120)
         seconds = metric(metrics, "dra_operators_binding_preparation_duration_seconds_sum") / count
-        print(f"binding scale: {count} Pods Running in {running:.1f}s (1 s simulated preparation each, "
-              f"{seconds:.2f}s mean preparation from start to outcome); all undone and gone after "
-              f"{time.monotonic() - started:.1f}s")
+        print(
+            f"binding scale: {count} Pods Running in {running:.1f}s (1 s simulated preparation each, "
+            f"{seconds:.2f}s mean preparation from start to outcome); all undone and gone after "
+            f"{time.monotonic() - started:.1f}s"
+        )
         assert not env.operator.errors(), env.operator.errors()[:5]
 
 
 # -- http --------------------------------------------------------------------------------------
+
 
 async def test_http_preparer_with_a_slow_a_failing_and_a_down_attach_service(kube, lab, controllers, unique, log_dir):
     controllers.use("ours")
@@ -438,11 +549,16 @@ async def test_http_preparer_with_a_slow_a_failing_and_a_down_attach_service(kub
     await server.start()
     # Credentials in the URL: namespace users read the claim's conditions and Events, never them.
     password = f"pw-{unique}"
-    config = {"url": server.url.replace("http://", f"http://attach:{password}@"), "timeout": 5, "retries": 1,
-              "backoff": 0.2}
+    config = {
+        "url": server.url.replace("http://", f"http://attach:{password}@"),
+        "timeout": 5,
+        "retries": 1,
+        "backoff": 0.2,
+    }
     try:
-        async with BindingEnv(kube, lab, log_dir, f"ht{unique}", {"lab-node-0": 4}, preparer="http",
-                              config=config) as env:
+        async with BindingEnv(
+            kube, lab, log_dir, f"ht{unique}", {"lab-node-0": 4}, preparer="http", config=config
+        ) as env:
             # Slow: the service answers after 3 s, within its timeout.
             await env.pod("slow")
             slow = await env.running("slow")
@@ -496,22 +612,32 @@ async def _tainted(env: BindingEnv, devices: set[str]) -> bool:
 
 # -- RBAC --------------------------------------------------------------------------------------
 
+
 async def _service_account_kubeconfig(kube: Kube, lab, namespace: str, name: str, path: Path) -> Path:
     await kube.create(SERVICE_ACCOUNTS, {"metadata": {"name": name}}, namespace)
-    token = await kube.request("POST", SERVICE_ACCOUNTS.path(namespace, name, "token"),
-                               body={"spec": {"expirationSeconds": 3600}})
+    token = await kube.request(
+        "POST", SERVICE_ACCOUNTS.path(namespace, name, "token"), body={"spec": {"expirationSeconds": 3600}}
+    )
     admin = yaml.safe_load(Path(lab.kubeconfig).read_text())
     cluster = admin["clusters"][0]["cluster"]
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config",
-        "clusters": [{"name": "lab", "cluster": cluster}],
-        "users": [{"name": name, "user": {"token": token["status"]["token"]}}],
-        "contexts": [{"name": "lab", "context": {"cluster": "lab", "user": name}}], "current-context": "lab"}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "lab", "cluster": cluster}],
+                "users": [{"name": name, "user": {"token": token["status"]["token"]}}],
+                "contexts": [{"name": "lab", "context": {"cluster": "lab", "user": name}}],
+                "current-context": "lab",
+            }
+        )
+    )
     return path
 
 
 async def test_operator_works_with_exactly_its_rbac_and_not_without_the_driver_subresource(
-        kube, lab, controllers, unique, log_dir, tmp_path):
+    kube, lab, controllers, unique, log_dir, tmp_path
+):
     controllers.use("ours")
     token = f"rb{unique}"
     sa_namespace = f"bd-sa-{unique}"
@@ -521,17 +647,25 @@ async def test_operator_works_with_exactly_its_rbac_and_not_without_the_driver_s
     lease_role = rbac.leader_election_role(sa_namespace)
     lease_binding = rbac.leader_election_role_binding("binding", sa_namespace)
     await kube.create(NAMESPACES, {"metadata": {"name": sa_namespace}})
-    await wait_for(lambda: kube.get_or_none(SERVICE_ACCOUNTS, "default", sa_namespace), timeout=30,
-                   what="default ServiceAccount")
+    await wait_for(
+        lambda: kube.get_or_none(SERVICE_ACCOUNTS, "default", sa_namespace), timeout=30, what="default ServiceAccount"
+    )
     kubeconfig = await _service_account_kubeconfig(kube, lab, sa_namespace, "binding", tmp_path / "sa.kubeconfig")
     await kube.create(CLUSTER_ROLES, role)
     await kube.create(CLUSTER_ROLE_BINDINGS, binding)
     await kube.create(ROLES, lease_role, sa_namespace)
     await kube.create(ROLE_BINDINGS, lease_binding, sa_namespace)
     try:
-        async with BindingEnv(kube, lab, log_dir, token, {"lab-node-1": 2}, config={"delay": 1},
-                              kubeconfig=kubeconfig, env={"DRA_LEADER_ELECTION": "true",
-                                                          "DRA_LEADER_ELECTION_NAMESPACE": sa_namespace}) as env:
+        async with BindingEnv(
+            kube,
+            lab,
+            log_dir,
+            token,
+            {"lab-node-1": 2},
+            config={"delay": 1},
+            kubeconfig=kubeconfig,
+            env={"DRA_LEADER_ELECTION": "true", "DRA_LEADER_ELECTION_NAMESPACE": sa_namespace},
+        ) as env:
             assert env.driver == drivers.patterns[0]
             await env.pod("app")
             await env.running("app")
@@ -548,25 +682,31 @@ async def test_operator_works_with_exactly_its_rbac_and_not_without_the_driver_s
             limited = await Kube.connect(str(kubeconfig))
             try:
                 device = env.device_of(claim)
-                dev = bd.BindingDevice(bd.DeviceRef(env.driver, env.pool_of(claim), device), "gpu",
-                                       (env.ready_type,), (env.failed_type,))
+                dev = bd.BindingDevice(
+                    bd.DeviceRef(env.driver, env.pool_of(claim), device), "gpu", (env.ready_type,), (env.failed_type,)
+                )
                 body = bd.status_apply(claim, dev, bd.outcome_conditions(dev, False, "Test", "x", None, utcnow()))
 
                 async def refused():
                     try:
-                        await limited.apply(RESOURCE_CLAIMS, body, field_manager=dev.ref.field_manager, force=True,
-                                            subresource="status")
+                        await limited.apply(
+                            RESOURCE_CLAIMS, body, field_manager=dev.ref.field_manager, force=True, subresource="status"
+                        )
                     except ApiError as e:
                         return e
                     return None
+
                 error = await wait_for(refused, timeout=30, what="status write refused without the driver verb")
                 assert error.status in (403, 422) and "resourceclaims/driver" in error.message, error
                 assert "arbitrary-node:patch" in error.message
             finally:
                 await limited.close()
     finally:
-        for res, name in ((CLUSTER_ROLE_BINDINGS, binding["metadata"]["name"]),
-                          (CLUSTER_ROLES, role["metadata"]["name"]), (NAMESPACES, sa_namespace)):
+        for res, name in (
+            (CLUSTER_ROLE_BINDINGS, binding["metadata"]["name"]),
+            (CLUSTER_ROLES, role["metadata"]["name"]),
+            (NAMESPACES, sa_namespace),
+        ):
             try:
                 await kube.delete(res, name)
             except ApiError as e:
@@ -575,7 +715,8 @@ async def test_operator_works_with_exactly_its_rbac_and_not_without_the_driver_s
 
 
 async def test_preparations_deallocated_while_the_operator_was_down_are_undone_after_it_starts(
-        kube, lab, controllers, unique, log_dir):
+    kube, lab, controllers, unique, log_dir
+):
     """A claim of two devices: each entry is written on its own; the Pod goes away while the
     operator is stopped, and the records on the claim make the restarted operator undo both."""
     controllers.use("ours")
@@ -601,6 +742,7 @@ async def test_preparations_deallocated_while_the_operator_was_down_are_undone_a
         async def deallocated():
             c = await kube.get(RESOURCE_CLAIMS, "pair", env.namespace)
             return c if not bd.allocation(c) else None
+
         claim = await env.wait(deallocated, "claim deallocated by the claims operator")
         assert not claim["status"].get("devices")
         assert len(bd.records(claim, served)) == 2, "the records outlive the allocation"
@@ -612,6 +754,7 @@ async def test_preparations_deallocated_while_the_operator_was_down_are_undone_a
 
         async def forgotten():
             return not bd.records(await kube.get(RESOURCE_CLAIMS, "pair", env.namespace), served)
+
         await env.wait(forgotten, "records removed after the undo")
         assert metric(env.metrics(), "dra_operators_binding_preparations_total", outcome="ready") == 0
         assert not await env.rules()
@@ -633,9 +776,15 @@ async def test_a_claim_deleted_while_the_operator_is_down_waits_for_the_undo(kub
 
         # An older version's record: no finalizer. The running operator adds it.
         index = claim["metadata"]["finalizers"].index(bd.FINALIZER)
-        await kube.request("PATCH", RESOURCE_CLAIMS.path(env.namespace, name), content_type="application/json-patch+json",
-                           body=[{"op": "test", "path": f"/metadata/finalizers/{index}", "value": bd.FINALIZER},
-                                 {"op": "remove", "path": f"/metadata/finalizers/{index}"}])
+        await kube.request(
+            "PATCH",
+            RESOURCE_CLAIMS.path(env.namespace, name),
+            content_type="application/json-patch+json",
+            body=[
+                {"op": "test", "path": f"/metadata/finalizers/{index}", "value": bd.FINALIZER},
+                {"op": "remove", "path": f"/metadata/finalizers/{index}"},
+            ],
+        )
         await env.wait(lambda: _has_finalizer(kube, env.namespace, name), "the finalizer applied again")
 
         env.operator.kill()
@@ -644,6 +793,7 @@ async def test_a_claim_deleted_while_the_operator_is_down_waits_for_the_undo(kub
         async def held():
             c = await kube.get_or_none(RESOURCE_CLAIMS, name, env.namespace)
             return c if c and c["metadata"].get("deletionTimestamp") and not bd.allocation(c) else None
+
         claim = await env.wait(held, "the claim deleted and deallocated, kept by the finalizer")
         assert claim["metadata"]["finalizers"] == [bd.FINALIZER] and bd.records(claim, served)
 
@@ -663,27 +813,40 @@ async def _gone(kube, namespace, name):
 
 # -- the example -------------------------------------------------------------------------------
 
+
 async def test_example_runs_as_its_readme_says(kube, lab, controllers, unique, log_dir):
     """config/examples/binding-conditions applied with kubectl, the operator configured as in its
     README: gpu-0 fails, gets tainted and undone, the Pod runs on gpu-1 (the fabric pool is
     reachable from every node; bindsToNode pins the allocation to the chosen one)."""
     controllers.use("ours")
     namespace = f"bd-ex-{unique}"
-    operator = OperatorProcess(["binding"], lab.kubeconfig, log_dir, env={
-        "DRA_BINDING_DRIVERS": "fabric-gpu.example.com", "DRA_BINDING_COOL_OFF": "60",
-        "DRA_BINDING_PREPARER_CONFIG": json.dumps({"delay": 3, "fail": ["gpu-0"]})})
+    operator = OperatorProcess(
+        ["binding"],
+        lab.kubeconfig,
+        log_dir,
+        env={
+            "DRA_BINDING_DRIVERS": "fabric-gpu.example.com",
+            "DRA_BINDING_COOL_OFF": "60",
+            "DRA_BINDING_PREPARER_CONFIG": json.dumps({"delay": 3, "fail": ["gpu-0"]}),
+        },
+    )
     operator.log = log_dir / f"binding-example-{unique}.log"
     await kube.create(NAMESPACES, {"metadata": {"name": namespace}})
-    await wait_for(lambda: kube.get_or_none(SERVICE_ACCOUNTS, "default", namespace), timeout=30,
-                   what="default ServiceAccount")
+    await wait_for(
+        lambda: kube.get_or_none(SERVICE_ACCOUNTS, "default", namespace), timeout=30, what="default ServiceAccount"
+    )
     await asyncio.to_thread(operator.start)
     # The example's slice skips node operations (alpha DRAOptionalNodeOperations): kube-scheduler
     # allocates such devices only on Nodes that declare the feature, as a 1.37 kubelet with the
     # gate does (allocator_experimental.go, allocateDevice); kwok's Nodes declare nothing.
     for node in await kube.list(NODES):
         declared = set(node["status"].get("declaredFeatures") or []) | {"DRAOptionalNodeOperations"}
-        await kube.request("PATCH", NODES.path(name=node["metadata"]["name"], subresource="status"),
-                           content_type=MERGE_PATCH, body={"status": {"declaredFeatures": sorted(declared)}})
+        await kube.request(
+            "PATCH",
+            NODES.path(name=node["metadata"]["name"], subresource="status"),
+            content_type=MERGE_PATCH,
+            body={"status": {"declaredFeatures": sorted(declared)}},
+        )
     try:
         result = lab.kubectl("apply", "-n", namespace, "-f", str(EXAMPLE), check=False)
         assert result.returncode == 0, result.stderr
@@ -691,16 +854,23 @@ async def test_example_runs_as_its_readme_says(kube, lab, controllers, unique, l
         async def running():
             pod = await kube.get_or_none(PODS, "fabric-gpu-user", namespace)
             return pod if pod and pod["status"].get("phase") == "Running" else None
-        pod = await wait_for(running, timeout=90, what="example Pod Running",
-                             describe=lambda: describe_namespace(kube, namespace))
+
+        pod = await wait_for(
+            running, timeout=90, what="example Pod Running", describe=lambda: describe_namespace(kube, namespace)
+        )
         [status] = pod["status"]["resourceClaimStatuses"]
         claim = await kube.get(RESOURCE_CLAIMS, status["resourceClaimName"], namespace)
         [result] = claim["status"]["allocation"]["devices"]["results"]
         assert (result["pool"], result["device"]) == ("fabric", "gpu-1")
         assert bd.node_of(claim) == pod["spec"]["nodeName"]
         reasons = {e["reason"] for e in await kube.list(EVENTS, namespace)}
-        assert {"BindingConditionsPending", "PreparingDevice", "DevicePreparationFailed", "DeviceUnprepared",
-                "DevicePrepared"} <= reasons, reasons
+        assert {
+            "BindingConditionsPending",
+            "PreparingDevice",
+            "DevicePreparationFailed",
+            "DeviceUnprepared",
+            "DevicePrepared",
+        } <= reasons, reasons
         rules = await kube.list(DEVICE_TAINT_RULES, label_selector=f"{bd.DRIVER_LABEL}=fabric-gpu.example.com")
         assert [r["spec"]["deviceSelector"]["device"] for r in rules] == ["gpu-0"]
         assert not operator.errors(), operator.errors()[:5]

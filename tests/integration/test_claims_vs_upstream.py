@@ -127,8 +127,9 @@ async def shared_claim_two_pods(env: ClaimsEnv) -> list:
     await env.wait_claim("shared", lambda c: len(c["status"].get("reservedFor") or []) == 2, "reserved for a and b")
     both = await env.snapshot()
     await env.finish("a")
-    await env.wait_claim("shared", lambda c: [r["name"] for r in c["status"].get("reservedFor") or []] == ["b"],
-                         "reserved for b only")
+    await env.wait_claim(
+        "shared", lambda c: [r["name"] for r in c["status"].get("reservedFor") or []] == ["b"], "reserved for b only"
+    )
     one = await env.snapshot()
     await env.finish("b", "Failed")
     await env.wait_claim("shared", lambda c: not c["status"].get("allocation"), "deallocated")
@@ -164,9 +165,15 @@ async def released_after_use(env: ClaimsEnv) -> list:
     await env.wait_running("user")
     running = await env.snapshot()
     await env.finish("user")
-    claim = await env.wait_claim("mine", lambda c: not c["status"].get("reservedFor")
-                                 and not c["status"].get("allocation") and not c["metadata"].get("finalizers"),
-                                 "released and deallocated")
+    claim = await env.wait_claim(
+        "mine",
+        lambda c: (
+            not c["status"].get("reservedFor")
+            and not c["status"].get("allocation")
+            and not c["metadata"].get("finalizers")
+        ),
+        "released and deallocated",
+    )
     assert not claim["metadata"].get("deletionTimestamp")
     return [running, await env.snapshot()]
 
@@ -181,12 +188,21 @@ async def kept_while_restarting(env: ClaimsEnv) -> list:
     claim = await env.claim_of("flaky", "gpu")
     for restarts in (1, 2):
         status = pod["status"]
-        container = dict(status["containerStatuses"][0], restartCount=restarts,
-                         lastState={"terminated": {"exitCode": 1, "reason": "Error",
-                                                   "startedAt": status.get("startTime"),
-                                                   "finishedAt": status.get("startTime")}})
-        pod = await env.kube.replace(PODS, {**pod, "status": {**status, "containerStatuses": [container]}},
-                                     subresource="status")
+        container = dict(
+            status["containerStatuses"][0],
+            restartCount=restarts,
+            lastState={
+                "terminated": {
+                    "exitCode": 1,
+                    "reason": "Error",
+                    "startedAt": status.get("startTime"),
+                    "finishedAt": status.get("startTime"),
+                }
+            },
+        )
+        pod = await env.kube.replace(
+            PODS, {**pod, "status": {**status, "containerStatuses": [container]}}, subresource="status"
+        )
         await asyncio.sleep(1)
     await asyncio.sleep(2)
     kept = await env.wait_claim(claim, lambda c: True, "the claim still there")
@@ -226,8 +242,11 @@ async def extended_resource_claim(env: ClaimsEnv) -> list:
     deleted when the Pod is done."""
     await env.pod("ext", {}, extended=1)
     await env.wait_running("ext")
-    await env.wait_pod("ext", lambda p: (p["status"].get("extendedResourceClaimStatus") or {}).get("resourceClaimName"),
-                       "extended-resource claim")
+    await env.wait_pod(
+        "ext",
+        lambda p: (p["status"].get("extendedResourceClaimStatus") or {}).get("resourceClaimName"),
+        "extended-resource claim",
+    )
     running = await env.snapshot()
     assert len(running["claims"]) == 1 and running["claims"][0]["reservedFor"], running["claims"]
     await env.finish("ext")
@@ -253,7 +272,8 @@ async def status_rewriter(env: ClaimsEnv) -> list:
         pod = await env.kube.get(PODS, "busy", env.namespace)
         status = {k: v for k, v in pod["status"].items() if k != "resourceClaimStatuses"}
         status["conditions"] = [c for c in status.get("conditions") or [] if c["type"] != "example.com/Heartbeat"] + [
-            {"type": "example.com/Heartbeat", "status": "True", "reason": "Beat", "message": str(beat)}]
+            {"type": "example.com/Heartbeat", "status": "True", "reason": "Beat", "message": str(beat)}
+        ]
         await env.kube.replace(PODS, {**pod, "status": status}, subresource="status")
 
     async def claims() -> set[str]:
@@ -270,6 +290,7 @@ async def status_rewriter(env: ClaimsEnv) -> list:
                     raise
             seen.update(await claims())
             await asyncio.sleep(2)
+
     writer = asyncio.create_task(rewrite())
     try:
         await env.wait_running("busy")
@@ -284,11 +305,17 @@ async def status_rewriter(env: ClaimsEnv) -> list:
     await env.finish("busy")
     await env.wait_no_claims()
     done = await env.snapshot()
-    return [running, {"claims": done["claims"], "pods": [{k: p[k] for k in ("name", "phase", "resourceClaimStatuses")}
-                                                         for p in done["pods"]]}]
+    return [
+        running,
+        {
+            "claims": done["claims"],
+            "pods": [{k: p[k] for k in ("name", "phase", "resourceClaimStatuses")} for p in done["pods"]],
+        },
+    ]
 
 
 # -- one at a time, after the others ------------------------------------------------------------
+
 
 async def restart_while_deleting(env: ClaimsEnv) -> list:
     """kubernetes#132334: with the controller stopped, a reserved claim is deleted (kept by its
@@ -320,19 +347,22 @@ async def shared_by_256(env: ClaimsEnv) -> list:
     await env.claim("shared")
     await env.pod("p-000", {"gpu": plain("shared")})
     await env.wait_running("p-000")
+
     async def reserved() -> list[str]:
         claim = await env.kube.get(RESOURCE_CLAIMS, "shared", env.namespace)
         return [r["name"] for r in claim["status"].get("reservedFor") or []]
 
     async def count() -> str:
         return f"{len(await reserved())} reserved"
+
     # One Pod after the other, each once the one before is reserved, as in a sequence of users:
     # every reservation is an Update of the one claim, and Pods arriving together make both
     # controllers retry conflicts with growing backoff (upstream then needed minutes for 256).
     for i in range(1, limit):
         await env.pod(f"p-{i:03d}", {"gpu": plain("shared")}, node=NODES[i % 2])
-        await wait_for(lambda: _at_least(reserved, i + 1), timeout=60, interval=0.05,
-                       what=f"{i + 1} reservations", describe=count)
+        await wait_for(
+            lambda: _at_least(reserved, i + 1), timeout=60, interval=0.05, what=f"{i + 1} reservations", describe=count
+        )
     for i in range(limit, limit + more):
         await env.pod(f"p-{i:03d}", {"gpu": plain("shared")}, node=NODES[i % 2])
     await asyncio.sleep(4)  # nothing more is reserved
@@ -347,8 +377,13 @@ async def shared_by_256(env: ClaimsEnv) -> list:
     waiting = pods - set(first)
     for n, name in enumerate(sorted(first)[:more], start=1):
         await env.kube.delete(PODS, name, env.namespace)
-        await wait_for(lambda: _taken(reserved, waiting, n, limit), timeout=120, interval=0.1,
-                       what=f"{n} waiting Pods reserved", describe=count)
+        await wait_for(
+            lambda: _taken(reserved, waiting, n, limit),
+            timeout=120,
+            interval=0.1,
+            what=f"{n} waiting Pods reserved",
+            describe=count,
+        )
     after = await reserved()
     return [at_limit, {"reserved": len(after), "waiting": len(waiting - set(after))}]
 
@@ -374,6 +409,7 @@ async def scale_out(env: ClaimsEnv) -> list:
     async def pod(i: int) -> None:
         async with gate:
             await env.pod(f"s-{i:05d}", {"gpu": tmpl("t")}, scheduler="none-such")
+
     await asyncio.gather(*(pod(i) for i in range(SCALE_PODS)))
 
     async def counts() -> dict[str, int]:
@@ -382,31 +418,55 @@ async def scale_out(env: ClaimsEnv) -> list:
         owners = Counter(o["uid"] for c in claims for o in c["metadata"].get("ownerReferences") or [])
         names = {c["metadata"]["name"] for c in claims}
         recorded = [s.get("resourceClaimName") for p in pods for s in p["status"].get("resourceClaimStatuses") or []]
-        return {"pods": len(pods), "claims": len(claims),
-                "pods with more than one claim": sum(1 for n in owners.values() if n > 1),
-                "pods without a claim": sum(1 for p in pods if owners[p["metadata"]["uid"]] == 0),
-                "statuses naming a claim": sum(1 for r in recorded if r in names)}
+        return {
+            "pods": len(pods),
+            "claims": len(claims),
+            "pods with more than one claim": sum(1 for n in owners.values() if n > 1),
+            "pods without a claim": sum(1 for p in pods if owners[p["metadata"]["uid"]] == 0),
+            "statuses naming a claim": sum(1 for r in recorded if r in names),
+        }
 
-    want = {"pods": SCALE_PODS, "claims": SCALE_PODS, "pods with more than one claim": 0,
-            "pods without a claim": 0, "statuses naming a claim": SCALE_PODS}
+    want = {
+        "pods": SCALE_PODS,
+        "claims": SCALE_PODS,
+        "pods with more than one claim": 0,
+        "pods without a claim": 0,
+        "statuses naming a claim": SCALE_PODS,
+    }
 
     async def done() -> dict | None:
         got = await counts()
         return got if got["statuses naming a claim"] >= SCALE_PODS or got["claims"] > SCALE_PODS else None
+
     started = time.monotonic()
     await wait_for(done, timeout=900, interval=3, what=f"{SCALE_PODS} Pods with their claim")
-    print(f"scale_out [{env.mode}]: {SCALE_PODS} Pods with a claim each {time.monotonic() - started:.1f} s "
-          "after the last was created", flush=True)
+    print(
+        f"scale_out [{env.mode}]: {SCALE_PODS} Pods with a claim each {time.monotonic() - started:.1f} s "
+        "after the last was created",
+        flush=True,
+    )
     await asyncio.sleep(3)
     got = await counts()
     assert got == want, got
     return [got]
 
 
-SCENARIOS = [one_template, two_claims_in_one_pod, long_names, template_after_pod, pod_deleted,
-             pod_succeeded, shared_claim_two_pods, pre_scheduled_pod, generated_claim_deleted,
-             released_after_use, kept_while_restarting, status_entry_without_name, extended_resource_claim,
-             status_rewriter]
+SCENARIOS = [
+    one_template,
+    two_claims_in_one_pod,
+    long_names,
+    template_after_pod,
+    pod_deleted,
+    pod_succeeded,
+    shared_claim_two_pods,
+    pre_scheduled_pod,
+    generated_claim_deleted,
+    released_after_use,
+    kept_while_restarting,
+    status_entry_without_name,
+    extended_resource_claim,
+    status_rewriter,
+]
 SOLO = [restart_while_deleting, shared_by_256, scale_out]  # after the others, one at a time
 ALL = SCENARIOS + SOLO
 ENV_OPTIONS = {"extended_resource_claim": {"extended_resource": True}, "shared_by_256": {"all_nodes": True}}
@@ -457,9 +517,11 @@ async def _run_mode(runs: Runs, kube, lab, controllers, mode: str, token: str, s
         try:
             runs.metrics[mode] = await asyncio.to_thread(
                 _controller_manager_metrics if mode == "upstream" else controllers.operators["claims"].metrics,
-                *([lab] if mode == "upstream" else []))
+                *([lab] if mode == "upstream" else []),
+            )
         finally:
             scraped.set()
+
     scraping = asyncio.create_task(scrape())
     results = await asyncio.gather(*(run(i, s) for i, s in enumerate(SCENARIOS)), return_exceptions=True)
     await scraping
@@ -471,11 +533,13 @@ async def _run_mode(runs: Runs, kube, lab, controllers, mode: str, token: str, s
 async def _remove_pods(env: ClaimsEnv) -> None:
     """Hundreds of Pods go at once (grace period 0, kwok has no containers to stop), so that the
     next mode's controller does not start on this one's leftovers."""
-    await env.kube.request("DELETE", PODS.path(env.namespace), body={"kind": "DeleteOptions", "apiVersion": "v1",
-                                                                     "gracePeriodSeconds": 0})
+    await env.kube.request(
+        "DELETE", PODS.path(env.namespace), body={"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0}
+    )
 
     async def gone() -> bool:
         return not (await env.kube.request("GET", PODS.path(env.namespace), params=[("limit", "1")]))["items"]
+
     await wait_for(gone, timeout=120, interval=1, what=f"the Pods of {env.namespace} gone")
 
 
@@ -486,16 +550,20 @@ def _controller_manager_metrics(lab) -> str:
     context.check_hostname = False
     context.verify_mode = ssl.CERT_NONE
     context.load_cert_chain(lab.files.pki / "admin.crt", lab.files.pki / "admin.key")
-    with urllib.request.urlopen(f"https://127.0.0.1:{lab.ports.controller_manager}/metrics", context=context,
-                                timeout=10) as r:
+    with urllib.request.urlopen(
+        f"https://127.0.0.1:{lab.ports.controller_manager}/metrics", context=context, timeout=10
+    ) as r:
         return r.read().decode()
 
 
 @pytest.fixture(scope="module")
 async def runs(kube, lab, controllers, request) -> Runs:
     # Only the scenarios whose tests were selected (``-k``) run.
-    selected = {item.callspec.params["scenario"] for item in request.session.items
-                if getattr(item, "originalname", "") == "test_same_result_as_upstream"}
+    selected = {
+        item.callspec.params["scenario"]
+        for item in request.session.items
+        if getattr(item, "originalname", "") == "test_same_result_as_upstream"
+    }
     unique = uuid.uuid4().hex[:6]
     runs = Runs()
     for mode in ("upstream", "ours"):
@@ -511,10 +579,12 @@ def test_same_result_as_upstream(scenario, runs):
             raise runs.results[mode][scenario]
     upstream, ours = runs.results["upstream"][scenario], runs.results["ours"][scenario]
     diff = differences([without_known_upstream_bugs(snap) for snap in upstream], ours)
-    assert not diff, "ours differs from upstream:\n" + "\n".join(diff) + \
-        "\n\nupstream: " + json.dumps(upstream, indent=1)[:6000]
-    assert any(snap.get("pods") or snap.get("reserved") or snap.get("claims") for snap in ours), \
+    assert not diff, (
+        "ours differs from upstream:\n" + "\n".join(diff) + "\n\nupstream: " + json.dumps(upstream, indent=1)[:6000]
+    )
+    assert any(snap.get("pods") or snap.get("reserved") or snap.get("claims") for snap in ours), (
         "the scenario left nothing to compare"
+    )
 
 
 # The resourceclaim-controller's own metrics (pkg/controller/resourceclaim/metrics and
@@ -533,8 +603,9 @@ def label_sets(text: str) -> dict[str, Any]:
         names = sorted({k for s in family.samples for k in s.labels})
         entry: dict[str, Any] = {"type": family.type, "labels": names}
         if family.name == CLAIM_METRICS[0]:
-            entry["values"] = sorted({tuple(s.labels[k] for k in names) for s in family.samples
-                                      if s.name.endswith("_total")})
+            entry["values"] = sorted(
+                {tuple(s.labels[k] for k in names) for s in family.samples if s.name.endswith("_total")}
+            )
         out[family.name] = entry
     return out
 
@@ -585,9 +656,13 @@ async def test_generated_claim_forced_away_is_recreated(kube, controllers, uniqu
         await env.delete_claim(first)
         await env.wait_claim(first, lambda c: c["metadata"].get("deletionTimestamp"), "claim terminating")
         await env.drop_finalizers(first)
-        pod = await env.wait_pod("runner", lambda p: any(
-            s.get("resourceClaimName") not in (None, first) for s in p["status"].get("resourceClaimStatuses") or []),
-            "a new claim in the pod status")
+        pod = await env.wait_pod(
+            "runner",
+            lambda p: any(
+                s.get("resourceClaimName") not in (None, first) for s in p["status"].get("resourceClaimStatuses") or []
+            ),
+            "a new claim in the pod status",
+        )
         second = pod["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
         claim = await env.wait_claim(second, lambda c: True, "the new claim")
         assert claim["metadata"]["ownerReferences"][0]["uid"] == pod["metadata"]["uid"]

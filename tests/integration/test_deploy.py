@@ -34,8 +34,11 @@ def base(lab):
 
 
 def test_base_is_applied_for_real(base, lab):
-    for kind_name in ("deployment.apps/dra-claims", "daemonset.apps/dra-nodeagent",
-                      "validatingadmissionpolicy.admissionregistration.k8s.io/dra-operators-nodeagent-own-slices"):
+    for kind_name in (
+        "deployment.apps/dra-claims",
+        "daemonset.apps/dra-nodeagent",
+        "validatingadmissionpolicy.admissionregistration.k8s.io/dra-operators-nodeagent-own-slices",
+    ):
         assert kind_name in base
     got = lab.kubectl("get", "-n", NAMESPACE, "deployment/dra-claims", "-o", "json")
     assert json.loads(got.stdout)["spec"]["template"]["spec"]["serviceAccountName"] == "dra-claims"
@@ -56,21 +59,32 @@ def test_overlay_renders_and_passes_server_side_dry_run(overlay, base, lab):
     assert dry.returncode == 0, dry.stderr
 
 
-async def service_account_kubeconfig(lab, kube: Kube, account: str, path: Path, bound_pod: dict | None = None,
-                                     namespace: str = NAMESPACE) -> Path:
+async def service_account_kubeconfig(
+    lab, kube: Kube, account: str, path: Path, bound_pod: dict | None = None, namespace: str = NAMESPACE
+) -> Path:
     """A kubeconfig holding a TokenRequest token of ``account`` (bound to a Pod: then the token
     names the Pod's node, as a DaemonSet Pod's projected token does)."""
     spec: dict = {"expirationSeconds": 3600}
     if bound_pod:
-        spec["boundObjectRef"] = {"apiVersion": "v1", "kind": "Pod", "name": bound_pod["metadata"]["name"],
-                                  "uid": bound_pod["metadata"]["uid"]}
-    response = await kube.request("POST", f"/api/v1/namespaces/{namespace}/serviceaccounts/{account}/token",
-                                  body={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec})
-    config = {"apiVersion": "v1", "kind": "Config",
-              "clusters": [{"name": "lab", "cluster": {"server": lab.server, "certificate-authority": str(lab.pki.ca_cert)}}],
-              "users": [{"name": account, "user": {"token": response["status"]["token"]}}],
-              "contexts": [{"name": account, "context": {"cluster": "lab", "user": account}}],
-              "current-context": account}
+        spec["boundObjectRef"] = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "name": bound_pod["metadata"]["name"],
+            "uid": bound_pod["metadata"]["uid"],
+        }
+    response = await kube.request(
+        "POST",
+        f"/api/v1/namespaces/{namespace}/serviceaccounts/{account}/token",
+        body={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec},
+    )
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "lab", "cluster": {"server": lab.server, "certificate-authority": str(lab.pki.ca_cert)}}],
+        "users": [{"name": account, "user": {"token": response["status"]["token"]}}],
+        "contexts": [{"name": account, "context": {"cluster": "lab", "user": account}}],
+        "current-context": account,
+    }
     path.write_text(yaml.safe_dump(config))
     return path
 
@@ -91,8 +105,12 @@ def assert_feature_gates_read(process: OperatorProcess) -> None:
 async def test_claims_operator_with_its_own_service_account(base, lab, kube, controllers, tmp_path, unique):
     controllers.use("none")
     kubeconfig = await service_account_kubeconfig(lab, kube, "dra-claims", tmp_path / "claims.kubeconfig")
-    operator = OperatorProcess(["claims"], kubeconfig, tmp_path, env={
-        "DRA_LEADER_ELECTION": "true", "DRA_LEADER_ELECTION_NAMESPACE": NAMESPACE})
+    operator = OperatorProcess(
+        ["claims"],
+        kubeconfig,
+        tmp_path,
+        env={"DRA_LEADER_ELECTION": "true", "DRA_LEADER_ELECTION_NAMESPACE": NAMESPACE},
+    )
     operator.start()
     try:
         async with ClaimsEnv(kube, f"rb{unique}") as env:
@@ -115,6 +133,7 @@ async def test_node_agent_with_its_own_service_account(base, lab, kube, tmp_path
     async def daemon_pod():
         pods = await kube.list(PODS, NAMESPACE, field_selector="spec.nodeName=lab-node-0")
         return next((p for p in pods if p["metadata"]["name"].startswith("dra-nodeagent-")), None)
+
     pod = await wait_for(daemon_pod, what="the DaemonSet's Pod on lab-node-0")
     kubeconfig = await service_account_kubeconfig(lab, kube, "dra-nodeagent", tmp_path / "na.kubeconfig", pod)
 
@@ -129,8 +148,10 @@ async def test_node_agent_with_its_own_service_account(base, lab, kube, tmp_path
     node.agent.start()
     try:
         await kube.create(DEVICE_CLASSES, objects.device_class(node.driver, node.driver))
-        await wait_for(lambda: kube.list(RESOURCE_SLICES, field_selector=f"spec.driver={node.driver}"),
-                       what="slices published with the node agent's own token")
+        await wait_for(
+            lambda: kube.list(RESOURCE_SLICES, field_selector=f"spec.driver={node.driver}"),
+            what="slices published with the node agent's own token",
+        )
         await node.kubelet.register()
         claim = await node.allocated_claim("rbac")
         response = await node.kubelet.prepare([claim])
@@ -149,8 +170,9 @@ async def test_node_agent_with_its_own_service_account(base, lab, kube, tmp_path
                 await agent_kube.list(PODS, "default")
             assert forbidden.value.status == 403
             # A slice of a driver the policy does not list: no either.
-            foreign = objects.resource_slice(f"foreign-{unique}", f"other-{unique}.example.com", "lab-node-0",
-                                             [objects.device("gpu-0")])
+            foreign = objects.resource_slice(
+                f"foreign-{unique}", f"other-{unique}.example.com", "lab-node-0", [objects.device("gpu-0")]
+            )
             with pytest.raises(ApiError) as denied:
                 await agent_kube.create(RESOURCE_SLICES, foreign)
             assert f"may not write ResourceSlices of driver other-{unique}.example.com" in denied.value.message
@@ -190,6 +212,7 @@ class allow_driver:
         """Until a dry-run create of a slice of the driver, with the agent's token, is admitted."""
         probe = objects.resource_slice(f"probe-{unique}", self.driver, node, [objects.device("gpu-0")])
         async with await Kube.connect(str(kubeconfig)) as agent_kube:
+
             async def admitted() -> bool:
                 try:
                     await agent_kube.create(RESOURCE_SLICES, probe, dry_run=True)
@@ -198,6 +221,7 @@ class allow_driver:
                         raise
                     return False
                 return True
+
             await wait_for(admitted, what=f"the admission policy to admit driver {self.driver}")
 
     def undo(self) -> None:
@@ -214,21 +238,45 @@ async def test_admission_policy_holds_in_an_overlay_that_renames_the_namespace(b
     def render(name: str, **rename) -> dict:
         overlay = tmp_path / name
         overlay.mkdir()
-        (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
-            "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization", **rename,
-            "resources": [os.path.relpath(ROOT / "kustomize" / "overlays" / "simulated-devices", overlay)]}))
-        return {(d["kind"], d["metadata"]["name"]): d
-                for d in yaml.safe_load_all(lab.kubectl("kustomize", str(overlay)).stdout)}
+        (overlay / "kustomization.yaml").write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                    "kind": "Kustomization",
+                    **rename,
+                    "resources": [os.path.relpath(ROOT / "kustomize" / "overlays" / "simulated-devices", overlay)],
+                }
+            )
+        )
+        return {
+            (d["kind"], d["metadata"]["name"]): d
+            for d in yaml.safe_load_all(lab.kubectl("kustomize", str(overlay)).stdout)
+        }
 
     # kustomize's plain `namespace:` leaves ServiceAccount subjects of role bindings behind (it
     # moves only those named "default"): the README's rename uses the NamespaceTransformer.
     plain = render("plain", namespace=namespace)
     assert plain["ClusterRoleBinding", "dra-operators:nodeagent"]["subjects"][0]["namespace"] == NAMESPACE
-    rendered = render("renamed", transformers=[yaml.safe_dump({
-        "apiVersion": "builtin", "kind": "NamespaceTransformer", "metadata": {"name": "rename", "namespace": namespace},
-        "setRoleBindingSubjects": "allServiceAccounts", "unsetOnly": False})], patches=[{
-        "target": {"kind": "Namespace", "name": NAMESPACE},
-        "patch": json.dumps([{"op": "replace", "path": "/metadata/name", "value": namespace}])}])
+    rendered = render(
+        "renamed",
+        transformers=[
+            yaml.safe_dump(
+                {
+                    "apiVersion": "builtin",
+                    "kind": "NamespaceTransformer",
+                    "metadata": {"name": "rename", "namespace": namespace},
+                    "setRoleBindingSubjects": "allServiceAccounts",
+                    "unsetOnly": False,
+                }
+            )
+        ],
+        patches=[
+            {
+                "target": {"kind": "Namespace", "name": NAMESPACE},
+                "patch": json.dumps([{"op": "replace", "path": "/metadata/name", "value": namespace}]),
+            }
+        ],
+    )
     assert rendered["ServiceAccount", "dra-nodeagent"]["metadata"]["namespace"] == namespace
     policy = rendered["ValidatingAdmissionPolicy", POLICY]
     live = json.loads(lab.kubectl("get", "validatingadmissionpolicy", POLICY, "-o", "json").stdout)
@@ -243,16 +291,30 @@ async def test_admission_policy_holds_in_an_overlay_that_renames_the_namespace(b
         applied = lab.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump(obj), check=False)
         assert applied.returncode == 0, applied.stderr
     try:
-        pod = await kube.create(PODS, {**objects.pod("agent", {}), "spec": {
-            "serviceAccountName": "dra-nodeagent", "nodeName": "lab-node-0",
-            "containers": [{"name": "agent", "image": "busybox:1.37"}]}}, namespace)
-        kubeconfig = await service_account_kubeconfig(lab, kube, "dra-nodeagent", tmp_path / "renamed.kubeconfig",
-                                                      pod, namespace=namespace)
+        pod = await kube.create(
+            PODS,
+            {
+                **objects.pod("agent", {}),
+                "spec": {
+                    "serviceAccountName": "dra-nodeagent",
+                    "nodeName": "lab-node-0",
+                    "containers": [{"name": "agent", "image": "busybox:1.37"}],
+                },
+            },
+            namespace,
+        )
+        kubeconfig = await service_account_kubeconfig(
+            lab, kube, "dra-nodeagent", tmp_path / "renamed.kubeconfig", pod, namespace=namespace
+        )
         async with await Kube.connect(str(kubeconfig)) as agent_kube:
+
             def slice_(name: str, driver: str, node: str) -> dict:
                 return objects.resource_slice(f"{name}-{unique}", driver, node, [objects.device("gpu-0")])
+
             with pytest.raises(ApiError) as denied:
-                await agent_kube.create(RESOURCE_SLICES, slice_("other-node", "gpu.sim.dra-operators.dev", "lab-node-1"))
+                await agent_kube.create(
+                    RESOURCE_SLICES, slice_("other-node", "gpu.sim.dra-operators.dev", "lab-node-1")
+                )
             assert "may not write ResourceSlices of node lab-node-1" in denied.value.message
             with pytest.raises(ApiError) as denied:
                 await agent_kube.create(RESOURCE_SLICES, slice_("other-driver", f"x{unique}.example.com", "lab-node-0"))
@@ -264,27 +326,41 @@ async def test_admission_policy_holds_in_an_overlay_that_renames_the_namespace(b
         lab.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
 
 
-
-async def test_taints_operator_with_its_own_service_account(base, lab, kube, controllers, tmp_path, unique, namespace,
-                                                           cluster_objects):
+async def test_taints_operator_with_its_own_service_account(
+    base, lab, kube, controllers, tmp_path, unique, namespace, cluster_objects
+):
     from operators.core.api.resources import DEVICE_TAINT_RULES, RESOURCE_CLAIMS
 
     controllers.use("none")
     driver = f"rbt-{unique}.lab.dra-operators.dev"
     await cluster_objects.create(DEVICE_CLASSES, objects.device_class(driver, driver))
-    await cluster_objects.create(RESOURCE_SLICES, objects.resource_slice(
-        f"rbt-{unique}", driver, "lab-node-0", [objects.device("gpu-0")]))
+    await cluster_objects.create(
+        RESOURCE_SLICES, objects.resource_slice(f"rbt-{unique}", driver, "lab-node-0", [objects.device("gpu-0")])
+    )
     await kube.create(RESOURCE_CLAIMS, objects.resource_claim("c", driver), namespace)
     await kube.create(PODS, objects.pod("victim", {"gpu": {"resourceClaimName": "c"}}), namespace)
     await wait_for(lambda: _phase(kube, namespace, "victim", "Running"), what="victim Running")
     rules = await kube.preferred_version(DEVICE_TAINT_RULES)
-    await cluster_objects.create(rules, {
-        "apiVersion": rules.group_version, "kind": "DeviceTaintRule", "metadata": {"name": f"rbt-{unique}"},
-        "spec": {"deviceSelector": {"driver": driver}, "taint": {"key": "example.com/broken", "effect": "NoExecute"}}})
+    await cluster_objects.create(
+        rules,
+        {
+            "apiVersion": rules.group_version,
+            "kind": "DeviceTaintRule",
+            "metadata": {"name": f"rbt-{unique}"},
+            "spec": {
+                "deviceSelector": {"driver": driver},
+                "taint": {"key": "example.com/broken", "effect": "NoExecute"},
+            },
+        },
+    )
 
     kubeconfig = await service_account_kubeconfig(lab, kube, "dra-taints", tmp_path / "taints.kubeconfig")
-    operator = OperatorProcess(["taints"], kubeconfig, tmp_path, env={
-        "DRA_LEADER_ELECTION": "true", "DRA_LEADER_ELECTION_NAMESPACE": NAMESPACE})
+    operator = OperatorProcess(
+        ["taints"],
+        kubeconfig,
+        tmp_path,
+        env={"DRA_LEADER_ELECTION": "true", "DRA_LEADER_ELECTION_NAMESPACE": NAMESPACE},
+    )
     operator.start()
     try:
         await wait_for(lambda: _gone(kube, namespace, "victim"), timeout=60, what="victim evicted")
@@ -292,6 +368,7 @@ async def test_taints_operator_with_its_own_service_account(base, lab, kube, con
         async def status():
             rule = await kube.get(rules, f"rbt-{unique}")
             return [c for c in (rule.get("status") or {}).get("conditions") or [] if c["type"] == "EvictionInProgress"]
+
         await wait_for(status, timeout=30, what="rule status written")
         assert "became leader" in operator.log.read_text()
         assert_no_forbidden(operator)
@@ -309,13 +386,25 @@ async def _gone(kube, namespace, name):
     return await kube.get_or_none(PODS, name, namespace) is None
 
 
-LEASE_HOLDERS = {"dra-claims": "claims", "dra-taints": "taints", "dra-binding": "binding",
-                 "dra-poolstatus": "poolstatus"}
+LEASE_HOLDERS = {
+    "dra-claims": "claims",
+    "dra-taints": "taints",
+    "dra-binding": "binding",
+    "dra-poolstatus": "poolstatus",
+}
 
 
 def _can(lab, account: str, verb: str, resource: str) -> bool:
-    answer = lab.kubectl("auth", "can-i", verb, resource, "-n", NAMESPACE,
-                         f"--as=system:serviceaccount:{NAMESPACE}:{account}", check=False)
+    answer = lab.kubectl(
+        "auth",
+        "can-i",
+        verb,
+        resource,
+        "-n",
+        NAMESPACE,
+        f"--as=system:serviceaccount:{NAMESPACE}:{account}",
+        check=False,
+    )
     assert answer.stdout.strip() in ("yes", "no"), answer.stderr
     return answer.stdout.strip() == "yes"
 

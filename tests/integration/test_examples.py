@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from operators.core.api.resources import (NAMESPACES, NODES, PODS, RESOURCE_CLAIMS,
-                                      SERVICE_ACCOUNTS)
+from operators.core.api.resources import NAMESPACES, NODES, PODS, RESOURCE_CLAIMS, SERVICE_ACCOUNTS
 from operators.nodeagent.backends.simulated import SimulatedBackend
 from operators.nodeagent.plugin import opaque_config
 from operators.nodeagent.plugin.cdi import env_key
@@ -40,11 +39,24 @@ def simulated_nodes(lab, controllers, tmp_path_factory):
     assert result.returncode == 0, result.stderr
     logs = tmp_path_factory.mktemp("example-agents")
     agents = []
-    for node, driver, inventory in (("lab-node-0", DRIVER, INVENTORY), ("lab-node-1", DRIVER, INVENTORY),
-                                    (MIG_NODE, NVIDIA, MIG_INVENTORY)):
-        agent = OperatorProcess(["nodeagent"], lab.kubeconfig, logs, env={
-            "NODE_NAME": node, "DRA_NODEAGENT_BACKEND": "simulated", "DRA_NODEAGENT_INVENTORY": str(inventory),
-            "DRA_NODEAGENT_DRIVER": driver, "DRA_NODEAGENT_KUBELET_PLUGIN": "false", "DRA_NODEAGENT_SYNC_DELAY": "1"})
+    for node, driver, inventory in (
+        ("lab-node-0", DRIVER, INVENTORY),
+        ("lab-node-1", DRIVER, INVENTORY),
+        (MIG_NODE, NVIDIA, MIG_INVENTORY),
+    ):
+        agent = OperatorProcess(
+            ["nodeagent"],
+            lab.kubeconfig,
+            logs,
+            env={
+                "NODE_NAME": node,
+                "DRA_NODEAGENT_BACKEND": "simulated",
+                "DRA_NODEAGENT_INVENTORY": str(inventory),
+                "DRA_NODEAGENT_DRIVER": driver,
+                "DRA_NODEAGENT_KUBELET_PLUGIN": "false",
+                "DRA_NODEAGENT_SYNC_DELAY": "1",
+            },
+        )
         agent.log = logs / f"agent-{node}-{driver}.log"
         agent.start()
         agents.append(agent)
@@ -67,10 +79,14 @@ class Applied:
         ns = namespace or f"ex-{name[:20]}-{self.unique}"
         if namespace is None:
             await self.kube.create(NAMESPACES, {"metadata": {"name": ns}})
-            await wait_for(lambda: self.kube.get_or_none(SERVICE_ACCOUNTS, "default", ns), what="default ServiceAccount")
+            await wait_for(
+                lambda: self.kube.get_or_none(SERVICE_ACCOUNTS, "default", ns), what="default ServiceAccount"
+            )
         self.namespaces.append(ns)
         path = str(EXAMPLES / name)
-        result = self.lab.kubectl(*(("apply", "-f", path) if namespace else ("apply", "-n", ns, "-f", path)), check=False)
+        result = self.lab.kubectl(
+            *(("apply", "-f", path) if namespace else ("apply", "-n", ns, "-f", path)), check=False
+        )
         assert result.returncode == 0, result.stderr
         return ns
 
@@ -100,17 +116,23 @@ async def applied(lab, kube, simulated_nodes, unique):
     await examples.cleanup()
 
 
-async def running_with_claims(kube, namespace: str, pods: list[str], driver: str = DRIVER,
-                              node_pools: bool = True) -> dict[str, list[dict]]:
+async def running_with_claims(
+    kube, namespace: str, pods: list[str], driver: str = DRIVER, node_pools: bool = True
+) -> dict[str, list[dict]]:
     """Wait until the Pods run; return each Pod's allocation results (of ``driver``, from the
     pool named after the Pod's node, as node agents name them, unless ``node_pools`` is False)."""
     results = {}
     for name in pods:
-        pod = await wait_for(lambda: _running(kube, namespace, name), timeout=60, what=f"Pod {name} Running",
-                             describe=lambda: describe_namespace(kube, namespace))
+        pod = await wait_for(
+            lambda: _running(kube, namespace, name),
+            timeout=60,
+            what=f"Pod {name} Running",
+            describe=lambda: describe_namespace(kube, namespace),
+        )
         results[name] = [r for c in await claims_of(kube, pod) for r in c["status"]["allocation"]["devices"]["results"]]
-        assert all(r["driver"] == driver and (r["pool"] == pod["spec"]["nodeName"] or not node_pools)
-                   for r in results[name]), results[name]
+        assert all(
+            r["driver"] == driver and (r["pool"] == pod["spec"]["nodeName"] or not node_pools) for r in results[name]
+        ), results[name]
     return results
 
 
@@ -120,8 +142,12 @@ async def claims_of(kube, pod: dict) -> list[dict]:
     namespace = pod["metadata"]["namespace"]
     names = []
     for pod_claim in pod["spec"].get("resourceClaims") or []:
-        names.append(pod_claim.get("resourceClaimName") or next(
-            s["resourceClaimName"] for s in pod["status"]["resourceClaimStatuses"] if s["name"] == pod_claim["name"]))
+        names.append(
+            pod_claim.get("resourceClaimName")
+            or next(
+                s["resourceClaimName"] for s in pod["status"]["resourceClaimStatuses"] if s["name"] == pod_claim["name"]
+            )
+        )
     if extended := (pod["status"].get("extendedResourceClaimStatus") or {}).get("resourceClaimName"):
         names.append(extended)
     return [await kube.get(RESOURCE_CLAIMS, name, namespace) for name in names]
@@ -134,16 +160,24 @@ async def _running(kube, namespace, name):
 
 async def _unschedulable(kube, namespace, name):
     pod = await kube.get_or_none(PODS, name, namespace)
-    return pod and any(c["type"] == "PodScheduled" and c["status"] == "False" and c.get("reason") == "Unschedulable"
-                       for c in pod["status"].get("conditions") or [])
+    return pod and any(
+        c["type"] == "PodScheduled" and c["status"] == "False" and c.get("reason") == "Unschedulable"
+        for c in pod["status"].get("conditions") or []
+    )
 
 
 def kubectl_dra(lab, *args: str) -> subprocess.CompletedProcess:
     """``kubectl dra ARGS`` with the lab's kubectl, the plugin found on PATH (the venv's bin)."""
     env = dict(os.environ, PATH=f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ.get('PATH', '')}")
     env.pop("KUBECONFIG", None)
-    return subprocess.run([str(lab.bin_dir / "kubectl"), "dra", *args, f"--kubeconfig={lab.kubeconfig}"],
-                          capture_output=True, text=True, env=env, timeout=120, cwd=ROOT)
+    return subprocess.run(
+        [str(lab.bin_dir / "kubectl"), "dra", *args, f"--kubeconfig={lab.kubeconfig}"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        cwd=ROOT,
+    )
 
 
 # -- the examples -------------------------------------------------------------------------------
@@ -223,16 +257,23 @@ async def test_constraints(kube, applied):
     assert len({r["device"] for r in pair}) == 2 and len({r["pool"] for r in pair}) == 1
     # Every gpu.sim whole GPU is a SimGPU-80G: the matched pair is two whole GPUs of one node.
     assert all(not r["device"].endswith(("-part-0", "-part-1")) for r in pair)
-    await wait_for(lambda: _unschedulable(kube, ns, "impossible-pair"), timeout=60,
-                   what="impossible-pair Unschedulable", describe=lambda: describe_namespace(kube, ns))
+    await wait_for(
+        lambda: _unschedulable(kube, ns, "impossible-pair"),
+        timeout=60,
+        what="impossible-pair Unschedulable",
+        describe=lambda: describe_namespace(kube, ns),
+    )
 
 
 async def test_deployment_claim_per_replica(lab, kube, applied):
     ns = await applied.example("deployment-claim-per-replica")
 
     async def replicas(count: int):
-        pods = [p for p in await kube.list(PODS, ns, label_selector="app=inference")
-                if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")]
+        pods = [
+            p
+            for p in await kube.list(PODS, ns, label_selector="app=inference")
+            if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")
+        ]
         claims = await kube.list(RESOURCE_CLAIMS, ns)
         if len(pods) != count or len(claims) != count:
             return None
@@ -240,8 +281,12 @@ async def test_deployment_claim_per_replica(lab, kube, applied):
         return pods, allocated if len(allocated) == count else None
 
     async def scaled(count: int) -> list[dict]:
-        pods, claims = await wait_for(lambda: _both(replicas(count)), timeout=90, what=f"{count} replicas, {count} claims",
-                                      describe=lambda: describe_namespace(kube, ns))
+        pods, claims = await wait_for(
+            lambda: _both(replicas(count)),
+            timeout=90,
+            what=f"{count} replicas, {count} claims",
+            describe=lambda: describe_namespace(kube, ns),
+        )
         owners = {c["metadata"]["ownerReferences"][0]["name"] for c in claims}
         assert owners == {p["metadata"]["name"] for p in pods}, "one claim per Pod, owned by it"
         devices = {(r["pool"], r["device"]) for c in claims for r in c["status"]["allocation"]["devices"]["results"]}
@@ -269,8 +314,12 @@ async def test_partitionable_devices(kube, applied):
     assert large["device"] == "gpu-0-60g"
     result = applied.lab.kubectl("apply", "-n", ns, "-f", str(EXAMPLES / "partitionable-devices" / "then"), check=False)
     assert result.returncode == 0, result.stderr
-    await wait_for(lambda: _unschedulable(kube, ns, "small"), timeout=60, what="small Unschedulable",
-                   describe=lambda: describe_namespace(kube, ns))
+    await wait_for(
+        lambda: _unschedulable(kube, ns, "small"),
+        timeout=60,
+        what="small Unschedulable",
+        describe=lambda: describe_namespace(kube, ns),
+    )
     await kube.delete(PODS, "large", ns, grace_period_seconds=0)
     [small] = (await running_with_claims(kube, ns, ["small"], "partition.example.com", node_pools=False))["small"]
     assert small["device"] == "gpu-0-40g"
@@ -313,8 +362,12 @@ async def test_opaque_config(kube, applied):
     own prepare steps turn them into the environment the README shows."""
     applied.cluster_scoped(EXAMPLES / "opaque-config")
     ns = await applied.example("opaque-config")
-    pod = await wait_for(lambda: _running(kube, ns, "configured"), timeout=60, what="Pod configured Running",
-                         describe=lambda: describe_namespace(kube, ns))
+    pod = await wait_for(
+        lambda: _running(kube, ns, "configured"),
+        timeout=60,
+        what="Pod configured Running",
+        describe=lambda: describe_namespace(kube, ns),
+    )
     [claim] = await claims_of(kube, pod)
     allocation = claim["status"]["allocation"]["devices"]
     assert [c["source"] for c in allocation["config"]] == ["FromClass", "FromClaim"]
@@ -322,13 +375,26 @@ async def test_opaque_config(kube, applied):
     configs = opaque_config.claim_configs(claim, DRIVER)
     backend = SimulatedBackend(str(INVENTORY), pod["spec"]["nodeName"], DRIVER)
     meta = claim["metadata"]
-    env = backend.container_edits(result["device"], {"uid": meta["uid"], "namespace": ns, "name": meta["name"]},
-                                  None, False, opaque_config.for_request(configs, result["request"]))["env"]
+    env = backend.container_edits(
+        result["device"],
+        {"uid": meta["uid"], "namespace": ns, "name": meta["name"]},
+        None,
+        False,
+        opaque_config.for_request(configs, result["request"]),
+    )["env"]
     key = "DRA_DEVICE_" + env_key(result["device"])
-    assert sorted(env) == sorted([
-        f"{key}={result['device']}", f"{key}_RESOURCE_CLAIM={meta['uid']}", f"{key}_CLAIM={ns}/{meta['name']}",
-        f"{key}_ADMIN_ACCESS=false", f"{key}_SHARING_STRATEGY=TimeSlicing", f"{key}_TIMESLICE_INTERVAL=Long",
-        "GPU_OWNER=platform-team", "GPU_PROFILE=training"])
+    assert sorted(env) == sorted(
+        [
+            f"{key}={result['device']}",
+            f"{key}_RESOURCE_CLAIM={meta['uid']}",
+            f"{key}_CLAIM={ns}/{meta['name']}",
+            f"{key}_ADMIN_ACCESS=false",
+            f"{key}_SHARING_STRATEGY=TimeSlicing",
+            f"{key}_TIMESLICE_INTERVAL=Long",
+            "GPU_OWNER=platform-team",
+            "GPU_PROFILE=training",
+        ]
+    )
 
 
 async def test_extended_resources(kube, applied, cluster_objects, unique):
@@ -349,16 +415,37 @@ async def test_extended_resources(kube, applied, cluster_objects, unique):
     for field in ("allocatable", "capacity"):
         node["status"][field]["example.dra-operators.dev/gpu"] = "1"
     await cluster_objects.create(NODES, node)
-    await kube.create(PODS, {"metadata": {"name": "beside-device-plugin"}, "spec": {
-        "nodeSelector": {"dra-example": unique},
-        "containers": [{"name": "main", "image": "busybox:1.37", "command": ["sleep", "infinity"],
-                        "resources": {"limits": {"example.dra-operators.dev/gpu": "1"}}}]}}, ns)
-    pod = await wait_for(lambda: _running(kube, ns, "beside-device-plugin"), timeout=90,
-                         what="Pod on the device plugin's node Running", describe=lambda: describe_namespace(kube, ns))
+    await kube.create(
+        PODS,
+        {
+            "metadata": {"name": "beside-device-plugin"},
+            "spec": {
+                "nodeSelector": {"dra-example": unique},
+                "containers": [
+                    {
+                        "name": "main",
+                        "image": "busybox:1.37",
+                        "command": ["sleep", "infinity"],
+                        "resources": {"limits": {"example.dra-operators.dev/gpu": "1"}},
+                    }
+                ],
+            },
+        },
+        ns,
+    )
+    pod = await wait_for(
+        lambda: _running(kube, ns, "beside-device-plugin"),
+        timeout=90,
+        what="Pod on the device plugin's node Running",
+        describe=lambda: describe_namespace(kube, ns),
+    )
     assert pod["spec"]["nodeName"] == f"dp-{unique}"
     assert not pod["status"].get("extendedResourceClaimStatus")
-    assert not [c for c in await kube.list(RESOURCE_CLAIMS, ns)
-                if c["metadata"]["ownerReferences"][0]["name"] == "beside-device-plugin"]
+    assert not [
+        c
+        for c in await kube.list(RESOURCE_CLAIMS, ns)
+        if c["metadata"]["ownerReferences"][0]["name"] == "beside-device-plugin"
+    ]
 
 
 async def test_every_example_passes_the_lint(lab, simulated_nodes):

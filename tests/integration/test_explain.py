@@ -20,8 +20,15 @@ import time
 import pytest
 
 from operators.core.api.kube import JSON_PATCH, ApiError, Kube
-from operators.core.api.resources import (DEVICE_CLASSES, NAMESPACES, NODES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES,
-                                      SERVICE_ACCOUNTS)
+from operators.core.api.resources import (
+    DEVICE_CLASSES,
+    NAMESPACES,
+    NODES,
+    PODS,
+    RESOURCE_CLAIMS,
+    RESOURCE_SLICES,
+    SERVICE_ACCOUNTS,
+)
 from operators.explain import fetch
 from operators.explain.render import render_pod
 from operators.explain.story import explain_pod
@@ -42,6 +49,7 @@ async def _gather_limited(coros, limit: int = PARALLEL):
     async def one(coro):
         async with semaphore:
             return await coro
+
     return await asyncio.gather(*(one(c) for c in coros))
 
 
@@ -59,8 +67,11 @@ async def create_scenario(kube: Kube, s: Scenario) -> None:
         await kube.replace(RESOURCE_CLAIMS, created, subresource="status")
     for claim in s.claims:
         await kube.create(RESOURCE_CLAIMS, claim, s.namespace)
-    await wait_for(lambda: kube.get_or_none(SERVICE_ACCOUNTS, "default", s.namespace), timeout=60,
-                   what=f"ServiceAccount {s.namespace}/default")
+    await wait_for(
+        lambda: kube.get_or_none(SERVICE_ACCOUNTS, "default", s.namespace),
+        timeout=60,
+        what=f"ServiceAccount {s.namespace}/default",
+    )
     await kube.create(PODS, s.pod, s.namespace)
 
 
@@ -71,11 +82,13 @@ async def delete_scenario(kube: Kube, s: Scenario) -> None:
         except ApiError as e:
             if not e.not_found:
                 raise
+
     await quietly(kube.delete(PODS, "pod", s.namespace, grace_period_seconds=0))
     for claim in await kube.list(RESOURCE_CLAIMS, s.namespace):
         if claim["metadata"].get("finalizers"):
-            await quietly(kube.patch(RESOURCE_CLAIMS, claim["metadata"]["name"], {"metadata": {"finalizers": None}},
-                                     s.namespace))
+            await quietly(
+                kube.patch(RESOURCE_CLAIMS, claim["metadata"]["name"], {"metadata": {"finalizers": None}}, s.namespace)
+            )
     await quietly(kube.delete(NAMESPACES, s.namespace))
     for body in s.slices:
         await quietly(kube.delete(RESOURCE_SLICES, body["metadata"]["name"]))
@@ -87,17 +100,28 @@ async def delete_scenario(kube: Kube, s: Scenario) -> None:
 
 def node_ready(node: dict) -> bool:
     """kwok made it Ready and the node lifecycle controller took its not-ready taint away."""
-    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in (node.get("status") or {}).get("conditions") or [])
-    return ready and not any(t.get("key", "").startswith("node.kubernetes.io/") for t in (node.get("spec") or {}).get("taints") or [])
+    ready = any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in (node.get("status") or {}).get("conditions") or []
+    )
+    return ready and not any(
+        t.get("key", "").startswith("node.kubernetes.io/") for t in (node.get("spec") or {}).get("taints") or []
+    )
 
 
 def outcome(pod: dict, claims: list[dict]) -> bool | None:
     """True: kube-scheduler placed the Pod (bound, or its claims allocated and the binding under
     way); False: it tried and found the Pod unschedulable (or stopped with an error); None: not yet."""
-    if (pod.get("spec") or {}).get("nodeName") or (claims and all((c.get("status") or {}).get("allocation") for c in claims)):
+    if (pod.get("spec") or {}).get("nodeName") or (
+        claims and all((c.get("status") or {}).get("allocation") for c in claims)
+    ):
         return True
     for c in (pod.get("status") or {}).get("conditions") or []:
-        if c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("reason") in ("Unschedulable", "SchedulerError"):
+        if (
+            c.get("type") == "PodScheduled"
+            and c.get("status") == "False"
+            and c.get("reason") in ("Unschedulable", "SchedulerError")
+        ):
             return False
     return None
 
@@ -114,8 +138,13 @@ async def test_explain_verdicts_agree_with_kube_scheduler(lab, kube, controllers
         await _gather_limited(create_scenario(kube, s) for s in scenarios)
 
         async def nodes_ready() -> bool:
-            nodes = [n for n in await kube.list(NODES, label_selector=LABEL) if n["metadata"]["labels"][LABEL].startswith(run)]
+            nodes = [
+                n
+                for n in await kube.list(NODES, label_selector=LABEL)
+                if n["metadata"]["labels"][LABEL].startswith(run)
+            ]
             return len(nodes) == 2 * len(scenarios) and all(node_ready(n) for n in nodes)
+
         await wait_for(nodes_ready, timeout=90, interval=0.5, what="the scenarios' kwok Nodes Ready and untainted")
         created = time.monotonic()
 
@@ -126,8 +155,12 @@ async def test_explain_verdicts_agree_with_kube_scheduler(lab, kube, controllers
             reports[s.namespace] = explain_pod(world, pod)
         explained = time.monotonic()
 
-        await _gather_limited(kube.patch(PODS, "pod", [{"op": "remove", "path": "/spec/schedulingGates"}], s.namespace,
-                                         content_type=JSON_PATCH) for s in scenarios)
+        await _gather_limited(
+            kube.patch(
+                PODS, "pod", [{"op": "remove", "path": "/spec/schedulingGates"}], s.namespace, content_type=JSON_PATCH
+            )
+            for s in scenarios
+        )
         decided: dict[str, bool] = {}
 
         async def all_decided() -> bool:
@@ -137,12 +170,21 @@ async def test_explain_verdicts_agree_with_kube_scheduler(lab, kube, controllers
                 ns = pod["metadata"]["namespace"]
                 if ns in decided or ns not in by_ns:
                     continue
-                mine = [c for c in claims if c["metadata"]["namespace"] == ns and not c["metadata"]["name"].startswith("held-")]
+                mine = [
+                    c
+                    for c in claims
+                    if c["metadata"]["namespace"] == ns and not c["metadata"]["name"].startswith("held-")
+                ]
                 if (result := outcome(pod, mine)) is not None:
                     decided[ns] = result
             return len(decided) == len(scenarios)
-        await wait_for(all_decided, timeout=120, interval=0.5,
-                       what=f"kube-scheduler's decision on every Pod ({len(decided)} of {len(scenarios)})")
+
+        await wait_for(
+            all_decided,
+            timeout=120,
+            interval=0.5,
+            what=f"kube-scheduler's decision on every Pod ({len(decided)} of {len(scenarios)})",
+        )
         scheduled = time.monotonic()
 
         disagreements = []
@@ -154,12 +196,15 @@ async def test_explain_verdicts_agree_with_kube_scheduler(lab, kube, controllers
                     f"{s.describe()}\nexplain: allocatable={verdict['allocatable']} ({verdict['summary']}); "
                     f"kube-scheduler: {'placed it' if decided[s.namespace] else 'did not'}; PodScheduled: "
                     f"{json.dumps([c for c in pod['status'].get('conditions') or [] if c['type'] == 'PodScheduled'])}\n"
-                    + render_pod(reports[s.namespace], wide=True))
+                    + render_pod(reports[s.namespace], wide=True)
+                )
         agreed = len(scenarios) - len(disagreements)
         allocatable = sum(decided.values())
-        print(f"\nexplain vs kube-scheduler: {agreed}/{len(scenarios)} agree (seed {SEED}; {allocatable} placed, "
-              f"{len(scenarios) - allocatable} not); create {created - started:.1f}s, explain {explained - created:.1f}s, "
-              f"schedule {scheduled - explained:.1f}s")
+        print(
+            f"\nexplain vs kube-scheduler: {agreed}/{len(scenarios)} agree (seed {SEED}; {allocatable} placed, "
+            f"{len(scenarios) - allocatable} not); create {created - started:.1f}s, explain {explained - created:.1f}s, "
+            f"schedule {scheduled - explained:.1f}s"
+        )
         shapes = sorted({s.shape for s in scenarios})
         print("shapes:", ", ".join(shapes))
         assert not disagreements, "\n\n".join(disagreements)
@@ -170,13 +215,19 @@ async def test_explain_verdicts_agree_with_kube_scheduler(lab, kube, controllers
 
 # -- kubectl dra, through the lab's real kubectl ------------------------------------------------
 
+
 def kubectl_dra(lab, *args: str) -> subprocess.CompletedProcess:
     """``kubectl dra ARGS`` with the lab's kubectl, the plugin found on PATH (the venv's bin),
     the kubeconfig given as kubectl's flag (after the plugin's name, where kubectl passes it on)."""
     env = dict(os.environ, PATH=f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ.get('PATH', '')}")
     env.pop("KUBECONFIG", None)
-    return subprocess.run([str(lab.bin_dir / "kubectl"), "dra", *args, f"--kubeconfig={lab.kubeconfig}"],
-                          capture_output=True, text=True, env=env, timeout=120)
+    return subprocess.run(
+        [str(lab.bin_dir / "kubectl"), "dra", *args, f"--kubeconfig={lab.kubeconfig}"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
 
 
 async def test_kubectl_dra_explain_devices_and_preview(lab, kube, namespace, cluster_objects, unique):
@@ -192,57 +243,148 @@ async def test_kubectl_dra_explain_devices_and_preview(lab, kube, namespace, clu
     node_name = f"free-{unique}"
     await cluster_objects.create(NODES, build_node(node_name, {"dra-explain": unique}))
     await wait_for(lambda: _ready(kube, node_name), timeout=60, what=f"Node {node_name} Ready and untainted")
-    await cluster_objects.create(DEVICE_CLASSES, {"metadata": {"name": f"gpu-{unique}"}, "spec": {"selectors": [
-        {"cel": {"expression": f'device.driver == "{driver}"'}}]}})
+    await cluster_objects.create(
+        DEVICE_CLASSES,
+        {
+            "metadata": {"name": f"gpu-{unique}"},
+            "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{driver}"'}}]},
+        },
+    )
     await kube.patch(NAMESPACES, namespace, {"metadata": {"labels": {ADMIN_LABEL: "true"}}})
 
     def consumes(amount):
         return [{"counterSet": "gpu-0-counters", "counters": {"memory": {"value": amount}}}]
+
     pool = {"name": node_name, "generation": 1, "resourceSliceCount": 2}
-    await cluster_objects.create(RESOURCE_SLICES, {"metadata": {"name": f"{node_name}-counters"}, "spec": {
-        "driver": driver, "nodeName": node_name, "pool": pool,
-        "sharedCounters": [{"name": "gpu-0-counters", "counters": {"memory": {"value": "80Gi"}}}]}})
-    await cluster_objects.create(RESOURCE_SLICES, {"metadata": {"name": f"{node_name}-devices"}, "spec": {
-        "driver": driver, "nodeName": node_name, "pool": pool, "devices": [
-            {"name": "gpu-0", "consumesCounters": consumes("80Gi"), "attributes": {"model": {"string": "LabGPU"}}},
-            {"name": "gpu-0-part-0", "consumesCounters": consumes("40Gi")},
-            {"name": "gpu-0-part-1", "consumesCounters": consumes("40Gi")},
-            {"name": "gpu-1", "taints": [{"key": "xid", "value": "79", "effect": "NoSchedule"}]},
-            {"name": "gpu-2", "allowMultipleAllocations": True, "capacity": {"memory": {"value": "48Gi"}}},
-            {"name": "gpu-3", "attributes": {"model": {"string": "LabGPU"}, "uuid": {"string": "GPU-3333"}},
-             "bindingConditions": ["Attached"], "bindingFailureConditions": ["AttachFailed"], "bindsToNode": True}]}})
+    await cluster_objects.create(
+        RESOURCE_SLICES,
+        {
+            "metadata": {"name": f"{node_name}-counters"},
+            "spec": {
+                "driver": driver,
+                "nodeName": node_name,
+                "pool": pool,
+                "sharedCounters": [{"name": "gpu-0-counters", "counters": {"memory": {"value": "80Gi"}}}],
+            },
+        },
+    )
+    await cluster_objects.create(
+        RESOURCE_SLICES,
+        {
+            "metadata": {"name": f"{node_name}-devices"},
+            "spec": {
+                "driver": driver,
+                "nodeName": node_name,
+                "pool": pool,
+                "devices": [
+                    {
+                        "name": "gpu-0",
+                        "consumesCounters": consumes("80Gi"),
+                        "attributes": {"model": {"string": "LabGPU"}},
+                    },
+                    {"name": "gpu-0-part-0", "consumesCounters": consumes("40Gi")},
+                    {"name": "gpu-0-part-1", "consumesCounters": consumes("40Gi")},
+                    {"name": "gpu-1", "taints": [{"key": "xid", "value": "79", "effect": "NoSchedule"}]},
+                    {"name": "gpu-2", "allowMultipleAllocations": True, "capacity": {"memory": {"value": "48Gi"}}},
+                    {
+                        "name": "gpu-3",
+                        "attributes": {"model": {"string": "LabGPU"}, "uuid": {"string": "GPU-3333"}},
+                        "bindingConditions": ["Attached"],
+                        "bindingFailureConditions": ["AttachFailed"],
+                        "bindsToNode": True,
+                    },
+                ],
+            },
+        },
+    )
 
     async def held(name, result, admin=False):
         exactly = {"deviceClassName": f"gpu-{unique}"} | ({"adminAccess": True} if admin else {})
-        claim = await kube.create(RESOURCE_CLAIMS, {"metadata": {"name": name}, "spec": {"devices": {"requests": [
-            {"name": "gpu", "exactly": exactly}]}}}, namespace)
-        claim["status"] = {"allocation": {"devices": {"results": [
-            {"request": "gpu", "driver": driver, "pool": node_name, **result}]}}}
+        claim = await kube.create(
+            RESOURCE_CLAIMS,
+            {"metadata": {"name": name}, "spec": {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}}},
+            namespace,
+        )
+        claim["status"] = {
+            "allocation": {"devices": {"results": [{"request": "gpu", "driver": driver, "pool": node_name, **result}]}}
+        }
         await kube.replace(RESOURCE_CLAIMS, claim, subresource="status")
+
     await held("part", {"device": "gpu-0-part-0"})
-    await held("share", {"device": "gpu-2", "shareID": "5c0e9d1e-0000-4000-8000-000000000001",
-                         "consumedCapacity": {"memory": "40Gi"}})
+    await held(
+        "share",
+        {"device": "gpu-2", "shareID": "5c0e9d1e-0000-4000-8000-000000000001", "consumedCapacity": {"memory": "40Gi"}},
+    )
     await held("watch", {"device": "gpu-0-part-1", "adminAccess": True}, admin=True)
 
     # the Pod that waits for binding: only gpu-3 is left for a plain request that tolerates nothing
-    await kube.create(RESOURCE_CLAIMS, {"metadata": {"name": "bound"}, "spec": {"devices": {"requests": [
-        {"name": "gpu", "exactly": {"deviceClassName": f"gpu-{unique}", "selectors": [
-            {"cel": {"expression": f'"model" in device.attributes["{driver}"] && device.attributes["{driver}"].model == "LabGPU"'}}]}}]}}}, namespace)
-    await kube.create(RESOURCE_CLAIMS, {"metadata": {"name": "toomany"}, "spec": {"devices": {"requests": [
-        {"name": "gpu", "exactly": {"deviceClassName": f"gpu-{unique}", "count": 9}}]}}}, namespace)
+    await kube.create(
+        RESOURCE_CLAIMS,
+        {
+            "metadata": {"name": "bound"},
+            "spec": {
+                "devices": {
+                    "requests": [
+                        {
+                            "name": "gpu",
+                            "exactly": {
+                                "deviceClassName": f"gpu-{unique}",
+                                "selectors": [
+                                    {
+                                        "cel": {
+                                            "expression": f'"model" in device.attributes["{driver}"] && device.attributes["{driver}"].model == "LabGPU"'
+                                        }
+                                    }
+                                ],
+                            },
+                        }
+                    ]
+                }
+            },
+        },
+        namespace,
+    )
+    await kube.create(
+        RESOURCE_CLAIMS,
+        {
+            "metadata": {"name": "toomany"},
+            "spec": {
+                "devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": f"gpu-{unique}", "count": 9}}]}
+            },
+        },
+        namespace,
+    )
     for name, claim in (("waiting", "bound"), ("greedy", "toomany")):
-        await kube.create(PODS, {"metadata": {"name": name}, "spec": {
-            "nodeSelector": {"dra-explain": unique}, "resourceClaims": [{"name": "gpu", "resourceClaimName": claim}],
-            "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10", "resources": {"claims": [{"name": "gpu"}]}}],
-            "terminationGracePeriodSeconds": 0}}, namespace)
+        await kube.create(
+            PODS,
+            {
+                "metadata": {"name": name},
+                "spec": {
+                    "nodeSelector": {"dra-explain": unique},
+                    "resourceClaims": [{"name": "gpu", "resourceClaimName": claim}],
+                    "containers": [
+                        {
+                            "name": "main",
+                            "image": "registry.k8s.io/pause:3.10",
+                            "resources": {"claims": [{"name": "gpu"}]},
+                        }
+                    ],
+                    "terminationGracePeriodSeconds": 0,
+                },
+            },
+            namespace,
+        )
 
     async def in_binding_wait():
         claim = await kube.get(RESOURCE_CLAIMS, "bound", namespace)
         return (claim.get("status") or {}).get("reservedFor") and claim["status"].get("allocation")
+
     async def why() -> str:
         return kubectl_dra(lab, "explain", "pod/waiting", "-n", namespace, "-o", "wide").stdout
-    await wait_for(in_binding_wait, timeout=60, what="kube-scheduler reserved the claim and waits for binding",
-                   describe=why)
+
+    await wait_for(
+        in_binding_wait, timeout=60, what="kube-scheduler reserved the claim and waits for binding", describe=why
+    )
     try:
         devices = kubectl_dra(lab, "devices", "-n", namespace, "-o", "json")
         assert devices.returncode == 0, devices.stderr
@@ -253,8 +395,14 @@ async def test_kubectl_dra_explain_devices_and_preview(lab, kube, namespace, clu
         free = table["free"][node_name]
         # gpu-0: counters used up by part-0 (in use); part-1 watched with admin access (free);
         # gpu-1 tainted; gpu-2 shared with 8Gi left (free); gpu-3 in use (binding)
-        assert (free["total"], free["free"], free["inUse"], free["countersUsedUp"],
-                free["tainted"], free["adminAccess"]) == (6, 2, 2, 1, 1, 1), free
+        assert (
+            free["total"],
+            free["free"],
+            free["inUse"],
+            free["countersUsedUp"],
+            free["tainted"],
+            free["adminAccess"],
+        ) == (6, 2, 2, 1, 1, 1), free
         assert free["shared"] == {"gpu-2": {"memory": "8Gi"}}
 
         wide = kubectl_dra(lab, "devices", "-A", "-o", "wide", "--context", "lab")
@@ -278,8 +426,22 @@ async def test_kubectl_dra_explain_devices_and_preview(lab, kube, namespace, clu
 
         # the condition met: the Pod binds, the state becomes reserved
         claim = await kube.get(RESOURCE_CLAIMS, "bound", namespace)
-        claim["status"]["devices"] = [{"driver": driver, "pool": node_name, "device": "gpu-3", "conditions": [
-            {"type": "Attached", "status": "True", "reason": "Test", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}]
+        claim["status"]["devices"] = [
+            {
+                "driver": driver,
+                "pool": node_name,
+                "device": "gpu-3",
+                "conditions": [
+                    {
+                        "type": "Attached",
+                        "status": "True",
+                        "reason": "Test",
+                        "message": "",
+                        "lastTransitionTime": "2026-01-01T00:00:00Z",
+                    }
+                ],
+            }
+        ]
         await kube.replace(RESOURCE_CLAIMS, claim, subresource="status")
         await wait_for(lambda: _bound(kube, namespace, "waiting"), timeout=60, what="Pod waiting bound")
         devices = kubectl_dra(lab, "devices", "-n", namespace, "-o", "json")
@@ -287,8 +449,10 @@ async def test_kubectl_dra_explain_devices_and_preview(lab, kube, namespace, clu
 
         # what a NoExecute rule on the driver would evict: the bound Pod
         with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
-            f.write(f"apiVersion: resource.k8s.io/v1\nkind: DeviceTaintRule\nmetadata:\n  name: preview-{unique}\n"
-                    f"spec:\n  deviceSelector:\n    driver: {driver}\n  taint:\n    key: maintenance\n    effect: NoExecute\n")
+            f.write(
+                f"apiVersion: resource.k8s.io/v1\nkind: DeviceTaintRule\nmetadata:\n  name: preview-{unique}\n"
+                f"spec:\n  deviceSelector:\n    driver: {driver}\n  taint:\n    key: maintenance\n    effect: NoExecute\n"
+            )
         preview = kubectl_dra(lab, "preview", f.name, "-o", "json")
         os.unlink(f.name)
         assert preview.returncode == 0, preview.stderr
@@ -303,7 +467,9 @@ async def test_kubectl_dra_explain_devices_and_preview(lab, kube, namespace, clu
                 pass
         for claim in await kube.list(RESOURCE_CLAIMS, namespace):
             if claim["metadata"].get("finalizers"):
-                await kube.patch(RESOURCE_CLAIMS, claim["metadata"]["name"], {"metadata": {"finalizers": None}}, namespace)
+                await kube.patch(
+                    RESOURCE_CLAIMS, claim["metadata"]["name"], {"metadata": {"finalizers": None}}, namespace
+                )
 
 
 async def _bound(kube, namespace, name):

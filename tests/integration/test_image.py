@@ -17,7 +17,8 @@ import pytest
 from operators.lab import image
 
 pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0, reason="buildah needs root here (its storage in /var/lib/containers, debootstrap's chroot)")
+    os.geteuid() != 0, reason="buildah needs root here (its storage in /var/lib/containers, debootstrap's chroot)"
+)
 
 
 @pytest.fixture(scope="session")
@@ -39,8 +40,12 @@ def archive_config(archive: Path) -> dict:
 def container(archive: Path) -> str:
     """A working container from the archive itself (not from buildah's storage's tag)."""
     name = f"dra-operators-test-{os.getpid()}"
-    subprocess.run(["buildah", "from", "--quiet", "--name", name, f"docker-archive:{archive}"],
-                   check=True, capture_output=True, text=True)
+    subprocess.run(
+        ["buildah", "from", "--quiet", "--name", name, f"docker-archive:{archive}"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     try:
         yield name
     finally:
@@ -51,8 +56,12 @@ def container(archive: Path) -> str:
 
 def run_in(container: str, *command: str) -> subprocess.CompletedProcess[str]:
     """``command`` in the container as the image's user (no --user), chroot isolation."""
-    return subprocess.run(["buildah", "run", "--isolation", "chroot", container, "--", *command],
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        ["buildah", "run", "--isolation", "chroot", container, "--", *command],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_archive_names_the_image_as_kubelet_resolves_it(archive_config: dict) -> None:
@@ -104,10 +113,12 @@ def test_pip_check(container: str) -> None:
 
 def test_every_module_imports(container: str) -> None:
     """Every module of the installed package imports with the image's dependencies alone."""
-    script = ("import importlib, pkgutil, operators\n"
-              "names = [m.name for m in pkgutil.walk_packages(operators.__path__, 'operators.')]\n"
-              "for name in names: importlib.import_module(name)\n"
-              "print(len(names))")
+    script = (
+        "import importlib, pkgutil, operators\n"
+        "names = [m.name for m in pkgutil.walk_packages(operators.__path__, 'operators.')]\n"
+        "for name in names: importlib.import_module(name)\n"
+        "print(len(names))"
+    )
     result = run_in(container, "python", "-c", script)
     assert result.returncode == 0, result.stderr
     assert int(result.stdout) > 20
@@ -115,17 +126,22 @@ def test_every_module_imports(container: str) -> None:
 
 def test_lean(container: str) -> None:
     """No build tools in the final image: no build venv, no setuptools, no compiler, no pip cache."""
-    result = run_in(container, "sh", "-c",
-                    "test ! -e /opt/build && ! command -v gcc && ! command -v cc && "
-                    "! python -c 'import setuptools' 2>/dev/null && test ! -e /root/.cache/pip && echo lean")
+    result = run_in(
+        container,
+        "sh",
+        "-c",
+        "test ! -e /opt/build && ! command -v gcc && ! command -v cc && "
+        "! python -c 'import setuptools' 2>/dev/null && test ! -e /root/.cache/pip && echo lean",
+    )
     assert result.stdout.strip() == "lean", result.stdout + result.stderr
 
 
 def test_missing_base_says_what_to_do(archive: Path) -> None:
     before = archive.stat().st_mtime
     base = "localhost/does-not-exist:0"
-    result = subprocess.run([str(image.BUILD_SCRIPT)], env={**os.environ, "IMAGE_BASE": base},
-                            capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [str(image.BUILD_SCRIPT)], env={**os.environ, "IMAGE_BASE": base}, capture_output=True, text=True, timeout=300
+    )
     print(result.stderr)
     assert result.returncode != 0
     assert base in result.stderr

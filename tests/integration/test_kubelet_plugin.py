@@ -43,22 +43,34 @@ class Node:
         self.registry, self.plugins, self.cdi = self.root / "registry", self.root / "plugins", self.root / "cdi"
         self.inventory = tmp_path / f"inventory-{suffix}.yaml"
         self.inventory.write_text(yaml.safe_dump(inventory or {"gpus": [{"model": "M", "memory": "16Gi", "count": 4}]}))
-        self.agent = OperatorProcess(["nodeagent"], lab.kubeconfig, tmp_path, env={
-            "NODE_NAME": self.name, "DRA_NODEAGENT_BACKEND": "simulated", "DRA_NODEAGENT_INVENTORY": str(self.inventory),
-            "DRA_NODEAGENT_DRIVER": self.driver, "DRA_NODEAGENT_SYNC_DELAY": "1",
-            "DRA_NODEAGENT_REGISTRY_DIR": str(self.registry), "DRA_NODEAGENT_PLUGINS_DIR": str(self.plugins),
-            "DRA_NODEAGENT_CDI_ROOT": str(self.cdi)})
+        self.agent = OperatorProcess(
+            ["nodeagent"],
+            lab.kubeconfig,
+            tmp_path,
+            env={
+                "NODE_NAME": self.name,
+                "DRA_NODEAGENT_BACKEND": "simulated",
+                "DRA_NODEAGENT_INVENTORY": str(self.inventory),
+                "DRA_NODEAGENT_DRIVER": self.driver,
+                "DRA_NODEAGENT_SYNC_DELAY": "1",
+                "DRA_NODEAGENT_REGISTRY_DIR": str(self.registry),
+                "DRA_NODEAGENT_PLUGINS_DIR": str(self.plugins),
+                "DRA_NODEAGENT_CDI_ROOT": str(self.cdi),
+            },
+        )
         self.agent.log = tmp_path / f"agent-{suffix}.log"
         self.kubelet = FakeKubelet(self.registry)
 
-    async def start(self, device_class: bool = True) -> "Node":
+    async def start(self, device_class: bool = True) -> Node:
         self.lab.create_node(self.name)
         self.lab.wait_node_schedulable(self.name)
         self.agent.start()
         if device_class:
             await self.kube.create(DEVICE_CLASSES, objects.device_class(self.driver, self.driver))
-        await wait_for(lambda: self.kube.list(RESOURCE_SLICES, field_selector=f"spec.nodeName={self.name}"),
-                       what="slices published")
+        await wait_for(
+            lambda: self.kube.list(RESOURCE_SLICES, field_selector=f"spec.nodeName={self.name}"),
+            what="slices published",
+        )
         await self.kubelet.register()
         return self
 
@@ -71,8 +83,9 @@ class Node:
             except OSError:
                 pass
 
-    async def allocated_claim(self, name: str, count: int = 1, admin: bool = False, pod: str | None = None,
-                              claim_class: str | None = None) -> dict:
+    async def allocated_claim(
+        self, name: str, count: int = 1, admin: bool = False, pod: str | None = None, claim_class: str | None = None
+    ) -> dict:
         """A claim the real scheduler allocated on this node, through a Pod using it."""
         if await self.kube.get_or_none(RESOURCE_CLAIMS, name, self.namespace) is None:
             body = objects.resource_claim(name, claim_class or self.driver)
@@ -89,6 +102,7 @@ class Node:
             claim = await self.kube.get(RESOURCE_CLAIMS, name, self.namespace)
             reserved = {r["name"] for r in claim.get("status", {}).get("reservedFor") or []}
             return claim if claim["status"].get("allocation") and pod_body["metadata"]["name"] in reserved else None
+
         return await wait_for(allocated, what=f"claim {name} allocated and reserved")
 
     def spec(self, uid: str) -> dict:
@@ -114,8 +128,12 @@ async def test_registration_prepare_idempotent_unprepare(node, kube):
     info = node.kubelet.info
     assert (info.type, info.name) == ("DRAPlugin", node.driver)
     assert info.endpoint == str(node.plugins / node.driver / "dra.sock") and Path(info.endpoint).is_socket()
-    assert list(info.supported_versions) == ["v1.DRAPlugin", "v1beta1.DRAPlugin", "v1.DRAResourceHealth",
-                                            "v1alpha1.DRAResourceHealth"]
+    assert list(info.supported_versions) == [
+        "v1.DRAPlugin",
+        "v1beta1.DRAPlugin",
+        "v1.DRAResourceHealth",
+        "v1alpha1.DRAResourceHealth",
+    ]
 
     claim = await node.allocated_claim("one")
     uid = claim["metadata"]["uid"]
@@ -169,8 +187,12 @@ async def test_multi_device_and_shared_claims(node, kube):
 async def test_admin_access_shares_a_device_already_prepared(node, kube):
     exclusive = await node.allocated_claim("exclusive")
     await node.kubelet.prepare([exclusive])
-    await kube.patch(NAMESPACES, node.namespace,
-                     {"metadata": {"labels": {"resource.kubernetes.io/admin-access": "true"}}}, content_type=MERGE_PATCH)
+    await kube.patch(
+        NAMESPACES,
+        node.namespace,
+        {"metadata": {"labels": {"resource.kubernetes.io/admin-access": "true"}}},
+        content_type=MERGE_PATCH,
+    )
     admin = await node.allocated_claim("monitor", count=1, admin=True)
     [result] = admin["status"]["allocation"]["devices"]["results"]
     assert result.get("adminAccess") is True
@@ -184,21 +206,26 @@ async def test_errors_are_per_claim(lab, kube, node, namespace, unique, tmp_path
     good = await node.allocated_claim("good")
     # The same driver on another node: a claim allocated there is not ours to prepare.
     other_node = await Node(lab, kube, namespace, unique, tmp_path, suffix="b", driver=node.driver).start(
-        device_class=False)
+        device_class=False
+    )
     try:
         elsewhere = await other_node.allocated_claim("elsewhere")
         # Another driver's device on this node.
         other_driver = f"other-{unique}.lab.dra-operators.dev"
         await cluster_objects.create(DEVICE_CLASSES, objects.device_class(other_driver, other_driver))
-        await cluster_objects.create(RESOURCE_SLICES, objects.resource_slice(
-            f"other-{unique}", other_driver, node.name, [objects.device("gpu-0")]))
+        await cluster_objects.create(
+            RESOURCE_SLICES,
+            objects.resource_slice(f"other-{unique}", other_driver, node.name, [objects.device("gpu-0")]),
+        )
         foreign = await node.allocated_claim("foreign", claim_class=other_driver)
         replaced = dict(good["metadata"], uid="00000000-0000-0000-0000-000000000000")
         missing = {"namespace": namespace, "name": "missing", "uid": "11111111-1111-1111-1111-111111111111"}
         response = await node.kubelet.prepare([good, elsewhere, foreign, {"metadata": replaced}, missing])
         errors = {uid: entry.error for uid, entry in response.claims.items()}
         assert errors[good["metadata"]["uid"]] == ""
-        assert f"allocated on node {other_node.name}, not on this node {node.name}" in errors[elsewhere["metadata"]["uid"]]
+        assert (
+            f"allocated on node {other_node.name}, not on this node {node.name}" in errors[elsewhere["metadata"]["uid"]]
+        )
         assert f"has no device of driver {node.driver}" in errors[foreign["metadata"]["uid"]]
         assert "got replaced" in errors["00000000-0000-0000-0000-000000000000"]
         assert "does not exist" in errors[missing["uid"]]
@@ -226,8 +253,11 @@ async def test_agent_killed_between_prepare_and_unprepare_and_corrupt_checkpoint
     await kubelet.register()
     # Rebuilt from the CDI spec: the claim is still known as prepared.
     assert [c["uid"] for c in node.checkpoint()["preparedClaims"]] == [uid]
-    events = [e for e in await kube.list(EVENTS, "default")
-              if e["involvedObject"].get("name") == node.name and e["reason"] == "CheckpointCorrupt"]
+    events = [
+        e
+        for e in await kube.list(EVENTS, "default")
+        if e["involvedObject"].get("name") == node.name and e["reason"] == "CheckpointCorrupt"
+    ]
     assert events and "rebuilt 1 prepared claim(s)" in events[0]["message"]
     assert (await kubelet.unprepare([claim])).claims[uid].error == ""
     assert "preparedClaims" not in node.checkpoint()
@@ -235,8 +265,17 @@ async def test_agent_killed_between_prepare_and_unprepare_and_corrupt_checkpoint
 
 
 async def test_consumable_capacity_shares_are_prepared_per_share(lab, kube, namespace, unique, tmp_path):
-    inventory = {"gpus": [{"model": "S", "memory": "16Gi", "count": 1, "allowMultipleAllocations": True,
-                           "memoryPolicy": {"default": "1Gi", "min": "1Gi", "step": "1Gi"}}]}
+    inventory = {
+        "gpus": [
+            {
+                "model": "S",
+                "memory": "16Gi",
+                "count": 1,
+                "allowMultipleAllocations": True,
+                "memoryPolicy": {"default": "1Gi", "min": "1Gi", "step": "1Gi"},
+            }
+        ]
+    }
     node = await Node(lab, kube, namespace, unique, tmp_path, suffix="s", inventory=inventory).start()
     try:
         claims = []
@@ -271,25 +310,58 @@ async def test_fake_nvml_cdi_names_gpu_and_mig_device_nodes(lab, kube, namespace
         access.parent.mkdir(parents=True, exist_ok=True)
         access.write_text(f"DeviceFileMinor: {minor}\nDeviceFileMode: 292\n")
     model = eight_gpu_machine()
-    agent = NodeAgent(kube, NvmlBackend(driver, nvml=model, dev_root=str(dev), proc_root=str(proc)),
-                      node_name=name, driver=driver, sync_delay=1, health=HealthTracker(driver))
+    agent = NodeAgent(
+        kube,
+        NvmlBackend(driver, nvml=model, dev_root=str(dev), proc_root=str(proc)),
+        node_name=name,
+        driver=driver,
+        sync_delay=1,
+        health=HealthTracker(driver),
+    )
     root = Path(tempfile.mkdtemp(prefix="nv-"))
     # A stand-in for the NVIDIA Container Toolkit's generated spec (devices by UUID).
     (root / "tk").mkdir()
-    (root / "tk" / "nvidia.yaml").write_text(json.dumps({"cdiVersion": "0.5.0", "kind": "nvidia.com/gpu", "devices": [
-        {"name": u, "containerEdits": {}} for g in model.gpus for u in [g.uuid, *(m.uuid for m in g.instances)]]}))
-    plugin = KubeletPlugin(agent, kube, registry_dir=str(root / "r"), plugins_dir=str(root / "p"), cdi_root=str(root / "c"),
-                           toolkit_cdi_dirs=(str(root / "tk"),))
+    (root / "tk" / "nvidia.yaml").write_text(
+        json.dumps(
+            {
+                "cdiVersion": "0.5.0",
+                "kind": "nvidia.com/gpu",
+                "devices": [
+                    {"name": u, "containerEdits": {}}
+                    for g in model.gpus
+                    for u in [g.uuid, *(m.uuid for m in g.instances)]
+                ],
+            }
+        )
+    )
+    plugin = KubeletPlugin(
+        agent,
+        kube,
+        registry_dir=str(root / "r"),
+        plugins_dir=str(root / "p"),
+        cdi_root=str(root / "c"),
+        toolkit_cdi_dirs=(str(root / "tk"),),
+    )
     await agent.start()
     await plugin.start()
     kubelet = FakeKubelet(root / "r")
     try:
         await kubelet.register()
-        await cluster_objects.create(DEVICE_CLASSES, objects.device_class(
-            f"gpu-{unique}", driver, extra_selector=f"device.attributes['{driver}'].type == 'gpu'"))
-        await cluster_objects.create(DEVICE_CLASSES, objects.device_class(
-            f"mig-{unique}", driver, extra_selector=f"device.attributes['{driver}'].type == 'mig' && "
-                             f"device.attributes['{driver}'].profile == '1g.10gb'"))
+        await cluster_objects.create(
+            DEVICE_CLASSES,
+            objects.device_class(
+                f"gpu-{unique}", driver, extra_selector=f"device.attributes['{driver}'].type == 'gpu'"
+            ),
+        )
+        await cluster_objects.create(
+            DEVICE_CLASSES,
+            objects.device_class(
+                f"mig-{unique}",
+                driver,
+                extra_selector=f"device.attributes['{driver}'].type == 'mig' && "
+                f"device.attributes['{driver}'].profile == '1g.10gb'",
+            ),
+        )
         helper = Node.__new__(Node)
         helper.kube, helper.namespace, helper.name, helper.driver = kube, namespace, name, driver
         gpu = await Node.allocated_claim(helper, "gpu", claim_class=f"gpu-{unique}")
@@ -307,13 +379,16 @@ async def test_fake_nvml_cdi_names_gpu_and_mig_device_nodes(lab, kube, namespace
         assert gpu_edits["deviceNodes"] == [{"path": f"/dev/nvidia{minor}", "type": "c", "major": 195, "minor": minor}]
         assert gpu_spec["containerEdits"]["env"] == [f"NVIDIA_VISIBLE_DEVICES={model.gpu(minor).uuid}"]
         [mig_edits] = [d["containerEdits"] for d in mig_spec["devices"]]
-        assert mig_edits["deviceNodes"] == [{"path": "/dev/nvidia7", "type": "c", "major": 195, "minor": 7},
-                                            {"path": "/dev/nvidia-caps/nvidia-cap84"},
-                                            {"path": "/dev/nvidia-caps/nvidia-cap85"}]
+        assert mig_edits["deviceNodes"] == [
+            {"path": "/dev/nvidia7", "type": "c", "major": 195, "minor": 7},
+            {"path": "/dev/nvidia-caps/nvidia-cap84"},
+            {"path": "/dev/nvidia-caps/nvidia-cap85"},
+        ]
         assert mig_spec["containerEdits"]["env"] == ["NVIDIA_VISIBLE_DEVICES=MIG-70000000-0000-4000-8000-000000000009"]
         ids = [list(d.cdi_device_ids) for e in response.claims.values() for d in e.devices]
-        assert sorted(i[0] for i in ids) == sorted([f"nvidia.com/gpu={model.gpu(minor).uuid}",
-                                                    "nvidia.com/gpu=MIG-70000000-0000-4000-8000-000000000009"])
+        assert sorted(i[0] for i in ids) == sorted(
+            [f"nvidia.com/gpu={model.gpu(minor).uuid}", "nvidia.com/gpu=MIG-70000000-0000-4000-8000-000000000009"]
+        )
     finally:
         await kubelet.close()
         await plugin.stop()
@@ -335,15 +410,16 @@ async def test_liveness_fails_when_the_plugin_stops_answering(lab, kube, namespa
 
     [port] = free_ports(1)
     node = Node(lab, kube, namespace, unique, tmp_path)
-    node.agent.extra_env.update({"DRA_NODEAGENT_GRPC_HEALTH_PORT": str(port),
-                                 "DRA_NODEAGENT_SELF_CHECK_PERIOD": "0.5"})
+    node.agent.extra_env.update({"DRA_NODEAGENT_GRPC_HEALTH_PORT": str(port), "DRA_NODEAGENT_SELF_CHECK_PERIOD": "0.5"})
     await node.start()
     try:
+
         async def status(service: str = "liveness") -> str:
             channel = Channel("127.0.0.1", port)
             try:
                 answer = await health_grpc.HealthStub(channel).Check(
-                    health_pb2.HealthCheckRequest(service=service), timeout=5)
+                    health_pb2.HealthCheckRequest(service=service), timeout=5
+                )
             finally:
                 channel.close()
             return health_pb2.HealthCheckResponse.ServingStatus.Name(answer.status)
@@ -362,11 +438,14 @@ async def test_liveness_fails_when_the_plugin_stops_answering(lab, kube, namespa
 
         async def not_serving():
             return await status() == "NOT_SERVING"
+
         await wait_for(not_serving, what="gRPC health liveness NOT_SERVING")
+
         # kopf answers /healthz from probe results it keeps for a while: wait for the next one.
         async def failing():
             answer = healthz()
             return answer if answer[0] != 200 else None
+
         code, body = await wait_for(failing, what="/healthz failing")
         assert code == 500, body
         failures = [line for line in node.agent.log.read_text().splitlines() if "self-check failed" in line]
@@ -377,6 +456,7 @@ async def test_liveness_fails_when_the_plugin_stops_answering(lab, kube, namespa
 
 
 # -- prepared state kept level-triggered, and the serialization lock ---------------------------------
+
 
 async def _now(value):
     return value
@@ -399,8 +479,12 @@ async def test_a_lost_spec_is_written_again_and_an_orphan_undone_at_start(node, 
     await wait_for(lambda: _now(path.is_file() and path.read_text() == written), what="the spec written again")
 
     async def restored():
-        return [e for e in await kube.list(EVENTS, node.namespace)
-                if e["reason"] == "CDISpecRestored" and e["involvedObject"].get("uid") == uid]
+        return [
+            e
+            for e in await kube.list(EVENTS, node.namespace)
+            if e["reason"] == "CDISpecRestored" and e["involvedObject"].get("uid") == uid
+        ]
+
     [event, *_] = await wait_for(restored, what="a CDISpecRestored Event on the claim")
     assert event["type"] == "Warning" and event["involvedObject"]["kind"] == "ResourceClaim"
     assert "missing" in event["message"] and str(path) in event["message"]
@@ -452,17 +536,32 @@ async def test_a_claim_reallocated_while_a_prepare_waits_is_prepared_as_it_is_no
     held = hold_lock(node)
     try:
         call = asyncio.create_task(node.kubelet.prepare([claim]))
-        await wait_for(lambda: _now(node.agent.log.read_text().count("waiting for the lock another instance holds")
-                                    > waiting_lines), what="the prepare waiting for the lock")
+        await wait_for(
+            lambda: _now(
+                node.agent.log.read_text().count("waiting for the lock another instance holds") > waiting_lines
+            ),
+            what="the prepare waiting for the lock",
+        )
         # Deallocated and allocated anew, to another device, while the prepare waits.
-        await kube.patch(RESOURCE_CLAIMS, "moved", {"status": {"reservedFor": None, "allocation": None}},
-                         node.namespace, content_type=MERGE_PATCH, subresource="status")
+        await kube.patch(
+            RESOURCE_CLAIMS,
+            "moved",
+            {"status": {"reservedFor": None, "allocation": None}},
+            node.namespace,
+            content_type=MERGE_PATCH,
+            subresource="status",
+        )
         other = next(f"gpu-{i}" for i in range(4) if f"gpu-{i}" != result["device"])
         allocation = json.loads(json.dumps(status["allocation"]))
         allocation["devices"]["results"][0]["device"] = other
-        await kube.patch(RESOURCE_CLAIMS, "moved", {"status": {"allocation": allocation,
-                                                               "reservedFor": status["reservedFor"]}},
-                         node.namespace, content_type=MERGE_PATCH, subresource="status")
+        await kube.patch(
+            RESOURCE_CLAIMS,
+            "moved",
+            {"status": {"allocation": allocation, "reservedFor": status["reservedFor"]}},
+            node.namespace,
+            content_type=MERGE_PATCH,
+            subresource="status",
+        )
     finally:
         os.close(held)
     entry = (await call).claims[uid]
@@ -477,7 +576,8 @@ def _memory_mib(pid: int) -> dict[str, float]:
 
 
 async def test_oversized_messages_and_a_thousand_watch_streams_leave_the_agent_serving(
-        lab, kube, namespace, unique, tmp_path):
+    lab, kube, namespace, unique, tmp_path
+):
     """What any Pod could send to the agent's gRPC health port (and root on the node to its
     sockets): a request declaring 2 GiB is refused with RESOURCE_EXHAUSTED from its length prefix
     on every server (grpc-go's 4 MiB limit), 1,000 Watch streams get at most MAX_WATCHES places,
@@ -501,9 +601,11 @@ async def test_oversized_messages_and_a_thousand_watch_streams_leave_the_agent_s
         registration = str(next(node.registry.glob("*-reg.sock")))
         dra = node.kubelet.info.endpoint
         before = _memory_mib(pid)
-        servers = {"health": ({"port": port}, "/grpc.health.v1.Health/Check"),
-                   "registration": ({"path": registration}, "/pluginregistration.Registration/GetInfo"),
-                   "dra": ({"path": dra}, "/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodePrepareResources")}
+        servers = {
+            "health": ({"port": port}, "/grpc.health.v1.Health/Check"),
+            "registration": ({"path": registration}, "/pluginregistration.Registration/GetInfo"),
+            "dra": ({"path": dra}, "/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodePrepareResources"),
+        }
         sent = {}
         for name, (address, method) in servers.items():
             client = await RawGrpc.connect(**address)
@@ -513,13 +615,16 @@ async def test_oversized_messages_and_a_thousand_watch_streams_leave_the_agent_s
             sent[name] = await client.send(stream, 64 * 1024 * 1024)
             await client.calls[stream].done.wait()
             call = client.calls[stream]
-            assert (call.status, call.message) == ("8", "grpc: received message larger than max (2147483648 vs. "
-                                                   f"{grpc_limits.MAX_RECEIVE_MESSAGE})"), (name, vars(call))
+            assert (call.status, call.message) == (
+                "8",
+                f"grpc: received message larger than max (2147483648 vs. {grpc_limits.MAX_RECEIVE_MESSAGE})",
+            ), (name, vars(call))
         after_prefix = _memory_mib(pid)
         assert all(s <= 2 * grpc_limits.WINDOW for s in sent.values()), sent
 
-        async def flood(address: dict, method: str, request: bytes, over: list[RawGrpc] | None = None,
-                        streams: int = 50):
+        async def flood(
+            address: dict, method: str, request: bytes, over: list[RawGrpc] | None = None, streams: int = 50
+        ):
             """1,000 calls of ``method``: 50 on each of 20 new connections (or of ``over``)."""
             opened = over or [await RawGrpc.connect(**address) for _ in range(20)]
             clients.extend(c for c in opened if c not in clients)
@@ -527,6 +632,7 @@ async def test_oversized_messages_and_a_thousand_watch_streams_leave_the_agent_s
 
             async def answered():
                 return all(c.calls[s].answered for c, s in calls) or None
+
             await wait_for(answered, what=f"{len(calls)} {method} streams answered or refused")
             watching = [c.calls[s] for c, s in calls if c.calls[s].data and not c.calls[s].done.is_set()]
             refused = [c.calls[s] for c, s in calls if c.calls[s].status == "8"]
@@ -542,8 +648,10 @@ async def test_oversized_messages_and_a_thousand_watch_streams_leave_the_agent_s
         assert (len(watching), len(refused)) == (0, 1000)
         assert _memory_mib(pid)["VmRSS"] - first["VmRSS"] < 4, (first, _memory_mib(pid))
         dra_watching, dra_refused, _ = await flood(
-            {"path": dra}, "/v1.DRAResourceHealth/NodeWatchResources",
-            frame(dra_health_v1_pb2.NodeWatchResourcesRequest().SerializeToString()))
+            {"path": dra},
+            "/v1.DRAResourceHealth/NodeWatchResources",
+            frame(dra_health_v1_pb2.NodeWatchResourcesRequest().SerializeToString()),
+        )
         assert (len(dra_watching), len(dra_refused)) == (grpc_limits.MAX_WATCHES, 1000 - grpc_limits.MAX_WATCHES)
         flooded = _memory_mib(pid)
 
@@ -552,8 +660,10 @@ async def test_oversized_messages_and_a_thousand_watch_streams_leave_the_agent_s
         assert not prepared.claims[claim["metadata"]["uid"]].error and prepared.claims[claim["metadata"]["uid"]].devices
         assert (await node.kubelet.register()).endpoint == dra
         assert node.agent.proc.poll() is None and node.agent.live()
-        print(f"agent memory (MiB): before {before}, after three 2 GiB prefixes {after_prefix}, "
-              f"after 3 x 1,000 watch streams {flooded}")
+        print(
+            f"agent memory (MiB): before {before}, after three 2 GiB prefixes {after_prefix}, "
+            f"after 3 x 1,000 watch streams {flooded}"
+        )
         assert flooded["VmHWM"] - before["VmRSS"] < 48 and flooded["VmHWM"] < 192, (before, after_prefix, flooded)
     finally:
         for client in clients:

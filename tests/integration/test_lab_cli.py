@@ -8,13 +8,13 @@ import sys
 from operators.lab import paths, process
 from operators.lab.cluster import LabState
 
-DRA_RESOURCES = {"deviceclasses", "resourceclaims", "resourceclaimtemplates", "resourceslices",
-                 "devicetaintrules"}
+DRA_RESOURCES = {"deviceclasses", "resourceclaims", "resourceclaimtemplates", "resourceslices", "devicetaintrules"}
 
 
 def _cli(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "operators.cli", "lab", *args],
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "operators.cli", "lab", *args], capture_output=True, text=True, timeout=timeout
+    )
 
 
 def test_lab_up_status_env_down_leaves_no_process(lab, tmp_path):
@@ -32,8 +32,12 @@ def test_lab_up_status_env_down_leaves_no_process(lab, tmp_path):
         kubectl = [str(paths.bin_dir() / "kubectl"), f"--kubeconfig={state.kubeconfig}"]
         readyz = subprocess.run([*kubectl, "get", "--raw", "/readyz"], capture_output=True, text=True)
         assert readyz.stdout.strip() == "ok", readyz.stderr
-        resources = subprocess.run([*kubectl, "api-resources", "--api-group=resource.k8s.io", "-o", "name"],
-                                   capture_output=True, text=True, check=True).stdout.split()
+        resources = subprocess.run(
+            [*kubectl, "api-resources", "--api-group=resource.k8s.io", "-o", "name"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
         assert {r.split(".")[0] for r in resources} >= DRA_RESOURCES
 
         status = _cli("status", "--name", name, "--run-dir", str(run_dir))

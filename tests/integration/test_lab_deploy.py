@@ -16,8 +16,16 @@ from pathlib import Path
 import pytest
 
 from operators.core.api.kube import ApiError, Kube
-from operators.core.api.resources import (EVENTS, LEASES, NAMESPACES, PODS, RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS,
-                                      RESOURCE_SLICES, SERVICE_ACCOUNTS)
+from operators.core.api.resources import (
+    EVENTS,
+    LEASES,
+    NAMESPACES,
+    PODS,
+    RESOURCE_CLAIM_TEMPLATES,
+    RESOURCE_CLAIMS,
+    RESOURCE_SLICES,
+    SERVICE_ACCOUNTS,
+)
 from operators.lab import Lab
 from operators.lab.cluster import LabState
 from operators.lab.deploy import DAEMONSET, DEPLOYMENTS, NAMESPACE, Target, deploy
@@ -64,7 +72,12 @@ async def test_every_workload_runs_from_the_image_on_the_real_nodes_as_its_user(
     for pod in pods:
         by_app.setdefault(pod["metadata"]["labels"]["app.kubernetes.io/name"], []).append(pod)
     assert {name: len(by_app.get(name, [])) for name in (*DEPLOYMENTS, DAEMONSET)} == {
-        "dra-claims": 2, "dra-taints": 2, "dra-binding": 2, "dra-poolstatus": 2, "dra-nodeagent": 2}
+        "dra-claims": 2,
+        "dra-taints": 2,
+        "dra-binding": 2,
+        "dra-poolstatus": 2,
+        "dra-nodeagent": 2,
+    }
     assert sorted(p["spec"]["nodeName"] for p in by_app[DAEMONSET]) == list(NODES)
     for pod in pods:
         assert pod["status"]["phase"] == "Running", pod["metadata"]["name"]
@@ -97,8 +110,18 @@ async def test_the_node_agents_grpc_liveness_probe_answers_serving(deployed, dku
     for pod in agents:
         [container] = pod["spec"]["containers"]
         assert container["livenessProbe"]["grpc"] == {"port": 51515, "service": "liveness"}, container
-        answer = deployed.kubectl("exec", "-n", NAMESPACE, pod["metadata"]["name"], "--", "python", "-c",
-                                  HEALTH_CHECK, "liveness", check=False)
+        answer = deployed.kubectl(
+            "exec",
+            "-n",
+            NAMESPACE,
+            pod["metadata"]["name"],
+            "--",
+            "python",
+            "-c",
+            HEALTH_CHECK,
+            "liveness",
+            check=False,
+        )
         assert answer.returncode == 0 and answer.stdout.strip() == "SERVING", (answer.stdout, answer.stderr)
         fresh = await dkube.get(PODS, pod["metadata"]["name"], NAMESPACE)
         assert fresh["status"]["containerStatuses"][0]["restartCount"] == 0, fresh["status"]
@@ -116,12 +139,20 @@ async def test_one_leader_per_operator(deployed, dkube):
             holder = lease and lease["spec"].get("holderIdentity")
             if not holder:
                 return None
-            replicas = [p["metadata"]["name"] for p in await operator_pods(dkube)
-                        if p["metadata"]["labels"]["app.kubernetes.io/name"] == deployment]
-            leading = [name for name in replicas
-                       if any("became leader" in line and holder in line
-                              for line in logs(deployed, NAMESPACE, name).splitlines())]
+            replicas = [
+                p["metadata"]["name"]
+                for p in await operator_pods(dkube)
+                if p["metadata"]["labels"]["app.kubernetes.io/name"] == deployment
+            ]
+            leading = [
+                name
+                for name in replicas
+                if any(
+                    "became leader" in line and holder in line for line in logs(deployed, NAMESPACE, name).splitlines()
+                )
+            ]
             return (holder, leading) if len(replicas) == 2 and len(leading) == 1 else None
+
         holder, [leader] = await wait_for(one_leader, timeout=90, interval=2, what=f"one {operator} leader")
         assert holder.startswith(leader), (holder, leader)
 
@@ -130,6 +161,7 @@ async def test_the_node_agents_publish_their_real_nodes_devices(deployed, dkube)
     async def published():
         slices = await dkube.list(RESOURCE_SLICES, field_selector=f"spec.driver={DRIVER}")
         return sorted({s["spec"]["nodeName"] for s in slices}) == list(NODES)
+
     await wait_for(published, timeout=60, what="slices of both real nodes")
 
 
@@ -143,15 +175,22 @@ async def _running(kube: Kube, namespace: str, name: str, timeout: float = 120) 
     async def check():
         pod = await kube.get_or_none(PODS, name, namespace)
         return pod if pod and pod["status"].get("phase") == "Running" else None
-    return await wait_for(check, timeout=timeout, what=f"Pod {namespace}/{name} Running",
-                          describe=lambda: describe_namespace(kube, namespace))
+
+    return await wait_for(
+        check,
+        timeout=timeout,
+        what=f"Pod {namespace}/{name} Running",
+        describe=lambda: describe_namespace(kube, namespace),
+    )
 
 
 async def _printed(lab: Lab, namespace: str, pod: str) -> dict[str, str]:
     """The DRA_DEVICE_ environment the example's container printed, through kubelet."""
+
     async def check():
         text = lab.kubectl("logs", "-n", namespace, pod, check=False).stdout
         return text if "DRA_DEVICE_" in text else None
+
     text = await wait_for(check, timeout=60, what=f"{pod} printed its devices")
     return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
 
@@ -159,13 +198,23 @@ async def _printed(lab: Lab, namespace: str, pod: str) -> dict[str, str]:
 # example folder -> the Pods it runs (binding-conditions needs a kubelet plugin for its fabric
 # driver, which nothing here serves: it is left to the binding example of a later issue).
 EXAMPLE_PODS = {
-    "basic-template": ["basic"], "shared-claim": ["shared-a", "shared-b"], "cel-selector": None,
-    "prioritized-list": None, "consumable-capacity": ["capacity-small", "capacity-large"],
-    "taints-tolerations": ["tolerating"], "opaque-config": ["configured"],
+    "basic-template": ["basic"],
+    "shared-claim": ["shared-a", "shared-b"],
+    "cel-selector": None,
+    "prioritized-list": None,
+    "consumable-capacity": ["capacity-small", "capacity-large"],
+    "taints-tolerations": ["tolerating"],
+    "opaque-config": ["configured"],
 }
 # What else the container must print: the merged class and claim configs of opaque-config.
-EXAMPLE_PRINTS = {"opaque-config": {"GPU_PROFILE": "training", "GPU_OWNER": "platform-team",
-                                    "_SHARING_STRATEGY": "TimeSlicing", "_TIMESLICE_INTERVAL": "Long"}}
+EXAMPLE_PRINTS = {
+    "opaque-config": {
+        "GPU_PROFILE": "training",
+        "GPU_OWNER": "platform-team",
+        "_SHARING_STRATEGY": "TimeSlicing",
+        "_TIMESLICE_INTERVAL": "Long",
+    }
+}
 
 
 def _pods_of(example: str) -> list[str]:
@@ -188,13 +237,19 @@ async def test_example_runs_on_a_real_node_with_its_devices(deployed, dkube, uni
             devices = set()
             for claim_name in claims:
                 claim = await dkube.get(RESOURCE_CLAIMS, claim_name, namespace)
-                devices |= {r["device"] for r in claim["status"]["allocation"]["devices"]["results"]
-                            if r["pool"] == pod["spec"]["nodeName"]}
-            assert devices and devices <= {v for k, v in printed.items() if re.fullmatch(r"DRA_DEVICE_\w+_\d+", k)}, \
-                (printed, devices)
+                devices |= {
+                    r["device"]
+                    for r in claim["status"]["allocation"]["devices"]["results"]
+                    if r["pool"] == pod["spec"]["nodeName"]
+                }
+            assert devices and devices <= {v for k, v in printed.items() if re.fullmatch(r"DRA_DEVICE_\w+_\d+", k)}, (
+                printed,
+                devices,
+            )
             for key, value in EXAMPLE_PRINTS.get(example, {}).items():
-                assert [v for k, v in printed.items() if k == key or (key.startswith("_") and k.endswith(key))] \
-                    == [value], (key, value, printed)
+                assert [v for k, v in printed.items() if k == key or (key.startswith("_") and k.endswith(key))] == [
+                    value
+                ], (key, value, printed)
     finally:
         await dkube.delete(NAMESPACES, namespace)
         deployed.kubectl("delete", "devicetaintrules", "--all", check=False)
@@ -213,41 +268,76 @@ async def test_admin_access_example(deployed, dkube):
 
 async def test_the_admission_policy_holds_for_the_deployed_agents_token(deployed, dkube, unique, tmp_path):
     """The node agent Pod's own token (projected, bound to the Pod and so to its node)."""
-    [agent] = [p for p in await operator_pods(dkube)
-               if p["metadata"]["name"].startswith("dra-nodeagent-") and p["spec"].get("nodeName") == "lab-real-0"]
-    token = deployed.kubectl("exec", "-n", NAMESPACE, agent["metadata"]["name"], "--",
-                             "cat", "/var/run/secrets/kubernetes.io/serviceaccount/token").stdout.strip()
+    [agent] = [
+        p
+        for p in await operator_pods(dkube)
+        if p["metadata"]["name"].startswith("dra-nodeagent-") and p["spec"].get("nodeName") == "lab-real-0"
+    ]
+    token = deployed.kubectl(
+        "exec",
+        "-n",
+        NAMESPACE,
+        agent["metadata"]["name"],
+        "--",
+        "cat",
+        "/var/run/secrets/kubernetes.io/serviceaccount/token",
+    ).stdout.strip()
     async with Kube.with_token(deployed.server, token, str(deployed.pki.ca_cert)) as agent_kube:
         for node, driver, message in (
-                ("lab-real-1", DRIVER, "may not write ResourceSlices of node lab-real-1"),
-                ("lab-real-0", f"x{unique}.example.com", f"may not write ResourceSlices of driver x{unique}.example.com")):
+            ("lab-real-1", DRIVER, "may not write ResourceSlices of node lab-real-1"),
+            ("lab-real-0", f"x{unique}.example.com", f"may not write ResourceSlices of driver x{unique}.example.com"),
+        ):
             with pytest.raises(ApiError) as denied:
-                await agent_kube.create(RESOURCE_SLICES, objects.resource_slice(
-                    f"intruder-{unique}-{node}", driver, node, [objects.device("gpu-0")]))
+                await agent_kube.create(
+                    RESOURCE_SLICES,
+                    objects.resource_slice(f"intruder-{unique}-{node}", driver, node, [objects.device("gpu-0")]),
+                )
             assert message in denied.value.message
 
 
 async def test_a_replaced_node_agent_pod_registers_again_and_prepares(deployed, dkube, unique):
-    [agent] = [p for p in await operator_pods(dkube)
-               if p["metadata"]["name"].startswith("dra-nodeagent-") and p["spec"].get("nodeName") == "lab-real-0"]
+    [agent] = [
+        p
+        for p in await operator_pods(dkube)
+        if p["metadata"]["name"].startswith("dra-nodeagent-") and p["spec"].get("nodeName") == "lab-real-0"
+    ]
     await dkube.delete(PODS, agent["metadata"]["name"], NAMESPACE)
 
     async def replaced():
-        pods = [p for p in await operator_pods(dkube) if p["metadata"]["name"].startswith("dra-nodeagent-")
-                and p["spec"].get("nodeName") == "lab-real-0" and p["metadata"]["uid"] != agent["metadata"]["uid"]]
-        return pods and all(c["ready"] for p in pods for c in p["status"].get("containerStatuses") or [{"ready": False}])
+        pods = [
+            p
+            for p in await operator_pods(dkube)
+            if p["metadata"]["name"].startswith("dra-nodeagent-")
+            and p["spec"].get("nodeName") == "lab-real-0"
+            and p["metadata"]["uid"] != agent["metadata"]["uid"]
+        ]
+        return pods and all(
+            c["ready"] for p in pods for c in p["status"].get("containerStatuses") or [{"ready": False}]
+        )
+
     await wait_for(replaced, timeout=120, what="the DaemonSet's new node agent Pod on lab-real-0 ready")
     namespace = await _namespace(dkube, f"re-{unique}")
     try:
         pod = objects.pod("after", {"gpu": {"resourceClaimTemplateName": "one"}})
         pod["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "lab-real-0"}
-        pod["spec"]["containers"] = [{"name": "main", "image": "busybox:1.37",
-                                      "command": ["sh", "-c", "env | grep ^DRA_DEVICE_ ; sleep 3600"],
-                                      "resources": {"claims": [{"name": "gpu"}]}}]
-        await dkube.create(RESOURCE_CLAIM_TEMPLATES, {
-            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate", "metadata": {"name": "one"},
-            "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": DRIVER}}]}}}},
-            namespace)
+        pod["spec"]["containers"] = [
+            {
+                "name": "main",
+                "image": "busybox:1.37",
+                "command": ["sh", "-c", "env | grep ^DRA_DEVICE_ ; sleep 3600"],
+                "resources": {"claims": [{"name": "gpu"}]},
+            }
+        ]
+        await dkube.create(
+            RESOURCE_CLAIM_TEMPLATES,
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceClaimTemplate",
+                "metadata": {"name": "one"},
+                "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": DRIVER}}]}}},
+            },
+            namespace,
+        )
         await dkube.create(PODS, pod, namespace)
         await _running(dkube, namespace, "after")
         printed = await _printed(deployed, namespace, "after")
@@ -264,21 +354,33 @@ async def test_a_daemonset_rolling_update_while_pods_are_created(deployed, dkube
     holds only the live agent's socket."""
     from operators.nodeagent.plugin import sockets
 
-    before = {p["metadata"]["uid"] for p in await operator_pods(dkube)
-              if p["metadata"]["labels"]["app.kubernetes.io/name"] == DAEMONSET}
+    before = {
+        p["metadata"]["uid"]
+        for p in await operator_pods(dkube)
+        if p["metadata"]["labels"]["app.kubernetes.io/name"] == DAEMONSET
+    }
     namespace = await _namespace(dkube, f"ru-{unique}")
-    await dkube.create(RESOURCE_CLAIM_TEMPLATES, {
-        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate", "metadata": {"name": "one"},
-        "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": DRIVER}}]}}}},
-        namespace)
+    await dkube.create(
+        RESOURCE_CLAIM_TEMPLATES,
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaimTemplate",
+            "metadata": {"name": "one"},
+            "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": DRIVER}}]}}},
+        },
+        namespace,
+    )
 
     async def agents() -> list[dict]:
         return [p for p in await operator_pods(dkube) if p["metadata"]["labels"]["app.kubernetes.io/name"] == DAEMONSET]
 
     async def rolled_out() -> bool:
         pods = await agents()
-        return len(pods) == 2 and not {p["metadata"]["uid"] for p in pods} & before and all(
-            s.get("ready") for p in pods for s in p["status"].get("containerStatuses") or [{}])
+        return (
+            len(pods) == 2
+            and not {p["metadata"]["uid"] for p in pods} & before
+            and all(s.get("ready") for p in pods for s in p["status"].get("containerStatuses") or [{}])
+        )
 
     created: list[str] = []
 
@@ -287,9 +389,14 @@ async def test_a_daemonset_rolling_update_while_pods_are_created(deployed, dkube
         pod = objects.pod(name, {"gpu": {"resourceClaimTemplateName": "one"}})
         pod["spec"]["nodeSelector"] = {"kubernetes.io/hostname": NODES[i % 2]}
         pod["spec"]["restartPolicy"] = "Never"  # done after printing: its device is free for the next
-        pod["spec"]["containers"] = [{"name": "main", "image": "busybox:1.37",
-                                      "command": ["sh", "-c", "env | grep ^DRA_DEVICE_"],
-                                      "resources": {"claims": [{"name": "gpu"}]}}]
+        pod["spec"]["containers"] = [
+            {
+                "name": "main",
+                "image": "busybox:1.37",
+                "command": ["sh", "-c", "env | grep ^DRA_DEVICE_"],
+                "resources": {"claims": [{"name": "gpu"}]},
+            }
+        ]
         await dkube.create(PODS, pod, namespace)
         created.append(name)
 
@@ -310,8 +417,14 @@ async def test_a_daemonset_rolling_update_while_pods_are_created(deployed, dkube
         async def all_done():
             pods = {p["metadata"]["name"]: p["status"].get("phase") for p in await dkube.list(PODS, namespace)}
             return pods if all(pods.get(n) in ("Succeeded", "Failed") for n in created) else None
-        phases = await wait_for(all_done, timeout=300, interval=1, what="every Pod created during the update done",
-                                describe=lambda: describe_namespace(dkube, namespace))
+
+        phases = await wait_for(
+            all_done,
+            timeout=300,
+            interval=1,
+            what="every Pod created during the update done",
+            describe=lambda: describe_namespace(dkube, namespace),
+        )
         assert set(phases.values()) == {"Succeeded"}, phases
         for name in created:
             printed = deployed.kubectl("logs", "-n", namespace, name, check=False).stdout
@@ -347,9 +460,14 @@ async def test_the_readme_kind_walkthrough_prints_what_it_shows(deployed, dkube)
     commands, shown = _readme_walkthrough()
     assert commands[-1] == "kubectl logs basic" and shown
     try:
+
         def run(command: str) -> subprocess.CompletedProcess:
-            result = subprocess.run([str(deployed.bin_dir / "kubectl"), f"--kubeconfig={deployed.kubeconfig}",
-                                     *command.split()[1:]], cwd=ROOT, capture_output=True, text=True)
+            result = subprocess.run(
+                [str(deployed.bin_dir / "kubectl"), f"--kubeconfig={deployed.kubeconfig}", *command.split()[1:]],
+                cwd=ROOT,
+                capture_output=True,
+                text=True,
+            )
             assert result.returncode == 0, (command, result.stderr)
             return result
 
@@ -362,8 +480,10 @@ async def test_the_readme_kind_walkthrough_prints_what_it_shows(deployed, dkube)
             time.sleep(1)
             result = run(commands[-1])
         # The variables are named after the device (gpu-0 in the README; whichever is free here).
-        printed = [re.sub(r"GPU_\d+|=gpu-\d+$", lambda m: m.group(0).rstrip("0123456789") + "N", line)
-                   for line in result.stdout.splitlines()]
+        printed = [
+            re.sub(r"GPU_\d+|=gpu-\d+$", lambda m: m.group(0).rstrip("0123456789") + "N", line)
+            for line in result.stdout.splitlines()
+        ]
         shown = [re.sub(r"GPU_\d+|=gpu-\d+$", lambda m: m.group(0).rstrip("0123456789") + "N", line) for line in shown]
         assert [line.split("=")[0] for line in printed] == [line.split("=")[0] for line in shown], (printed, shown)
         got, want = dict(p.split("=", 1) for p in printed), dict(s.split("=", 1) for s in shown)

@@ -20,8 +20,9 @@ import time
 import urllib.parse
 import urllib.request
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 import yaml
@@ -64,8 +65,12 @@ class Client:
     def request(self, method: str, path: str, body: Any = None, timeout: float = 10.0) -> tuple[int, Any]:
         conn = self.connection(timeout)
         try:
-            conn.request(method, path, body=json.dumps(body) if body is not None else None,
-                         headers={"Content-Type": "application/json", **self.headers})
+            conn.request(
+                method,
+                path,
+                body=json.dumps(body) if body is not None else None,
+                headers={"Content-Type": "application/json", **self.headers},
+            )
             response = conn.getresponse()
             raw = response.read()
         finally:
@@ -120,13 +125,18 @@ class Watch:
 
 
 def _configmap(lab: Lab, name: str, data: dict[str, str] | None = None) -> dict:
-    return lab.api("POST", "/api/v1/namespaces/default/configmaps",
-                   {"metadata": {"name": name}, "data": data or {"v": "0"}})
+    return lab.api(
+        "POST", "/api/v1/namespaces/default/configmaps", {"metadata": {"name": name}, "data": data or {"v": "0"}}
+    )
 
 
 def _update(lab: Lab, name: str, value: str) -> dict:
-    return lab.api("PATCH", f"/api/v1/namespaces/default/configmaps/{name}", {"data": {"v": value}},
-                   content_type="application/merge-patch+json")
+    return lab.api(
+        "PATCH",
+        f"/api/v1/namespaces/default/configmaps/{name}",
+        {"data": {"v": value}},
+        content_type="application/merge-patch+json",
+    )
 
 
 def _healthy(url: str) -> bool:
@@ -137,17 +147,23 @@ def _healthy(url: str) -> bool:
 
 def _health_url(lab: Lab, component: str) -> str | None:
     p = lab.ports
-    return {"etcd": f"http://127.0.0.1:{p.etcd_client}/health",
-            "kube-controller-manager": f"https://127.0.0.1:{p.controller_manager}/healthz",
-            "kube-scheduler": f"https://127.0.0.1:{p.scheduler}/readyz",
-            "kwok": f"http://127.0.0.1:{p.kwok}/healthz",
-            "toxiproxy": f"http://127.0.0.1:{p.toxiproxy}/version"}.get(component)
+    return {
+        "etcd": f"http://127.0.0.1:{p.etcd_client}/health",
+        "kube-controller-manager": f"https://127.0.0.1:{p.controller_manager}/healthz",
+        "kube-scheduler": f"https://127.0.0.1:{p.scheduler}/readyz",
+        "kwok": f"http://127.0.0.1:{p.kwok}/healthz",
+        "toxiproxy": f"http://127.0.0.1:{p.toxiproxy}/version",
+    }.get(component)
 
 
 def _pod(name: str) -> dict:
-    return {"metadata": {"name": name},
-            "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}],
-                     "terminationGracePeriodSeconds": 0}}
+    return {
+        "metadata": {"name": name},
+        "spec": {
+            "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}],
+            "terminationGracePeriodSeconds": 0,
+        },
+    }
 
 
 def _pod_running(lab: Lab, name: str, timeout: float = 60) -> dict:
@@ -156,6 +172,7 @@ def _pod_running(lab: Lab, name: str, timeout: float = 60) -> dict:
     def running() -> dict | None:
         pod = lab.api("GET", f"/api/v1/namespaces/default/pods/{name}")
         return pod if pod.get("status", {}).get("phase") == "Running" else None
+
     return _wait(running, timeout, f"Pod {name} Running")
 
 
@@ -167,10 +184,20 @@ def healed(fault_lab: Lab):
 
 # -- restarts ----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("component,kill", [
-    ("etcd", False), ("etcd", True), ("kube-apiserver", False), ("kube-apiserver", True),
-    ("kube-controller-manager", False), ("kube-scheduler", False), ("kwok", False), ("toxiproxy", False),
-])
+
+@pytest.mark.parametrize(
+    "component,kill",
+    [
+        ("etcd", False),
+        ("etcd", True),
+        ("kube-apiserver", False),
+        ("kube-apiserver", True),
+        ("kube-controller-manager", False),
+        ("kube-scheduler", False),
+        ("kwok", False),
+        ("toxiproxy", False),
+    ],
+)
 def test_restart_component_same_ports_same_data_ready_again(fault_lab: Lab, component: str, kill: bool):
     name = f"before-{component}-{uuid.uuid4().hex[:4]}"
     before = _configmap(fault_lab, name, {"v": "kept"})
@@ -199,8 +226,11 @@ def test_restart_component_same_ports_same_data_ready_again(fault_lab: Lab, comp
     if component == "kube-controller-manager":  # the serviceaccount controller
         namespace = f"ns-{uuid.uuid4().hex[:6]}"
         fault_lab.api("POST", "/api/v1/namespaces", {"metadata": {"name": namespace}})
-        _wait(lambda: fault_lab.api("GET", f"/api/v1/namespaces/{namespace}/serviceaccounts/default"),
-              60, "ServiceAccount default from the restarted controller manager")
+        _wait(
+            lambda: fault_lab.api("GET", f"/api/v1/namespaces/{namespace}/serviceaccounts/default"),
+            60,
+            "ServiceAccount default from the restarted controller manager",
+        )
     if component in ("kube-scheduler", "kwok", "etcd"):  # scheduled, then Running by kwok
         pod = _pod_running(fault_lab, f"after-{component}-{uuid.uuid4().hex[:4]}")
         assert pod["spec"]["nodeName"] == "lab-node-0"
@@ -235,9 +265,12 @@ def test_restart_unknown_component_names_the_known_ones(fault_lab: Lab):
 
 # -- compaction --------------------------------------------------------------------------------
 
+
 def _watch_path(name: str, rv: str) -> str:
-    return (f"/api/v1/namespaces/default/configmaps?watch=1&resourceVersion={rv}"
-            f"&fieldSelector=metadata.name%3D{name}&timeoutSeconds=60")
+    return (
+        f"/api/v1/namespaces/default/configmaps?watch=1&resourceVersion={rv}"
+        f"&fieldSelector=metadata.name%3D{name}&timeoutSeconds=60"
+    )
 
 
 def _gone(client: Client, name: str, rv: str) -> bool:
@@ -313,9 +346,14 @@ def test_compact_without_apiserver_restart_is_hidden_by_the_watch_cache(fault_la
 
 # -- network faults through toxiproxy ------------------------------------------------------------
 
+
 def _kubectl(kubeconfig: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([str(paths.bin_dir() / "kubectl"), f"--kubeconfig={kubeconfig}", *args],
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [str(paths.bin_dir() / "kubectl"), f"--kubeconfig={kubeconfig}", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_requests_through_the_proxy_work_for_any_identity(fault_lab: Lab, tmp_path: Path):
@@ -331,20 +369,33 @@ def test_requests_through_the_proxy_work_for_any_identity(fault_lab: Lab, tmp_pa
     # Any kubeconfig, here a ServiceAccount token.
     account = f"prober-{uuid.uuid4().hex[:4]}"
     fault_lab.api("POST", "/api/v1/namespaces/default/serviceaccounts", {"metadata": {"name": account}})
-    token = fault_lab.api("POST", f"/api/v1/namespaces/default/serviceaccounts/{account}/token",
-                          {"spec": {"expirationSeconds": 3600}})["status"]["token"]
+    token = fault_lab.api(
+        "POST", f"/api/v1/namespaces/default/serviceaccounts/{account}/token", {"spec": {"expirationSeconds": 3600}}
+    )["status"]["token"]
     direct = tmp_path / "sa.kubeconfig"
-    direct.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "sa",
-        "clusters": [{"name": "lab", "cluster": {"server": fault_lab.server,
-                                                 "certificate-authority": str(fault_lab.pki.ca_cert)}}],
-        "users": [{"name": "sa", "user": {"token": token}}],
-        "contexts": [{"name": "sa", "context": {"cluster": "lab", "user": "sa"}}]}))
+    direct.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "sa",
+                "clusters": [
+                    {
+                        "name": "lab",
+                        "cluster": {"server": fault_lab.server, "certificate-authority": str(fault_lab.pki.ca_cert)},
+                    }
+                ],
+                "users": [{"name": "sa", "user": {"token": token}}],
+                "contexts": [{"name": "sa", "context": {"cluster": "lab", "user": "sa"}}],
+            }
+        )
+    )
     proxied = fault_lab.via_proxy(direct)
     assert proxied == tmp_path / "sa.via-proxy.kubeconfig"
     whoami = _kubectl(proxied, "auth", "whoami", "-o", "json")
-    assert json.loads(whoami.stdout)["status"]["userInfo"]["username"] == \
-        f"system:serviceaccount:default:{account}", whoami.stderr
+    assert json.loads(whoami.stdout)["status"]["userInfo"]["username"] == f"system:serviceaccount:default:{account}", (
+        whoami.stderr
+    )
     # The fault hits the proxied kubeconfig only.
     with fault_lab.net.refusing():
         assert _kubectl(proxied, "auth", "whoami").returncode != 0
@@ -354,7 +405,9 @@ def test_requests_through_the_proxy_work_for_any_identity(fault_lab: Lab, tmp_pa
 def test_cut_ends_an_open_watch_and_new_connections_work(fault_lab: Lab):
     proxied, direct = Client(fault_lab.kubeconfig_via_proxy()), Client(fault_lab.kubeconfig)
     rv = fault_lab.api("GET", "/api/v1/namespaces/default/configmaps")["metadata"]["resourceVersion"]
-    through_proxy = Watch(proxied, f"/api/v1/namespaces/default/configmaps?watch=1&resourceVersion={rv}&timeoutSeconds=120")
+    through_proxy = Watch(
+        proxied, f"/api/v1/namespaces/default/configmaps?watch=1&resourceVersion={rv}&timeoutSeconds=120"
+    )
     beside = Watch(direct, f"/api/v1/namespaces/default/configmaps?watch=1&resourceVersion={rv}&timeoutSeconds=120")
     try:
         assert through_proxy.status == 200 and beside.status == 200
@@ -449,7 +502,10 @@ def test_heal_undoes_every_fault_and_cancels_timers(fault_lab: Lab):
     net.refuse(seconds=60)
     state = net.state()
     assert not state["enabled"] and {t["name"] for t in state["toxics"]} == {
-        "latency", "black-hole-upstream", "black-hole-downstream"}
+        "latency",
+        "black-hole-upstream",
+        "black-hole-downstream",
+    }
     assert net.pending() == ["black-hole", "latency", "refuse"]
 
     net.heal()
@@ -462,9 +518,11 @@ def test_heal_undoes_every_fault_and_cancels_timers(fault_lab: Lab):
 
 # -- the CLI: the lab's owner does the work ------------------------------------------------------
 
+
 def _cli(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "operators.cli", "lab", *args],
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "operators.cli", "lab", *args], capture_output=True, text=True, timeout=timeout
+    )
 
 
 def test_cli_faults_on_a_lab_owned_by_this_process(fault_lab: Lab):
@@ -510,7 +568,11 @@ def test_detached_lab_restart_compact_net_and_down_leave_nothing(tmp_path: Path)
 
         status = _cli("status", *where)
         assert status.returncode == 0, status.stdout + status.stderr
-        assert "toxiproxy " in status.stdout and f"apiserver via toxiproxy    {state.proxy_server} -> 127.0.0.1:{state.ports['apiserver']} enabled" in status.stdout
+        assert (
+            "toxiproxy " in status.stdout
+            and f"apiserver via toxiproxy    {state.proxy_server} -> 127.0.0.1:{state.ports['apiserver']} enabled"
+            in status.stdout
+        )
         assert "enabled, no fault" in status.stdout
 
         restart = _cli("restart", "kube-apiserver", *where)
@@ -531,8 +593,11 @@ def test_detached_lab_restart_compact_net_and_down_leave_nothing(tmp_path: Path)
         assert "DISABLED" in refuse.stdout, refuse.stderr
         via = Path(run_dir / "admin.via-proxy.kubeconfig")
         assert _cli("env", "--via-proxy", *where).stdout.strip() == f"export KUBECONFIG={via}"
-        _wait(lambda: _kubectl(via, "get", "--raw", "/readyz").stdout.strip() == "ok", 30,
-              "the proxy to accept again after --for 1")
+        _wait(
+            lambda: _kubectl(via, "get", "--raw", "/readyz").stdout.strip() == "ok",
+            30,
+            "the proxy to accept again after --for 1",
+        )
     finally:
         down = _cli("down", *where)
     assert down.returncode == 0, down.stderr

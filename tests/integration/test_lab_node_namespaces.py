@@ -21,23 +21,36 @@ NODES = ("lab-real-0", "lab-real-1")
 
 @pytest.fixture(scope="module")
 def lab() -> Lab:
-    with running_lab("-ns", short_run_dir("ns-"), nodes=0, real_nodes=2, node_namespaces=True,
-                     remove_run_dir=True) as lab:
+    with running_lab(
+        "-ns", short_run_dir("ns-"), nodes=0, real_nodes=2, node_namespaces=True, remove_run_dir=True
+    ) as lab:
         yield lab
 
 
 def writer_pod(node: str) -> dict:
     """A Pod on ``node`` that writes the node's name through both hostPaths, then exits."""
     return {
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"writer-{node}", "namespace": "default"},
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": f"writer-{node}", "namespace": "default"},
         "spec": {
-            "nodeName": node, "restartPolicy": "Never",
-            "containers": [{"name": "w", "image": images.WORKLOAD_IMAGES[1], "command": [
-                "sh", "-c", f"echo {node} > /kubelet/probe/owner && echo {node} > /cdi/owner.txt"],
-                "volumeMounts": [{"name": "kubelet", "mountPath": "/kubelet/probe"},
-                                 {"name": "cdi", "mountPath": "/cdi"}]}],
-            "volumes": [{"name": "kubelet", "hostPath": {"path": "/var/lib/kubelet/probe", "type": "DirectoryOrCreate"}},
-                        {"name": "cdi", "hostPath": {"path": "/var/run/cdi", "type": "DirectoryOrCreate"}}],
+            "nodeName": node,
+            "restartPolicy": "Never",
+            "containers": [
+                {
+                    "name": "w",
+                    "image": images.WORKLOAD_IMAGES[1],
+                    "command": ["sh", "-c", f"echo {node} > /kubelet/probe/owner && echo {node} > /cdi/owner.txt"],
+                    "volumeMounts": [
+                        {"name": "kubelet", "mountPath": "/kubelet/probe"},
+                        {"name": "cdi", "mountPath": "/cdi"},
+                    ],
+                }
+            ],
+            "volumes": [
+                {"name": "kubelet", "hostPath": {"path": "/var/lib/kubelet/probe", "type": "DirectoryOrCreate"}},
+                {"name": "cdi", "hostPath": {"path": "/var/run/cdi", "type": "DirectoryOrCreate"}},
+            ],
         },
     }
 

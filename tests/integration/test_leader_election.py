@@ -26,8 +26,11 @@ LEASE = "dra-operators-claims"
 def replicas(lab, kube, controllers, tmp_path, unique):
     controllers.use("none")  # ours run here, as two replicas
     namespace = f"le-{unique}"
-    env = {"DRA_LEADER_ELECTION": "true", "DRA_LEADER_ELECTION_NAMESPACE": namespace,
-           "DRA_LEADER_ELECTION_LEASE_DURATION": "4"}
+    env = {
+        "DRA_LEADER_ELECTION": "true",
+        "DRA_LEADER_ELECTION_NAMESPACE": namespace,
+        "DRA_LEADER_ELECTION_LEASE_DURATION": "4",
+    }
     pair = []
     for name in ("a", "b"):
         replica = OperatorProcess(["claims"], lab.kubeconfig, tmp_path, env=env)
@@ -48,6 +51,7 @@ def _leader(pair: list[OperatorProcess]) -> OperatorProcess | None:
 async def test_standby_takes_over_when_the_leader_dies(kube, replicas, unique):
     namespace, pair = replicas
     from operators.core.api.resources import NAMESPACES
+
     await kube.create(NAMESPACES, {"metadata": {"name": namespace}})
     for replica in pair:
         replica.start()
@@ -74,6 +78,7 @@ async def test_standby_takes_over_when_the_leader_dies(kube, replicas, unique):
 async def test_frozen_leader_stops_instead_of_acting(kube, replicas, unique):
     namespace, pair = replicas
     from operators.core.api.resources import NAMESPACES
+
     await kube.create(NAMESPACES, {"metadata": {"name": namespace}})
     first, second = pair
     first.start()
@@ -88,7 +93,7 @@ async def test_frozen_leader_stops_instead_of_acting(kube, replicas, unique):
         await _burst(kube, env, 10)
         # The old leader notices it lost the Lease and exits, without having acted after it woke up.
         await wait_for(lambda: _async(first.proc.poll() is not None), timeout=15, what="frozen leader exits")
-        assert "created ResourceClaim" not in first.log.read_text()[len(frozen_log):]
+        assert "created ResourceClaim" not in first.log.read_text()[len(frozen_log) :]
         await _all_running_with_one_claim_each(kube, env, 10, timeout=120)
     await kube.delete(NAMESPACES, namespace)
 
@@ -102,12 +107,22 @@ async def test_a_rate_limited_leader_keeps_its_lease_under_load(lab, kube, contr
     manager's leader-election client) and never queue behind the workers' debt. They used to
     share the bucket: the leader missed its renew deadline and exited."""
     from operators.core.api.resources import NAMESPACES
+
     controllers.use("none")
     namespace = f"rl-{unique}"
     await kube.create(NAMESPACES, {"metadata": {"name": namespace}})
-    leader = OperatorProcess(["claims"], lab.kubeconfig, tmp_path, env={
-        "DRA_LEADER_ELECTION": "true", "DRA_LEADER_ELECTION_NAMESPACE": namespace,
-        "DRA_LEADER_ELECTION_LEASE_DURATION": "4", "DRA_API_QPS": "2", "DRA_API_BURST": "1"})
+    leader = OperatorProcess(
+        ["claims"],
+        lab.kubeconfig,
+        tmp_path,
+        env={
+            "DRA_LEADER_ELECTION": "true",
+            "DRA_LEADER_ELECTION_NAMESPACE": namespace,
+            "DRA_LEADER_ELECTION_LEASE_DURATION": "4",
+            "DRA_API_QPS": "2",
+            "DRA_API_BURST": "1",
+        },
+    )
     leader.start()
     try:
         await wait_for(lambda: _async("became leader" in leader.log.read_text()), timeout=20, what="it leads")
@@ -136,12 +151,17 @@ async def test_a_renewal_answered_late_does_not_extend_the_leadership(lab, kube,
     namespace = f"la-{unique}"
     await kube.create(NAMESPACES, {"metadata": {"name": namespace}})
     duration, renew_deadline = 10.0, 10.0 * 2 / 3  # as act_when_leader derives it
-    env = {"DRA_LEADER_ELECTION": "true", "DRA_LEADER_ELECTION_NAMESPACE": namespace,
-           "DRA_LEADER_ELECTION_LEASE_DURATION": str(int(duration))}
-    proxy = HttpFaultProxy(lab.server, lab.pki.ca_cert, (lab.pki.serving_cert, lab.pki.serving_key),
-                           lab.pki.client("admin")).start()
-    first = OperatorProcess(["claims"], proxy.kubeconfig(lab.kubeconfig, tmp_path / "via-proxy.kubeconfig"),
-                            tmp_path, env=env)
+    env = {
+        "DRA_LEADER_ELECTION": "true",
+        "DRA_LEADER_ELECTION_NAMESPACE": namespace,
+        "DRA_LEADER_ELECTION_LEASE_DURATION": str(int(duration)),
+    }
+    proxy = HttpFaultProxy(
+        lab.server, lab.pki.ca_cert, (lab.pki.serving_cert, lab.pki.serving_key), lab.pki.client("admin")
+    ).start()
+    first = OperatorProcess(
+        ["claims"], proxy.kubeconfig(lab.kubeconfig, tmp_path / "via-proxy.kubeconfig"), tmp_path, env=env
+    )
     first.log = tmp_path / "claims-first.log"
     second = OperatorProcess(["claims"], lab.kubeconfig, tmp_path, env=env)
     second.log = tmp_path / "claims-second.log"
@@ -158,25 +178,40 @@ async def test_a_renewal_answered_late_does_not_extend_the_leadership(lab, kube,
                 for i in range(100):
                     await claims_env.pod(f"p{i:03d}", {"gpu": tmpl("t")})
                     await asyncio.sleep(0.2)
+
             creating = asyncio.create_task(keep_creating())
             await claims_env.claim_of("p000", "gpu")
 
             def lease_request(method: str, path: str) -> bool:
                 return f"/namespaces/{namespace}/leases/" in path
-            proxy.hold_answers(lambda method, path: method == "PUT" and lease_request(method, path),
-                               renew_deadline * 0.9)
+
+            proxy.hold_answers(
+                lambda method, path: method == "PUT" and lease_request(method, path), renew_deadline * 0.9
+            )
             await wait_for(lambda: _async(proxy.held > 0), timeout=30, what="a renewal whose answer is held")
             proxy.refuse(lease_request)  # the leader renews no more, and may not know it yet
-            lease = await wait_for_object(kube, LEASES, LEASE, namespace,
-                                          lambda lease: lease["spec"].get("holderIdentity") != holder,
-                                          timeout=60, what="the standby to take the Lease")
+            lease = await wait_for_object(
+                kube,
+                LEASES,
+                LEASE,
+                namespace,
+                lambda lease: lease["spec"].get("holderIdentity") != holder,
+                timeout=60,
+                what="the standby to take the Lease",
+            )
             taken_at = _parse_time(lease["spec"]["acquireTime"])
             await wait_for(lambda: _async(first.proc.poll() is not None), timeout=60, what="the old leader exits")
-            acted = [line for line in _log_lines(first.log) if line.get("event") == "created ResourceClaim"
-                     and _parse_time(line["timestamp"]) > taken_at]
+            acted = [
+                line
+                for line in _log_lines(first.log)
+                if line.get("event") == "created ResourceClaim" and _parse_time(line["timestamp"]) > taken_at
+            ]
             assert not acted, f"the old leader created claims after the standby took over at {taken_at}: {acted}"
-            await wait_for(lambda: _async("created ResourceClaim" in second.log.read_text()), timeout=60,
-                           what="the new leader to act")
+            await wait_for(
+                lambda: _async("created ResourceClaim" in second.log.read_text()),
+                timeout=60,
+                what="the new leader to act",
+            )
     finally:
         if creating is not None:
             creating.cancel()

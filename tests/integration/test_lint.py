@@ -45,10 +45,21 @@ def test_what_only_the_server_knows(lab, simulated_nodes, tmp_path):  # noqa: F8
     """A mistake no rule knows (a device name that is not a DNS label) is reported from the
     server's dry run; nothing is created."""
     bad = tmp_path / "slice.yaml"
-    bad.write_text(yaml.safe_dump({
-        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": "lint-server-only"},
-        "spec": {"driver": "lint.dra-operators.dev", "nodeName": "lint-no-such-node",
-                 "pool": {"name": "p", "generation": 1, "resourceSliceCount": 1}, "devices": [{"name": "GPU_0"}]}}))
+    bad.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceSlice",
+                "metadata": {"name": "lint-server-only"},
+                "spec": {
+                    "driver": "lint.dra-operators.dev",
+                    "nodeName": "lint-no-such-node",
+                    "pool": {"name": "p", "generation": 1, "resourceSliceCount": 1},
+                    "devices": [{"name": "GPU_0"}],
+                },
+            }
+        )
+    )
     code, report = lint_json(lab, str(bad))
     assert code == 1
     assert [f["field"] for f in report["findings"] if f["rule"] == "server-dry-run"] == ["spec.devices[0].name"], report
@@ -69,13 +80,29 @@ def test_names_with_reserved_characters_are_sent_as_names_with_dry_run(lab, simu
     ``a/b`` is refused before sending, as client-go refuses it."""
     role = "lint-x#y?dryRun=None"
     names = tmp_path / "names.yaml"
-    names.write_text(yaml.safe_dump_all([
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": role},
-         "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]},
-        {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
-         "metadata": {"name": "x#", "namespace": "default"},
-         "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.sim.dra-operators.dev"}}]}}},
-        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a/b", "namespace": "default"}}]))
+    names.write_text(
+        yaml.safe_dump_all(
+            [
+                {
+                    "apiVersion": "rbac.authorization.k8s.io/v1",
+                    "kind": "ClusterRole",
+                    "metadata": {"name": role},
+                    "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}],
+                },
+                {
+                    "apiVersion": "resource.k8s.io/v1",
+                    "kind": "ResourceClaim",
+                    "metadata": {"name": "x#", "namespace": "default"},
+                    "spec": {
+                        "devices": {
+                            "requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.sim.dra-operators.dev"}}]
+                        }
+                    },
+                },
+                {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a/b", "namespace": "default"}},
+            ]
+        )
+    )
     code, report = lint_json(lab, str(names))
     assert code == 1, report
     by_ref = {(f["object"], f["field"]): f for f in report["findings"] if f["rule"] == "server-dry-run"}

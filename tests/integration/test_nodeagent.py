@@ -51,8 +51,11 @@ def driver(unique):
 def kubelet_dirs() -> dict[str, str]:
     """Short directories for the plugin's sockets (a socket path has at most 107 characters)."""
     root = Path(tempfile.mkdtemp(prefix="na-"))
-    return {"DRA_NODEAGENT_REGISTRY_DIR": str(root / "registry"), "DRA_NODEAGENT_PLUGINS_DIR": str(root / "plugins"),
-            "DRA_NODEAGENT_CDI_ROOT": str(root / "cdi")}
+    return {
+        "DRA_NODEAGENT_REGISTRY_DIR": str(root / "registry"),
+        "DRA_NODEAGENT_PLUGINS_DIR": str(root / "plugins"),
+        "DRA_NODEAGENT_CDI_ROOT": str(root / "cdi"),
+    }
 
 
 @pytest.fixture
@@ -60,10 +63,21 @@ def agents(lab, tmp_path):
     started: list[OperatorProcess] = []
 
     def start(node: str, driver: str, inventory: Path, **env: str) -> OperatorProcess:
-        agent = OperatorProcess(["nodeagent"], lab.kubeconfig, tmp_path, env={**kubelet_dirs(),
-            "NODE_NAME": node, "DRA_NODEAGENT_BACKEND": "simulated", "DRA_NODEAGENT_INVENTORY": str(inventory),
-            "DRA_NODEAGENT_DRIVER": driver, "DRA_NODEAGENT_SYNC_DELAY": "1",
-            "DRA_NODEAGENT_HEALTH_QUIET_PERIOD": "3", **env})
+        agent = OperatorProcess(
+            ["nodeagent"],
+            lab.kubeconfig,
+            tmp_path,
+            env={
+                **kubelet_dirs(),
+                "NODE_NAME": node,
+                "DRA_NODEAGENT_BACKEND": "simulated",
+                "DRA_NODEAGENT_INVENTORY": str(inventory),
+                "DRA_NODEAGENT_DRIVER": driver,
+                "DRA_NODEAGENT_SYNC_DELAY": "1",
+                "DRA_NODEAGENT_HEALTH_QUIET_PERIOD": "3",
+                **env,
+            },
+        )
         agent.log = tmp_path / f"nodeagent-{node}.log"
         agent.start()
         started.append(agent)
@@ -80,8 +94,10 @@ def write_inventory(path: Path, document: dict) -> Path:
 
 
 async def pool_slices(kube, driver: str, node: str) -> list[dict]:
-    return sorted(await kube.list(RESOURCE_SLICES, field_selector=f"spec.driver={driver},spec.nodeName={node}"),
-                  key=lambda s: s["metadata"]["name"])
+    return sorted(
+        await kube.list(RESOURCE_SLICES, field_selector=f"spec.driver={driver},spec.nodeName={node}"),
+        key=lambda s: s["metadata"]["name"],
+    )
 
 
 class _Found(list):
@@ -95,11 +111,13 @@ async def wait_pool(kube, driver: str, node: str, predicate, what: str, timeout:
     async def check():
         slices = await pool_slices(kube, driver, node)
         return _Found(slices) if predicate(slices) else None
+
     return await wait_for(check, timeout=timeout, what=what)
 
 
 def complete(devices: int | None = None, generation: int | None = None):
     """A predicate: the pool is complete (all slices of the newest generation present)."""
+
     def check(slices: list[dict]) -> bool:
         if not slices:
             return False
@@ -110,6 +128,7 @@ def complete(devices: int | None = None, generation: int | None = None):
         if generation is not None and newest != generation:
             return False
         return devices is None or sum(len(s["spec"].get("devices") or []) for s in current) == devices
+
     return check
 
 
@@ -117,11 +136,19 @@ def normalise(slices: list[dict], node: str, driver: str, node_uid: str) -> list
     out = []
     for s in slices:
         meta = s["metadata"]
-        out.append({"metadata": {"generateName": meta["generateName"], "ownerReferences": meta["ownerReferences"]},
-                    "spec": s["spec"]})
+        out.append(
+            {
+                "metadata": {"generateName": meta["generateName"], "ownerReferences": meta["ownerReferences"]},
+                "spec": s["spec"],
+            }
+        )
     text = json.dumps(out, sort_keys=True).replace(node_uid, "<node-uid>")
-    return json.loads(text.replace(f'"{driver}"', '"<driver>"').replace(f"-{driver}-", "-<driver>-")
-                      .replace(f'"{node}"', '"<node>"').replace(f"-{node}-", "-<node>-"))
+    return json.loads(
+        text.replace(f'"{driver}"', '"<driver>"')
+        .replace(f"-{driver}-", "-<driver>-")
+        .replace(f'"{node}"', '"<node>"')
+        .replace(f"-{node}-", "-<node>-")
+    )
 
 
 def assert_golden(name: str, actual: list[dict]) -> None:
@@ -153,8 +180,14 @@ async def test_golden_simulated_inventory(kube, golden_node, agents):
 async def test_golden_dgx_a100_mixed_mig(kube, node, driver):
     """The strict NVML model playing a DGX A100 with MIG in mixed mode
     (input dgx-a100-mixed-mig.input.yaml): NVIDIA's device names, attributes and capacities."""
-    agent = NodeAgent(kube, NvmlBackend(driver, nvml=dgx_a100_mixed_mig()), node_name=node, driver=driver,
-                      sync_delay=1, health=HealthTracker(driver))
+    agent = NodeAgent(
+        kube,
+        NvmlBackend(driver, nvml=dgx_a100_mixed_mig()),
+        node_name=node,
+        driver=driver,
+        sync_delay=1,
+        health=HealthTracker(driver),
+    )
     await agent.start()
     try:
         slices = await wait_pool(kube, driver, node, complete(devices=12), "published pool")
@@ -164,8 +197,9 @@ async def test_golden_dgx_a100_mixed_mig(kube, node, driver):
     assert_golden("dgx-a100-mixed-mig.slices.yaml", normalise(slices, node, driver, node_uid))
 
 
-async def test_scheduler_allocates_published_devices_on_the_right_nodes(kube, lab, unique, driver, agents,
-                                                                        namespace, cluster_objects, tmp_path):
+async def test_scheduler_allocates_published_devices_on_the_right_nodes(
+    kube, lab, unique, driver, agents, namespace, cluster_objects, tmp_path
+):
     nodes = [f"na-{unique}-a", f"na-{unique}-b"]
     for name in nodes:
         lab.create_node(name)
@@ -197,8 +231,9 @@ async def _running(kube, namespace, name):
     return pod if pod and pod["status"].get("phase") == "Running" else None
 
 
-async def test_300_devices_then_an_inventory_change(kube, node, driver, agents, namespace, cluster_objects,
-                                                     tmp_path, unique):
+async def test_300_devices_then_an_inventory_change(
+    kube, node, driver, agents, namespace, cluster_objects, tmp_path, unique
+):
     before = [{"name": f"dev-{i:03d}"} for i in range(300)]
     inventory = write_inventory(tmp_path / "inv.yaml", {"devices": before})
     agents(node, driver, inventory)
@@ -221,6 +256,7 @@ async def test_300_devices_then_an_inventory_change(kube, node, driver, agents, 
             if any(s["spec"]["pool"]["generation"] == 2 for s in await pool_slices(kube, driver, node)):
                 changed_at = time.time()
             await asyncio.sleep(0.02)
+
     watcher = asyncio.create_task(watch_generation())
     for i in range(40):  # Pods arrive before, during and after the change
         await kube.create(RESOURCE_CLAIMS, objects.resource_claim(f"c{i}", f"na-{unique}"), namespace)
@@ -250,25 +286,38 @@ async def test_300_devices_then_an_inventory_change(kube, node, driver, agents, 
 
 def _epoch(timestamp: str) -> float:
     import datetime
+
     return datetime.datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
 
 
-async def test_hand_edit_reverted_deleted_slice_recreated_restart_changes_nothing(kube, node, driver, agents,
-                                                                                  tmp_path):
+async def test_hand_edit_reverted_deleted_slice_recreated_restart_changes_nothing(kube, node, driver, agents, tmp_path):
     inventory = write_inventory(tmp_path / "inv.yaml", {"gpus": [{"model": "M", "memory": "8Gi", "count": 2}]})
     agent = agents(node, driver, inventory)
     [published] = await wait_pool(kube, driver, node, complete(devices=2), "published")
     edited = json.loads(json.dumps(published))
     edited["spec"]["devices"][0]["attributes"]["productName"] = {"string": "tampered"}
     await kube.replace(RESOURCE_SLICES, edited)
-    [reverted] = await wait_pool(kube, driver, node, lambda s: s and s[0]["spec"]["devices"][0]["attributes"]
-                                 ["productName"] == {"string": "M"} and s[0]["metadata"]["resourceVersion"]
-                                 != published["metadata"]["resourceVersion"], "hand edit reverted")
+    [reverted] = await wait_pool(
+        kube,
+        driver,
+        node,
+        lambda s: (
+            s
+            and s[0]["spec"]["devices"][0]["attributes"]["productName"] == {"string": "M"}
+            and s[0]["metadata"]["resourceVersion"] != published["metadata"]["resourceVersion"]
+        ),
+        "hand edit reverted",
+    )
     assert reverted["spec"]["pool"]["generation"] == 1  # one slice changed: same generation
 
     await kube.delete(RESOURCE_SLICES, reverted["metadata"]["name"])
-    [recreated] = await wait_pool(kube, driver, node, lambda s: s and s[0]["metadata"]["uid"] != reverted["metadata"]["uid"],
-                                  "deleted slice recreated")
+    [recreated] = await wait_pool(
+        kube,
+        driver,
+        node,
+        lambda s: s and s[0]["metadata"]["uid"] != reverted["metadata"]["uid"],
+        "deleted slice recreated",
+    )
     # As upstream: the generation continues from the slices that exist, none here, so 1 again.
     assert recreated["spec"]["pool"] == {"name": node, "generation": 1, "resourceSliceCount": 1}
 
@@ -286,7 +335,9 @@ async def test_health_taint_recovery_and_ignorable_xid(kube, node, driver, agent
     await wait_pool(kube, driver, node, complete(devices=3), "published")
 
     async def annotate(value):
-        await kube.patch(NODES, node, {"metadata": {"annotations": {HEALTH_ANNOTATION: value}}}, content_type=MERGE_PATCH)
+        await kube.patch(
+            NODES, node, {"metadata": {"annotations": {HEALTH_ANNOTATION: value}}}, content_type=MERGE_PATCH
+        )
 
     def taints(slices, device):
         return next(d.get("taints") or [] for s in slices for d in s["spec"]["devices"] if d["name"] == device)
@@ -305,8 +356,14 @@ async def test_health_taint_recovery_and_ignorable_xid(kube, node, driver, agent
     assert taints(await pool_slices(kube, driver, node), "gpu-1")[0]["timeAdded"] == critical["timeAdded"]
 
     await annotate("gpu-2=xid:13,gpu-0=xid:79")  # gpu-1 passes its health check again; 79: off the bus
-    await wait_pool(kube, driver, node, lambda s: s and not taints(s, "gpu-1") and taints(s, "gpu-0"),
-                    "gpu-1 recovered, gpu-0 tainted", timeout=20)
+    await wait_pool(
+        kube,
+        driver,
+        node,
+        lambda s: s and not taints(s, "gpu-1") and taints(s, "gpu-0"),
+        "gpu-1 recovered, gpu-0 tainted",
+        timeout=20,
+    )
     await annotate("gpu-2=xid:13")  # gpu-0 passes its check too, but XID 79 needs a reboot: it stays
     await asyncio.sleep(5)
     assert taints(await pool_slices(kube, driver, node), "gpu-0")[0]["value"] == "79"
@@ -322,23 +379,35 @@ async def test_health_taint_recovery_and_ignorable_xid(kube, node, driver, agent
 
 
 async def test_bad_inventory_entries_are_reported_and_the_rest_published(kube, node, driver, agents, tmp_path):
-    inventory = write_inventory(tmp_path / "inv.yaml", {"devices": [
-        {"name": "good-0"},
-        {"name": "long-string", "attributes": {"model": {"string": "x" * 65}}},
-        {"name": "too-many", "attributes": {f"a{i}": {"int": i} for i in range(33)}},
-        {"name": "Not_A_Label"},
-        {"name": "good-1"},
-    ]})
+    inventory = write_inventory(
+        tmp_path / "inv.yaml",
+        {
+            "devices": [
+                {"name": "good-0"},
+                {"name": "long-string", "attributes": {"model": {"string": "x" * 65}}},
+                {"name": "too-many", "attributes": {f"a{i}": {"int": i} for i in range(33)}},
+                {"name": "Not_A_Label"},
+                {"name": "good-1"},
+            ]
+        },
+    )
     agent = agents(node, driver, inventory)
     [published] = await wait_pool(kube, driver, node, complete(devices=2), "the good devices")
     assert [d["name"] for d in published["spec"]["devices"]] == ["good-0", "good-1"]
 
     async def event():
-        return [e for e in await kube.list(EVENTS, "default")
-                if e["involvedObject"].get("name") == node and e["reason"] == "InvalidDevice"]
+        return [
+            e
+            for e in await kube.list(EVENTS, "default")
+            if e["involvedObject"].get("name") == node and e["reason"] == "InvalidDevice"
+        ]
+
     [found] = await wait_for(event, what="InvalidDevice Event on the Node")
-    for text in ("device 'long-string': attributes[model]: 65 bytes", "device 'too-many': attributes and capacity: 33",
-                 "device 'Not_A_Label': name"):
+    for text in (
+        "device 'long-string': attributes[model]: 65 bytes",
+        "device 'too-many': attributes and capacity: 33",
+        "device 'Not_A_Label': name",
+    ):
         assert text in found["message"]
     assert f'dra_nodeagent_invalid_devices{{driver="{driver}"}} 3.0' in agent.metrics()
 
@@ -359,6 +428,7 @@ async def test_bad_inventory_entries_are_reported_and_the_rest_published(kube, n
 
     async def read_again() -> bool:
         return agent.log.read_text().count(unusable) > before
+
     await wait_for(read_again, what="the restarted agent read the broken inventory")
     await asyncio.sleep(2.5)  # more than the sync delay: a publish would have happened
     slices = await pool_slices(kube, driver, node)
@@ -371,14 +441,20 @@ async def test_bad_inventory_entries_are_reported_and_the_rest_published(kube, n
 
 def test_nvml_backend_without_nvml_exits_with_instructions(lab, node):
     import pynvml
+
     try:
         pynvml.nvmlInit()
         pytest.skip("a real NVML library is present: the missing-library exit cannot be shown here")
     except pynvml.NVMLError:
         pass
     env = {**os.environ, "KUBECONFIG": str(lab.kubeconfig), "NODE_NAME": node, "DRA_NODEAGENT_BACKEND": "nvml"}
-    result = subprocess.run([sys.executable, "-m", "operators.cli", "run", "nodeagent", "--liveness", ""],
-                            env=env, capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "operators.cli", "run", "nodeagent", "--liveness", ""],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode != 0
     assert "install the NVIDIA driver" in result.stderr and "DRA_NODEAGENT_BACKEND=simulated" in result.stderr
 
@@ -396,16 +472,27 @@ async def test_slices_go_with_their_node(kube, lab, driver, agents, tmp_path, un
 
 async def test_fake_nvml_xid_taints_the_published_device(kube, node, driver):
     fake = eight_gpu_machine()
-    agent = NodeAgent(kube, NvmlBackend(driver, nvml=fake), node_name=node, driver=driver,
-                      sync_delay=1, health=HealthTracker(driver, quiet_period=3600))
+    agent = NodeAgent(
+        kube,
+        NvmlBackend(driver, nvml=fake),
+        node_name=node,
+        driver=driver,
+        sync_delay=1,
+        health=HealthTracker(driver, quiet_period=3600),
+    )
     await agent.start()
     try:
         await wait_pool(kube, driver, node, complete(devices=10), "published pool")
         await asyncio.sleep(0.5)  # the event thread registers
         fake.xid(3, 79)
         fake.xid(7, 43, gi=1, ci=0)  # an application error on a MIG device: effect None
-        slices = await wait_pool(kube, driver, node, lambda s: s and sum(
-            len(d.get("taints") or []) for x in s for d in x["spec"].get("devices") or []) == 2, "two taints")
+        slices = await wait_pool(
+            kube,
+            driver,
+            node,
+            lambda s: s and sum(len(d.get("taints") or []) for x in s for d in x["spec"].get("devices") or []) == 2,
+            "two taints",
+        )
     finally:
         await agent.stop()
     devices = {d["name"]: d for s in slices for d in s["spec"].get("devices") or []}
@@ -421,8 +508,9 @@ def _generation(slices) -> int:
 
 
 def _device_taints(slices, name):
-    return next((d.get("taints") or [] for s in slices for d in s["spec"].get("devices") or [] if d["name"] == name),
-                None)
+    return next(
+        (d.get("taints") or [] for s in slices for d in s["spec"].get("devices") or [] if d["name"] == name), None
+    )
 
 
 async def test_strict_nvml_gpu_lost_then_back_is_tainted_then_published_again(kube, node, driver):
@@ -430,8 +518,9 @@ async def test_strict_nvml_gpu_lost_then_back_is_tainted_then_published_again(ku
     nothing), then brings it back; then GPU 5 falls off the bus for good and returns."""
     model = h100_box()
     backend = NvmlBackend(driver, nvml=model, refresh_interval=0.3)
-    agent = NodeAgent(kube, backend, node_name=node, driver=driver, sync_delay=1,
-                      health=HealthTracker(driver, quiet_period=1))
+    agent = NodeAgent(
+        kube, backend, node_name=node, driver=driver, sync_delay=1, health=HealthTracker(driver, quiet_period=1)
+    )
     await agent.start()
     try:
         slices = await wait_pool(kube, driver, node, complete(devices=8), "published pool")
@@ -441,12 +530,14 @@ async def test_strict_nvml_gpu_lost_then_back_is_tainted_then_published_again(ku
         assert [t["key"] for t in _device_taints(slices, "gpu-2")] == [f"{driver}/gpu-lost"]
         assert sum(len(d.get("taints") or []) for s in slices for d in s["spec"]["devices"]) == 1
         model.restore(2)
-        await wait_pool(kube, driver, node, lambda s: s and _device_taints(s, "gpu-2") == [], "gpu-2 untainted",
-                        timeout=30)
+        await wait_pool(
+            kube, driver, node, lambda s: s and _device_taints(s, "gpu-2") == [], "gpu-2 untainted", timeout=30
+        )
         before = _generation(await pool_slices(kube, driver, node))
         model.remove(5)
-        slices = await wait_pool(kube, driver, node, lambda s: s and _device_taints(s, "gpu-5") is None,
-                                 "gpu-5 unpublished", timeout=30)
+        slices = await wait_pool(
+            kube, driver, node, lambda s: s and _device_taints(s, "gpu-5") is None, "gpu-5 unpublished", timeout=30
+        )
         assert _generation(slices) == before + 1
         model.restore(5)
         slices = await wait_pool(kube, driver, node, complete(devices=8), "gpu-5 published again", timeout=30)
@@ -456,26 +547,56 @@ async def test_strict_nvml_gpu_lost_then_back_is_tainted_then_published_again(ku
 
 
 async def test_strict_nvml_mig_reconfigured_is_republished_with_a_new_generation(kube, node, driver):
-    from ..nvmlmodel.model import MigInstance
     import pynvml
+
+    from ..nvmlmodel.model import MigInstance
+
     model = dgx_a100_mixed_mig()
-    agent = NodeAgent(kube, NvmlBackend(driver, nvml=model, refresh_interval=0.3), node_name=node, driver=driver,
-                      sync_delay=1, health=HealthTracker(driver))
+    agent = NodeAgent(
+        kube,
+        NvmlBackend(driver, nvml=model, refresh_interval=0.3),
+        node_name=node,
+        driver=driver,
+        sync_delay=1,
+        health=HealthTracker(driver),
+    )
     await agent.start()
     try:
         slices = await wait_pool(kube, driver, node, complete(devices=12), "published pool")
         generation = _generation(slices)
-        model.reconfigure(7, [MigInstance(gi_id=0, ci_id=0, profile_index=pynvml.NVML_GPU_INSTANCE_PROFILE_7_SLICE,
-                                          placement_start=0, placement_size=8,
-                                          uuid="MIG-77777777-0000-4000-8000-000000000007")])
-        slices = await wait_pool(kube, driver, node, lambda s: s and _device_taints(s, "gpu-7-mig-0-0-8") is not None,
-                                 "the 7g.40gb instance published", timeout=30)
+        model.reconfigure(
+            7,
+            [
+                MigInstance(
+                    gi_id=0,
+                    ci_id=0,
+                    profile_index=pynvml.NVML_GPU_INSTANCE_PROFILE_7_SLICE,
+                    placement_start=0,
+                    placement_size=8,
+                    uuid="MIG-77777777-0000-4000-8000-000000000007",
+                )
+            ],
+        )
+        slices = await wait_pool(
+            kube,
+            driver,
+            node,
+            lambda s: s and _device_taints(s, "gpu-7-mig-0-0-8") is not None,
+            "the 7g.40gb instance published",
+            timeout=30,
+        )
         assert _generation(slices) == generation + 1
         names = {d["name"] for s in slices for d in s["spec"]["devices"]}
         assert not {n for n in names if n.startswith("gpu-7-mig-") and n != "gpu-7-mig-0-0-8"}
         model.reconfigure(6, [], mig_enabled=False)
-        slices = await wait_pool(kube, driver, node, lambda s: s and _device_taints(s, "gpu-6") is not None,
-                                 "GPU 6 published whole", timeout=30)
+        slices = await wait_pool(
+            kube,
+            driver,
+            node,
+            lambda s: s and _device_taints(s, "gpu-6") is not None,
+            "GPU 6 published whole",
+            timeout=30,
+        )
         assert _generation(slices) == generation + 2
     finally:
         await agent.stop()

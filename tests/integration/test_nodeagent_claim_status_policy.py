@@ -26,8 +26,12 @@ FOREIGN = "other.example.com"
 
 @pytest.fixture(scope="module")
 def gate_off_lab():
-    lab = Lab(LabOptions(name=f"pytest-{os.getpid()}-granular-off", nodes=2, run_dir=short_run_dir("gso-"),
-                         disabled_gates=(GATE,)), log=lambda message: print(message, flush=True))
+    lab = Lab(
+        LabOptions(
+            name=f"pytest-{os.getpid()}-granular-off", nodes=2, run_dir=short_run_dir("gso-"), disabled_gates=(GATE,)
+        ),
+        log=lambda message: print(message, flush=True),
+    )
     lab.start()
     try:
         applied = lab.kubectl("apply", "--server-side", "-k", str(ROOT / "kustomize" / "base"), check=False)
@@ -41,23 +45,51 @@ async def _agent_of(lab: Lab, admin: Kube, node: str) -> Kube:
     """The node agent's ServiceAccount with a token bound to ``node`` (it names the node, as the
     agent Pod's projected token does)."""
     got = await admin.get_or_none(NODES, node)
-    response = await admin.request("POST", f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/dra-nodeagent/token", body={
-        "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-        "spec": {"expirationSeconds": 3600, "boundObjectRef": {
-            "apiVersion": "v1", "kind": "Node", "name": node, "uid": got["metadata"]["uid"]}}})
+    response = await admin.request(
+        "POST",
+        f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/dra-nodeagent/token",
+        body={
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {
+                "expirationSeconds": 3600,
+                "boundObjectRef": {"apiVersion": "v1", "kind": "Node", "name": node, "uid": got["metadata"]["uid"]},
+            },
+        },
+    )
     return Kube.with_token(lab.server, response["status"]["token"], str(lab.pki.ca_cert))
 
 
 async def _allocated_claim(admin: Kube, name: str, node: str) -> dict:
-    claim = await admin.create(RESOURCE_CLAIMS, {
-        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": name, "namespace": "default"},
-        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu"}},
-                                          {"name": "nic", "exactly": {"deviceClassName": "nic"}}]}}})
-    claim["status"] = {"allocation": {
-        "devices": {"results": [{"request": "gpu", "driver": DRIVER, "pool": node, "device": "gpu-0"},
-                                {"request": "nic", "driver": FOREIGN, "pool": node, "device": "nic-0"}]},
-        "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
-            {"key": "metadata.name", "operator": "In", "values": [node]}]}]}}}
+    claim = await admin.create(
+        RESOURCE_CLAIMS,
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {
+                "devices": {
+                    "requests": [
+                        {"name": "gpu", "exactly": {"deviceClassName": "gpu"}},
+                        {"name": "nic", "exactly": {"deviceClassName": "nic"}},
+                    ]
+                }
+            },
+        },
+    )
+    claim["status"] = {
+        "allocation": {
+            "devices": {
+                "results": [
+                    {"request": "gpu", "driver": DRIVER, "pool": node, "device": "gpu-0"},
+                    {"request": "nic", "driver": FOREIGN, "pool": node, "device": "nic-0"},
+                ]
+            },
+            "nodeSelector": {
+                "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]
+            },
+        }
+    }
     return await admin.replace(RESOURCE_CLAIMS, claim, subresource="status")
 
 
@@ -66,24 +98,31 @@ def _device_status(driver: str, node: str, device: str) -> dict:
 
 
 async def _patch_status(agent: Kube, claim: str, status: dict) -> dict:
-    return await agent.patch(RESOURCE_CLAIMS, claim, {"status": status}, "default", content_type=MERGE_PATCH,
-                             subresource="status")
+    return await agent.patch(
+        RESOURCE_CLAIMS, claim, {"status": status}, "default", content_type=MERGE_PATCH, subresource="status"
+    )
 
 
 async def _policy_in_force(agent: Kube) -> None:
     """The API server reads admission policies through an informer (k8s.io/apiserver
     generic/policy_source.go): one applied a moment ago may not be enforced yet. Wait until a
     dry run of a write it refuses is refused."""
+
     async def refused() -> bool:
         try:
-            await agent.request("PATCH", RESOURCE_CLAIMS.path("default", "theirs", "status"), body={"status": {
-                "devices": [_device_status(DRIVER, "lab-node-1", "gpu-0")]}}, content_type=MERGE_PATCH,
-                params=[("dryRun", "All")])
+            await agent.request(
+                "PATCH",
+                RESOURCE_CLAIMS.path("default", "theirs", "status"),
+                body={"status": {"devices": [_device_status(DRIVER, "lab-node-1", "gpu-0")]}},
+                content_type=MERGE_PATCH,
+                params=[("dryRun", "All")],
+            )
         except ApiError as e:
             if "may not write the status of a claim allocated on node" in e.message:
                 return True
             raise
         return False
+
     await wait_for(refused, what="the admission policy dra-operators-nodeagent-own-claims in force")
 
 
@@ -104,14 +143,29 @@ async def test_node_agent_writes_only_its_own_nodes_claims_device_status_without
 
             # Another driver's device on its own node: refused.
             with pytest.raises(ApiError) as denied:
-                await _patch_status(agent, "mine", {"devices": [_device_status(DRIVER, "lab-node-0", "gpu-0"),
-                                                                _device_status(FOREIGN, "lab-node-0", "nic-0")]})
+                await _patch_status(
+                    agent,
+                    "mine",
+                    {
+                        "devices": [
+                            _device_status(DRIVER, "lab-node-0", "gpu-0"),
+                            _device_status(FOREIGN, "lab-node-0", "nic-0"),
+                        ]
+                    },
+                )
             assert "may write status.devices entries of its drivers only" in denied.value.message
 
             # reservedFor (who may use the claim): refused.
             with pytest.raises(ApiError) as denied:
-                await _patch_status(agent, "mine", {"reservedFor": [
-                    {"resource": "pods", "name": "intruder", "uid": "0c5fe1b0-0000-4000-8000-000000000001"}]})
+                await _patch_status(
+                    agent,
+                    "mine",
+                    {
+                        "reservedFor": [
+                            {"resource": "pods", "name": "intruder", "uid": "0c5fe1b0-0000-4000-8000-000000000001"}
+                        ]
+                    },
+                )
             assert "not its allocation or reservedFor" in denied.value.message
 
         after = {c["metadata"]["name"]: c["status"] for c in await admin.list(RESOURCE_CLAIMS, "default")}

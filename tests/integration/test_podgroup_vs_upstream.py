@@ -23,8 +23,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from operators.core.api.resources import POD_GROUPS
-from operators.core.api.resources import PODS, RESOURCE_CLAIMS
+from operators.core.api.resources import POD_GROUPS, PODS, RESOURCE_CLAIMS
 from operators.lab import Lab, LabOptions
 
 from . import objects
@@ -66,6 +65,7 @@ class PodGroupEnv(ClaimsEnv):
                 if status["name"] == group_claim and status.get("resourceClaimName"):
                     return status["resourceClaimName"]
             return None
+
         return await wait_for(named, timeout=60, what=f"PodGroup {group} claim {group_claim}", describe=self.describe)
 
     async def delete_pod_group(self, name: str) -> None:
@@ -101,25 +101,41 @@ class PodGroupEnv(ClaimsEnv):
         def group_ref(ref: dict) -> str:
             return "that PodGroup's" if uids.get(ref.get("name")) == ref.get("uid") else "another UID"
 
-        snap["podGroups"] = [{
-            "name": g["metadata"]["name"],
-            "resourceClaims": g["spec"].get("resourceClaims"),
-            "resourceClaimStatuses": sorted(
-                (dict(s, resourceClaimName=Normaliser.generated(s["resourceClaimName"])) if s.get("resourceClaimName")
-                 else s for s in (g.get("status") or {}).get("resourceClaimStatuses") or []),
-                key=lambda s: s["name"]),
-            "managers": sorted({(m.get("manager"), m.get("operation"), m.get("subresource", ""))
-                                for m in g["metadata"].get("managedFields") or []
-                                if m.get("manager") == "ResourceClaimController"}),
-        } for g in sorted(groups, key=lambda g: g["metadata"]["name"])]
+        snap["podGroups"] = [
+            {
+                "name": g["metadata"]["name"],
+                "resourceClaims": g["spec"].get("resourceClaims"),
+                "resourceClaimStatuses": sorted(
+                    (
+                        dict(s, resourceClaimName=Normaliser.generated(s["resourceClaimName"]))
+                        if s.get("resourceClaimName")
+                        else s
+                        for s in (g.get("status") or {}).get("resourceClaimStatuses") or []
+                    ),
+                    key=lambda s: s["name"],
+                ),
+                "managers": sorted(
+                    {
+                        (m.get("manager"), m.get("operation"), m.get("subresource", ""))
+                        for m in g["metadata"].get("managedFields") or []
+                        if m.get("manager") == "ResourceClaimController"
+                    }
+                ),
+            }
+            for g in sorted(groups, key=lambda g: g["metadata"]["name"])
+        ]
         snap["podGroupRefs"] = sorted(
             [n.name(c["metadata"]["name"]), where, r.get("name"), group_ref(r)]
             for c in claims
-            for where, refs in (("owner", [o for o in c["metadata"].get("ownerReferences") or []
-                                           if o.get("kind") == "PodGroup"]),
-                                ("reservedFor", [r for r in (c.get("status") or {}).get("reservedFor") or []
-                                                 if r.get("resource") == "podgroups"]))
-            for r in refs)
+            for where, refs in (
+                ("owner", [o for o in c["metadata"].get("ownerReferences") or [] if o.get("kind") == "PodGroup"]),
+                (
+                    "reservedFor",
+                    [r for r in (c.get("status") or {}).get("reservedFor") or [] if r.get("resource") == "podgroups"],
+                ),
+            )
+            for r in refs
+        )
         return snap
 
 
@@ -214,8 +230,9 @@ async def foreign_group_reservation(env: PodGroupEnv) -> list:
     await env.claim("shared")
     await env.pod("a", {"gpu": plain("shared")})
     await env.wait_running("a")
-    await env.add_reservation("shared", {"apiGroup": "scheduling.k8s.io", "resource": "podgroups",
-                                         "name": "ghost", "uid": str(uuid.uuid4())})
+    await env.add_reservation(
+        "shared", {"apiGroup": "scheduling.k8s.io", "resource": "podgroups", "name": "ghost", "uid": str(uuid.uuid4())}
+    )
     reserved = await env.snapshot()
     await env.finish("a")
     return [reserved, await env.snapshot()]
@@ -229,8 +246,10 @@ async def member_reserved_through_group(env: PodGroupEnv) -> list:
     await env.pod("a", {"gpu": plain("shared")})
     await env.wait_running("a")
     group = await env.kube.get(POD_GROUPS, "pg", env.namespace)
-    await env.add_reservation("shared", {"apiGroup": "scheduling.k8s.io", "resource": "podgroups",
-                                         "name": "pg", "uid": group["metadata"]["uid"]})
+    await env.add_reservation(
+        "shared",
+        {"apiGroup": "scheduling.k8s.io", "resource": "podgroups", "name": "pg", "uid": group["metadata"]["uid"]},
+    )
     await env.member("p2", "pg", {"gpu": plain("shared")}, node=NODE)
     await env.wait_running("p2")
     return [await env.snapshot()]
@@ -260,11 +279,24 @@ async def member_deleted_gate_off(env: PodGroupEnv) -> list:
     return [await env.snapshot()]
 
 
-GATE_ON = [group_template_claim_shared, group_claim_before_members, member_claims_not_in_group,
-           group_template_after_group, group_deleted, group_user_claim, member_before_group,
-           foreign_group_reservation, member_reserved_through_group]
-GATE_OFF = [group_claims_dropped, member_deleted_gate_off, member_before_group, foreign_group_reservation,
-            member_reserved_through_group]
+GATE_ON = [
+    group_template_claim_shared,
+    group_claim_before_members,
+    member_claims_not_in_group,
+    group_template_after_group,
+    group_deleted,
+    group_user_claim,
+    member_before_group,
+    foreign_group_reservation,
+    member_reserved_through_group,
+]
+GATE_OFF = [
+    group_claims_dropped,
+    member_deleted_gate_off,
+    member_before_group,
+    foreign_group_reservation,
+    member_reserved_through_group,
+]
 
 
 async def _side_by_side(scenario, kube, controllers: Controllers, token: str, metrics: bool = False) -> list:
@@ -276,12 +308,17 @@ async def _side_by_side(scenario, kube, controllers: Controllers, token: str, me
             if metrics:
                 text = await asyncio.to_thread(
                     _controller_manager_metrics if mode == "upstream" else controllers.operators["claims"].metrics,
-                    *([controllers.lab] if mode == "upstream" else []))
+                    *([controllers.lab] if mode == "upstream" else []),
+                )
                 results[mode].append(_pod_group_creates(text))
     upstream = [without_known_upstream_bugs(snap) for snap in results["upstream"]]
     diff = differences(upstream, results["ours"])
-    assert not diff, "ours differs from upstream:\n" + "\n".join(diff) + \
-        "\n\nupstream: " + json.dumps(results["upstream"], indent=1)[:6000]
+    assert not diff, (
+        "ours differs from upstream:\n"
+        + "\n".join(diff)
+        + "\n\nupstream: "
+        + json.dumps(results["upstream"], indent=1)[:6000]
+    )
     assert any(snap["pods"] or snap["podGroups"] for snap in results["ours"]), "the scenario left nothing to compare"
     return results["ours"]
 
@@ -302,8 +339,9 @@ def without_known_upstream_bugs(snap: dict) -> dict:
     finished = {p["name"] for p in snap["pods"] if p["phase"] in ("Succeeded", "Failed")}
     fixed = json.loads(json.dumps(snap))
     for claim in fixed["claims"]:
-        claim["reservedFor"] = [r for r in claim["reservedFor"]
-                                if r.get("resource") != "pods" or r["name"] not in finished]
+        claim["reservedFor"] = [
+            r for r in claim["reservedFor"] if r.get("resource") != "pods" or r["name"] not in finished
+        ]
     return fixed
 
 
@@ -313,34 +351,51 @@ def _controller_manager_metrics(lab: Lab) -> str:
     context.check_hostname = False
     context.verify_mode = ssl.CERT_NONE
     context.load_cert_chain(lab.files.pki / "admin.crt", lab.files.pki / "admin.key")
-    with urllib.request.urlopen(f"https://127.0.0.1:{lab.ports.controller_manager}/metrics", context=context,
-                                timeout=10) as r:
+    with urllib.request.urlopen(
+        f"https://127.0.0.1:{lab.ports.controller_manager}/metrics", context=context, timeout=10
+    ) as r:
         return r.read().decode()
 
 
 def _pod_group_creates(text: str) -> dict[str, Any]:
     """The create counter's samples for claims owned by PodGroups: label values and counts."""
-    return {"creates": sorted(
-        [sorted(sample.labels.items()), sample.value]
-        for family in text_string_to_metric_families(text)
-        if family.name == "dynamic_resource_allocation_resourceclaim_creates"
-        for sample in family.samples
-        if sample.name.endswith("_total") and sample.labels.get("owner_api_kind") == "PodGroup")}
+    return {
+        "creates": sorted(
+            [sorted(sample.labels.items()), sample.value]
+            for family in text_string_to_metric_families(text)
+            if family.name == "dynamic_resource_allocation_resourceclaim_creates"
+            for sample in family.samples
+            if sample.name.endswith("_total") and sample.labels.get("owner_api_kind") == "PodGroup"
+        )
+    }
 
 
 async def test_gate_on_create_metric_of_podgroup_claims_as_upstream(kube, controllers, unique, lab):
     """``dynamic_resource_allocation_resourceclaim_creates_total`` counts a PodGroup's claim with
     owner_api_group scheduling.k8s.io and owner_api_kind PodGroup, once, as upstream's."""
     results = await _side_by_side(group_template_claim_shared, kube, controllers, unique, metrics=True)
-    assert results[-1] == {"creates": [[[("admin_access", "false"), ("owner_api_group", "scheduling.k8s.io"),
-                                         ("owner_api_kind", "PodGroup"), ("status", "success")], 1.0]]}
+    assert results[-1] == {
+        "creates": [
+            [
+                [
+                    ("admin_access", "false"),
+                    ("owner_api_group", "scheduling.k8s.io"),
+                    ("owner_api_kind", "PodGroup"),
+                    ("status", "success"),
+                ],
+                1.0,
+            ]
+        ]
+    }
 
 
 @pytest.fixture(scope="module")
 def gate_off_lab(tmp_path_factory: pytest.TempPathFactory):
     run_dir = short_run_dir("pg-off-")
-    lab = Lab(LabOptions(name=f"pytest-{os.getpid()}-podgroup-off", nodes=1, run_dir=run_dir,
-                         disabled_gates=(GATE,)), log=lambda message: print(message, flush=True))
+    lab = Lab(
+        LabOptions(name=f"pytest-{os.getpid()}-podgroup-off", nodes=1, run_dir=run_dir, disabled_gates=(GATE,)),
+        log=lambda message: print(message, flush=True),
+    )
     lab.start()
     logs = tmp_path_factory.mktemp("podgroup-off-logs")
     switch = Controllers(lab, {"claims": OperatorProcess(["claims"], lab.kubeconfig, logs)})
@@ -392,14 +447,19 @@ async def test_gate_switched_off_after_podgroups_got_claims(gate_off, unique):
         finally:
             await asyncio.to_thread(lab.restart_with_gates, (GATE,))
     diff = differences(results["upstream"], results["ours"])
-    assert not diff, "ours differs from upstream:\n" + "\n".join(diff) + \
-        "\n\nupstream: " + json.dumps(results["upstream"], indent=1)[:6000]
+    assert not diff, (
+        "ours differs from upstream:\n"
+        + "\n".join(diff)
+        + "\n\nupstream: "
+        + json.dumps(results["upstream"], indent=1)[:6000]
+    )
     assert results["ours"]["claims"] == [] and [p["phase"] for p in results["ours"]["pods"]] == ["Pending"] * 2
 
 
 async def test_gate_is_read_from_the_api_server(gate_off, kube):
     """The operator's detection: the session's lab says on, this module's lab says off."""
     from operators.claims.operator import detect_features
+
     _, _, off_kube = gate_off
     on, off = await detect_features(kube), await detect_features(off_kube)
     assert (on.generic_workload, on.workload_claims) == (True, True)

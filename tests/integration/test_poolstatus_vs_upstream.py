@@ -17,15 +17,24 @@ import asyncio
 import copy
 import json
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 import pytest
 
 from operators.core.api.kube import Kube
+from operators.core.api.resources import (
+    DEVICE_CLASSES,
+    DEVICE_TAINT_RULES,
+    NAMESPACES,
+    PODS,
+    RESOURCE_CLAIMS,
+    RESOURCE_POOL_STATUS_REQUESTS,
+    RESOURCE_SLICES,
+    SERVICE_ACCOUNTS,
+)
 from operators.core.framework.metrics import samples
-from operators.core.api.resources import (DEVICE_CLASSES, DEVICE_TAINT_RULES, NAMESPACES, PODS, RESOURCE_CLAIMS,
-                                      RESOURCE_POOL_STATUS_REQUESTS, RESOURCE_SLICES, SERVICE_ACCOUNTS)
 
 from . import objects
 from .conftest import ClusterObjects
@@ -41,13 +50,14 @@ PENDING_WAIT = 1.5  # upstream drops a request with an incomplete pool after 5 r
 @dataclass
 class Env:
     """One scenario's inputs and the requests to answer (name suffix -> spec)."""
+
     kube: Kube
     namespace: str
     unique: str
     scenario: str
-    created: ClusterObjects | None = None   # cluster-scoped inputs, deleted at the end
+    created: ClusterObjects | None = None  # cluster-scoped inputs, deleted at the end
     requests: dict[str, dict] = field(default_factory=dict)
-    pending: set[str] = field(default_factory=set)   # requests neither controller answers
+    pending: set[str] = field(default_factory=set)  # requests neither controller answers
 
     def driver(self, short: str = "d") -> str:
         return f"{short}-{self.scenario[:12].replace('_', '-')}-{self.unique}.lab.dra-operators.dev"
@@ -56,10 +66,21 @@ class Env:
         self.created = self.created or ClusterObjects(self.kube)
         return await self.created.create(res, body)
 
-    async def slice_(self, name: str, driver: str, pool: str, devices: list[dict], *, node: str | None = NODE,
-                     count: int = 1, generation: int = 1, **spec: Any) -> None:
-        body = objects.resource_slice(f"{name}-{self.unique}", driver, node or NODE, devices, pool=pool,
-                                      generation=generation)
+    async def slice_(
+        self,
+        name: str,
+        driver: str,
+        pool: str,
+        devices: list[dict],
+        *,
+        node: str | None = NODE,
+        count: int = 1,
+        generation: int = 1,
+        **spec: Any,
+    ) -> None:
+        body = objects.resource_slice(
+            f"{name}-{self.unique}", driver, node or NODE, devices, pool=pool, generation=generation
+        )
         body["spec"]["pool"]["resourceSliceCount"] = count
         if not devices:
             del body["spec"]["devices"]  # a slice of counters only: "devices" must be absent
@@ -94,6 +115,7 @@ def dev(name: str, **extra: Any) -> dict:
 
 # -- scenarios: each creates its inputs and names its requests ------------------------------------
 
+
 async def plain_devices(env: Env) -> None:
     driver = env.driver()
     await env.slice_("pd-a", driver, "pool-a", [dev(f"gpu-{i}") for i in range(4)])
@@ -119,40 +141,74 @@ async def counters_partitions(env: Env) -> None:
     driver = env.driver()
     cost = lambda mem: [{"counterSet": "gpu-0", "counters": {"memory": {"value": mem}}}]  # noqa: E731
     profile = lambda p: {"profile": {"string": p}}  # noqa: E731
-    await env.slice_("cp-counters", driver, "pool", [], count=2,
-                     sharedCounters=[{"name": "gpu-0", "counters": {"memory": {"value": "80Gi"}}}])
-    await env.slice_("cp-devices", driver, "pool", [
-        dev("full", attributes=profile("Full"), consumesCounters=cost("80Gi")),
-        dev("half-0", attributes=profile("Half"), consumesCounters=cost("40Gi")),
-        dev("half-1", attributes=profile("Half"), consumesCounters=cost("40Gi")),
-        dev("quarter-0", attributes=profile("Quarter"), consumesCounters=cost("20Gi"))], count=2)
+    await env.slice_(
+        "cp-counters",
+        driver,
+        "pool",
+        [],
+        count=2,
+        sharedCounters=[{"name": "gpu-0", "counters": {"memory": {"value": "80Gi"}}}],
+    )
+    await env.slice_(
+        "cp-devices",
+        driver,
+        "pool",
+        [
+            dev("full", attributes=profile("Full"), consumesCounters=cost("80Gi")),
+            dev("half-0", attributes=profile("Half"), consumesCounters=cost("40Gi")),
+            dev("half-1", attributes=profile("Half"), consumesCounters=cost("40Gi")),
+            dev("quarter-0", attributes=profile("Quarter"), consumesCounters=cost("20Gi")),
+        ],
+        count=2,
+    )
     cls = await env.device_class(driver)
-    await env.claim("half", cls, selectors=[{"cel": {"expression": 'device.attributes["' + driver +
-                                                                 '"].profile == "Half"'}}])
+    await env.claim(
+        "half", cls, selectors=[{"cel": {"expression": 'device.attributes["' + driver + '"].profile == "Half"'}}]
+    )
     await env.pod("p", "half")
     env.request("no-attribute", driver)
     env.request("default-attribute", driver, defaultPartitionTypeAttribute=f"{driver}/profile")
     # A second driver's pool whose devices of one type cost differently: a view error.
     other = env.driver("m")
-    await env.slice_("cp-mismatch", other, "pool", [
-        dev("h-0", attributes=profile("Half"), consumesCounters=cost("40Gi")),
-        dev("h-1", attributes=profile("Half"), consumesCounters=cost("50Gi"))], count=2)
-    await env.slice_("cp-mismatch-counters", other, "pool", [], count=2,
-                     sharedCounters=[{"name": "gpu-0", "counters": {"memory": {"value": "80Gi"}}}])
+    await env.slice_(
+        "cp-mismatch",
+        other,
+        "pool",
+        [
+            dev("h-0", attributes=profile("Half"), consumesCounters=cost("40Gi")),
+            dev("h-1", attributes=profile("Half"), consumesCounters=cost("50Gi")),
+        ],
+        count=2,
+    )
+    await env.slice_(
+        "cp-mismatch-counters",
+        other,
+        "pool",
+        [],
+        count=2,
+        sharedCounters=[{"name": "gpu-0", "counters": {"memory": {"value": "80Gi"}}}],
+    )
     env.request("mismatch", other, defaultPartitionTypeAttribute=f"{other}/profile")
 
 
 async def shared_capacity(env: Env) -> None:
     driver = env.driver()
-    shareable = lambda n: dev(n, allowMultipleAllocations=True, attributes={"shareable": {"bool": True}}, capacity={  # noqa: E731
-        "memory": {"value": "40Gi", "requestPolicy": {"default": "10Gi",
-                                                       "validRange": {"min": "1Gi", "step": "1Gi"}}},
-        "cores": {"value": "4"}})
+    shareable = lambda n: dev(
+        n,
+        allowMultipleAllocations=True,
+        attributes={"shareable": {"bool": True}},
+        capacity={  # noqa: E731
+            "memory": {
+                "value": "40Gi",
+                "requestPolicy": {"default": "10Gi", "validRange": {"min": "1Gi", "step": "1Gi"}},
+            },
+            "cores": {"value": "4"},
+        },
+    )
     await env.slice_("sc", driver, "pool", [shareable("s-0"), shareable("s-1"), dev("plain")])
     cls = await env.device_class(driver)
     only_shareable = [{"cel": {"expression": f'device.attributes["{driver}"].shareable == true'}}]
-    await env.claim("small", cls, selectors=only_shareable,
-                    capacity={"requests": {"memory": "3Gi"}})
+    await env.claim("small", cls, selectors=only_shareable, capacity={"requests": {"memory": "3Gi"}})
     await env.claim("default", cls, selectors=only_shareable)
     await env.pod("small", "small")
     await env.pod("default", "default")
@@ -162,16 +218,33 @@ async def shared_capacity(env: Env) -> None:
 async def tainted_devices(env: Env) -> None:
     driver = env.driver()
     taint = lambda effect: [{"key": "example.com/maintenance", "effect": effect}]  # noqa: E731
-    await env.slice_("td", driver, "pool", [dev("no-schedule", taints=taint("NoSchedule")),
-                                            dev("no-execute", taints=taint("NoExecute")),
-                                            dev("none", taints=taint("None")), dev("ruled"), dev("ruled-none"),
-                                            dev("free")])
+    await env.slice_(
+        "td",
+        driver,
+        "pool",
+        [
+            dev("no-schedule", taints=taint("NoSchedule")),
+            dev("no-execute", taints=taint("NoExecute")),
+            dev("none", taints=taint("None")),
+            dev("ruled"),
+            dev("ruled-none"),
+            dev("free"),
+        ],
+    )
     rules = await env.kube.preferred_version(DEVICE_TAINT_RULES)
     for name, device, effect in (("r1", "ruled", "NoSchedule"), ("r2", "ruled-none", "None")):
-        await env.cluster(rules, {"apiVersion": rules.group_version, "kind": "DeviceTaintRule",
-                                  "metadata": {"name": f"{name}-{env.unique}"},
-                                  "spec": {"deviceSelector": {"driver": driver, "pool": "pool", "device": device},
-                                           "taint": {"key": "example.com/rule", "effect": effect}}})
+        await env.cluster(
+            rules,
+            {
+                "apiVersion": rules.group_version,
+                "kind": "DeviceTaintRule",
+                "metadata": {"name": f"{name}-{env.unique}"},
+                "spec": {
+                    "deviceSelector": {"driver": driver, "pool": "pool", "device": device},
+                    "taint": {"key": "example.com/rule", "effect": effect},
+                },
+            },
+        )
     env.request("all", driver)
 
 
@@ -221,17 +294,29 @@ async def partition_errors(env: Env) -> None:
     cost = [{"counterSet": "c", "counters": {"memory": {"value": "10Gi"}}}]
     counters = [{"name": "c", "counters": {"memory": {"value": "80Gi"}}}]
     missing = env.driver("a")  # a counter-consuming device without the grouping attribute
-    await env.slice_("pe-a", missing, "pool", [dev("typed", attributes={"profile": {"string": "S"}},
-                                                   consumesCounters=cost),
-                                               dev("untyped", consumesCounters=cost)], count=2)
+    await env.slice_(
+        "pe-a",
+        missing,
+        "pool",
+        [
+            dev("typed", attributes={"profile": {"string": "S"}}, consumesCounters=cost),
+            dev("untyped", consumesCounters=cost),
+        ],
+        count=2,
+    )
     await env.slice_("pe-a-counters", missing, "pool", [], count=2, sharedCounters=counters)
     env.request("attribute-missing", missing, defaultPartitionTypeAttribute=f"{missing}/profile")
     no_counters = env.driver("b")  # a grouping attribute but no shared counters in the pool
     await env.slice_("pe-b", no_counters, "pool", [dev("d", attributes={"profile": {"string": "S"}})])
     env.request("no-counters", no_counters, defaultPartitionTypeAttribute=f"{no_counters}/profile")
     over = env.driver("c")  # 33 partition types: more than the status may list
-    await env.slice_("pe-c", over, "pool", [dev(f"t-{i}", attributes={"profile": {"string": f"T{i:02d}"}},
-                                                consumesCounters=cost) for i in range(33)], count=2)
+    await env.slice_(
+        "pe-c",
+        over,
+        "pool",
+        [dev(f"t-{i}", attributes={"profile": {"string": f"T{i:02d}"}}, consumesCounters=cost) for i in range(33)],
+        count=2,
+    )
     await env.slice_("pe-c-counters", over, "pool", [], count=2, sharedCounters=counters)
     env.request("over-cap", over, defaultPartitionTypeAttribute=f"{over}/profile")
 
@@ -240,30 +325,60 @@ async def slice_attribute_wins(env: Env) -> None:
     driver = env.driver()
     cost = [{"counterSet": "c", "counters": {"memory": {"value": "20Gi"}}}]
     attrs = {"profile": {"string": "Quarter"}, f"{driver}/shape": {"string": "Small"}}
-    await env.slice_("sa-devices", driver, "pool", [dev(f"q-{i}", attributes=attrs, consumesCounters=cost)
-                                                    for i in range(3)], count=2,
-                     partitionTypeAttribute=f"{driver}/profile")
-    await env.slice_("sa-counters", driver, "pool", [], count=2,
-                     sharedCounters=[{"name": "c", "counters": {"memory": {"value": "50Gi"}}}])
+    await env.slice_(
+        "sa-devices",
+        driver,
+        "pool",
+        [dev(f"q-{i}", attributes=attrs, consumesCounters=cost) for i in range(3)],
+        count=2,
+        partitionTypeAttribute=f"{driver}/profile",
+    )
+    await env.slice_(
+        "sa-counters",
+        driver,
+        "pool",
+        [],
+        count=2,
+        sharedCounters=[{"name": "c", "counters": {"memory": {"value": "50Gi"}}}],
+    )
     env.request("slice-attribute", driver, defaultPartitionTypeAttribute=f"{driver}/shape")
 
 
 async def shareable_edges(env: Env) -> None:
     bare = env.driver("a")  # shareable devices without capacities
-    await env.slice_("se-a", bare, "pool", [dev("s-0", allowMultipleAllocations=True),
-                                            dev("s-1", allowMultipleAllocations=True)])
+    await env.slice_(
+        "se-a", bare, "pool", [dev("s-0", allowMultipleAllocations=True), dev("s-1", allowMultipleAllocations=True)]
+    )
     env.request("no-capacity", bare)
     many = env.driver("b")  # 34 capacity names over two devices: more than the status may list
-    await env.slice_("se-b", many, "pool", [
-        dev(f"s-{d}", allowMultipleAllocations=True,
-            capacity={f"c{d}{i:02d}": {"value": "1Gi"} for i in range(17)}) for d in range(2)])
+    await env.slice_(
+        "se-b",
+        many,
+        "pool",
+        [
+            dev(f"s-{d}", allowMultipleAllocations=True, capacity={f"c{d}{i:02d}": {"value": "1Gi"} for i in range(17)})
+            for d in range(2)
+        ],
+    )
     env.request("over-cap", many)
     formats = env.driver("c")  # sums printed as resource.Quantity prints them
-    await env.slice_("se-c", formats, "pool", [
-        dev("s-0", allowMultipleAllocations=True, capacity={"mem": {"value": "1536Mi"}, "bw": {"value": "1500m"},
-                                                            "n": {"value": "1e3"}}),
-        dev("s-1", allowMultipleAllocations=True, capacity={"mem": {"value": "512Mi"}, "bw": {"value": "500m"},
-                                                            "n": {"value": "2e3"}})])
+    await env.slice_(
+        "se-c",
+        formats,
+        "pool",
+        [
+            dev(
+                "s-0",
+                allowMultipleAllocations=True,
+                capacity={"mem": {"value": "1536Mi"}, "bw": {"value": "1500m"}, "n": {"value": "1e3"}},
+            ),
+            dev(
+                "s-1",
+                allowMultipleAllocations=True,
+                capacity={"mem": {"value": "512Mi"}, "bw": {"value": "500m"}, "n": {"value": "2e3"}},
+            ),
+        ],
+    )
     env.request("formats", formats)
 
 
@@ -282,12 +397,20 @@ async def taint_rule_scopes(env: Env) -> None:
             await env.slice_(f"trs-{driver[0]}-{pool}", driver, pool, [dev("gpu-0"), dev("gpu-1")])
     rules = await env.kube.preferred_version(DEVICE_TAINT_RULES)
     # The whole driver; one pool; one device name in every pool of a driver.
-    for name, selector in (("all", {"driver": whole}), ("pool", {"driver": pooled, "pool": "p2"}),
-                           ("device", {"driver": pooled, "device": "gpu-0"})):
-        await env.cluster(rules, {"apiVersion": rules.group_version, "kind": "DeviceTaintRule",
-                                  "metadata": {"name": f"trs-{name}-{env.unique}"},
-                                  "spec": {"deviceSelector": selector,
-                                           "taint": {"key": "example.com/rule", "effect": "NoSchedule"}}})
+    for name, selector in (
+        ("all", {"driver": whole}),
+        ("pool", {"driver": pooled, "pool": "p2"}),
+        ("device", {"driver": pooled, "device": "gpu-0"}),
+    ):
+        await env.cluster(
+            rules,
+            {
+                "apiVersion": rules.group_version,
+                "kind": "DeviceTaintRule",
+                "metadata": {"name": f"trs-{name}-{env.unique}"},
+                "spec": {"deviceSelector": selector, "taint": {"key": "example.com/rule", "effect": "NoSchedule"}},
+            },
+        )
     env.request("whole-driver", whole)
     env.request("pool-and-device", pooled)
 
@@ -304,12 +427,21 @@ async def tainted_allocated(env: Env) -> None:
     async def allocated():
         claim = await env.kube.get(RESOURCE_CLAIMS, "ta", env.namespace)
         return ((claim.get("status") or {}).get("allocation") or {}).get("devices", {}).get("results")
+
     [result] = await wait_for(allocated, timeout=30, what="claim ta allocated")
     rules = await env.kube.preferred_version(DEVICE_TAINT_RULES)
-    await env.cluster(rules, {"apiVersion": rules.group_version, "kind": "DeviceTaintRule",
-                              "metadata": {"name": f"ta-{env.unique}"},
-                              "spec": {"deviceSelector": {"driver": driver, "pool": "pool", "device": result["device"]},
-                                       "taint": {"key": "example.com/rule", "effect": "NoSchedule"}}})
+    await env.cluster(
+        rules,
+        {
+            "apiVersion": rules.group_version,
+            "kind": "DeviceTaintRule",
+            "metadata": {"name": f"ta-{env.unique}"},
+            "spec": {
+                "deviceSelector": {"driver": driver, "pool": "pool", "device": result["device"]},
+                "taint": {"key": "example.com/rule", "effect": "NoSchedule"},
+            },
+        },
+    )
     env.request("all", driver)
 
 
@@ -321,29 +453,63 @@ async def default_limit(env: Env) -> None:
     async def one(i: int) -> None:
         async with limit:
             await env.slice_(f"dl-{i:03d}", driver, f"pool-{i:03d}", [dev("gpu-0")])
+
     await asyncio.gather(*(one(i) for i in range(105)))
     env.request("default", driver)
 
 
 async def multi_counter_sets(env: Env) -> None:
     driver = env.driver()
-    cost = [{"counterSet": "mem", "counters": {"memory": {"value": "80Gi"}}},
-            {"counterSet": "cores", "counters": {"sm": {"value": "8"}}}]
-    await env.slice_("mc-counters", driver, "pool", [], count=2, sharedCounters=[
-        {"name": "mem", "counters": {"memory": {"value": "160Gi"}}}, {"name": "cores", "counters": {"sm": {"value": "8"}}}])
-    await env.slice_("mc-devices", driver, "pool", [dev(f"full-{i}", attributes={"profile": {"string": "Full"}},
-                                                        consumesCounters=cost) for i in range(2)],
-                     count=2, partitionTypeAttribute=f"{driver}/profile")
+    cost = [
+        {"counterSet": "mem", "counters": {"memory": {"value": "80Gi"}}},
+        {"counterSet": "cores", "counters": {"sm": {"value": "8"}}},
+    ]
+    await env.slice_(
+        "mc-counters",
+        driver,
+        "pool",
+        [],
+        count=2,
+        sharedCounters=[
+            {"name": "mem", "counters": {"memory": {"value": "160Gi"}}},
+            {"name": "cores", "counters": {"sm": {"value": "8"}}},
+        ],
+    )
+    await env.slice_(
+        "mc-devices",
+        driver,
+        "pool",
+        [dev(f"full-{i}", attributes={"profile": {"string": "Full"}}, consumesCounters=cost) for i in range(2)],
+        count=2,
+        partitionTypeAttribute=f"{driver}/profile",
+    )
     env.request("all", driver)
 
 
 SCENARIOS: list[Callable[[Env], Awaitable[None]]] = [
-    plain_devices, allocated_devices, counters_partitions, shared_capacity, tainted_devices, filters, over_limit,
-    incomplete_pool, generations, generation_rollout, partition_errors, slice_attribute_wins, shareable_edges,
-    empty_and_odd_pools, taint_rule_scopes, tainted_allocated, default_limit, multi_counter_sets]
+    plain_devices,
+    allocated_devices,
+    counters_partitions,
+    shared_capacity,
+    tainted_devices,
+    filters,
+    over_limit,
+    incomplete_pool,
+    generations,
+    generation_rollout,
+    partition_errors,
+    slice_attribute_wins,
+    shareable_edges,
+    empty_and_odd_pools,
+    taint_rule_scopes,
+    tainted_allocated,
+    default_limit,
+    multi_counter_sets,
+]
 
 
 # -- running them -----------------------------------------------------------------------------------
+
 
 def normalise(request: dict | None) -> dict | None:
     if request is None:
@@ -370,10 +536,12 @@ class Runs:
                 await scenario(self.envs[scenario.__name__])
             except Exception as e:  # noqa: BLE001 - the scenario's own test reports it
                 self.errors[scenario.__name__] = e
+
         # Every Pod Running: its claim is allocated (and reserved) by the real scheduler.
         async def running() -> bool:
             pods = await self.kube.list(PODS, self.namespace)
             return all(p["status"].get("phase") == "Running" for p in pods)
+
         await wait_for(running, timeout=60, what="every Pod Running")
 
     async def ask(self, mode: str) -> None:
@@ -383,9 +551,15 @@ class Runs:
                 continue
             for suffix, spec in env.requests.items():
                 name = self.name(mode, scenario, suffix)
-                await self.kube.create(REQUESTS, {"apiVersion": REQUESTS.group_version,
-                                                  "kind": "ResourcePoolStatusRequest",
-                                                  "metadata": {"name": name}, "spec": spec})
+                await self.kube.create(
+                    REQUESTS,
+                    {
+                        "apiVersion": REQUESTS.group_version,
+                        "kind": "ResourcePoolStatusRequest",
+                        "metadata": {"name": name},
+                        "spec": spec,
+                    },
+                )
                 names[name] = (scenario, suffix, suffix in env.pending)
         started = time.monotonic()
 
@@ -393,6 +567,7 @@ class Runs:
             got = {r["metadata"]["name"]: r for r in await self.kube.list(REQUESTS)}
             done = all(got.get(n, {}).get("status") is not None for n, (_, _, pending) in names.items() if not pending)
             return done and time.monotonic() - started >= PENDING_WAIT
+
         await wait_for(answered, timeout=30, what=f"requests answered by {mode}")
         got = {r["metadata"]["name"]: r for r in await self.kube.list(REQUESTS)}
         for name, (scenario, suffix, _) in names.items():
@@ -423,10 +598,12 @@ async def runs(kube, controllers, poolstatus_operator) -> Runs:
     unique = __import__("uuid").uuid4().hex[:5]
     namespace = f"ps-{unique}"
     # adminAccess claims are allowed only in namespaces labelled for it.
-    await kube.create(NAMESPACES, {"metadata": {"name": namespace,
-                                                "labels": {"resource.kubernetes.io/admin-access": "true"}}})
-    await wait_for(lambda: kube.get_or_none(SERVICE_ACCOUNTS, "default", namespace), timeout=30,
-                   what="default ServiceAccount")
+    await kube.create(
+        NAMESPACES, {"metadata": {"name": namespace, "labels": {"resource.kubernetes.io/admin-access": "true"}}}
+    )
+    await wait_for(
+        lambda: kube.get_or_none(SERVICE_ACCOUNTS, "default", namespace), timeout=30, what="default ServiceAccount"
+    )
     runs = Runs(kube, unique, namespace)
     try:
         await runs.prepare()
@@ -447,8 +624,12 @@ async def test_same_answer_as_upstream(scenario, runs):
     if scenario in runs.errors:
         raise runs.errors[scenario]
     upstream, ours = runs.results["upstream"][scenario], runs.results["ours"][scenario]
-    assert ours == upstream, ("ours differs from upstream:\nupstream: " + json.dumps(upstream, indent=1)
-                              + "\nours: " + json.dumps(ours, indent=1))
+    assert ours == upstream, (
+        "ours differs from upstream:\nupstream: "
+        + json.dumps(upstream, indent=1)
+        + "\nours: "
+        + json.dumps(ours, indent=1)
+    )
     env = runs.envs[scenario]
     for suffix, result in upstream.items():
         assert result is not None, f"request {suffix} vanished"
@@ -464,33 +645,53 @@ def test_scenarios_show_what_they_are_about(runs):
     [tainted] = pools("tainted_devices")
     assert (tainted["unavailableDevices"], tainted["availableDevices"]) == (3, 3)
     [partitioned] = pools("counters_partitions", "default-attribute")
-    assert {p["type"]: p["allocatable"] for p in partitioned["partitionSummary"]} == {"Full": 0, "Half": 1,
-                                                                                       "Quarter": 1}
+    assert {p["type"]: p["allocatable"] for p in partitioned["partitionSummary"]} == {
+        "Full": 0,
+        "Half": 1,
+        "Quarter": 1,
+    }
     [shared] = pools("shared_capacity")
     assert shared["shareableSummary"]["partiallyAvailableDevices"] >= 1
     assert runs.results["ours"]["over_limit"]["limit-2"]["status"]["poolCount"] == 3
     [mismatch] = pools("counters_partitions", "mismatch")
     assert mismatch["validationError"].startswith("PartitionCostMismatch:")
-    errors = {suffix: pools("partition_errors", suffix)[0]["validationError"].split(" ")[:2]
-              for suffix in ("attribute-missing", "no-counters", "over-cap")}
-    assert errors == {"attribute-missing": ["PartitionTypeMissing:", "device"],
-                      "no-counters": ["PartitionTypeMissing:", "pool"], "over-cap": ["PartitionSummaryOverCap:", "pool"]}
+    errors = {
+        suffix: pools("partition_errors", suffix)[0]["validationError"].split(" ")[:2]
+        for suffix in ("attribute-missing", "no-counters", "over-cap")
+    }
+    assert errors == {
+        "attribute-missing": ["PartitionTypeMissing:", "device"],
+        "no-counters": ["PartitionTypeMissing:", "pool"],
+        "over-cap": ["PartitionSummaryOverCap:", "pool"],
+    }
     driver = runs.envs["slice_attribute_wins"].driver()
     assert pools("slice_attribute_wins", "slice-attribute")[0]["partitionSummary"] == [
-        {"attribute": f"{driver}/profile", "type": "Quarter", "total": 3, "allocatable": 2}]
+        {"attribute": f"{driver}/profile", "type": "Quarter", "total": 3, "allocatable": 2}
+    ]
     assert pools("shareable_edges", "no-capacity")[0]["shareableSummary"] == {
-        "fullyAvailableDevices": 2, "partiallyAvailableDevices": 0}
+        "fullyAvailableDevices": 2,
+        "partiallyAvailableDevices": 0,
+    }
     assert pools("shareable_edges", "over-cap")[0]["validationError"].startswith("ShareableSummaryOverCap:")
     assert {c["name"]: c["total"] for c in pools("shareable_edges", "formats")[0]["shareableSummary"]["capacity"]} == {
-        "bw": "2", "mem": "2Gi", "n": "3e3"}
-    assert [(p["poolName"], p["totalDevices"]) for p in pools("empty_and_odd_pools")] == [("empty", 0),
-                                                                                          ("rack-1/tray-2", 1)]
+        "bw": "2",
+        "mem": "2Gi",
+        "n": "3e3",
+    }
+    assert [(p["poolName"], p["totalDevices"]) for p in pools("empty_and_odd_pools")] == [
+        ("empty", 0),
+        ("rack-1/tray-2", 1),
+    ]
     assert [p["unavailableDevices"] for p in pools("taint_rule_scopes", "whole-driver")] == [2, 2]
     assert [p["unavailableDevices"] for p in pools("taint_rule_scopes", "pool-and-device")] == [1, 2]
     [both] = pools("tainted_allocated")
     assert (both["allocatedDevices"], both["unavailableDevices"], both["availableDevices"]) == (1, 1, 0)
     default = runs.results["ours"]["default_limit"]["default"]
-    assert (default["spec"]["limit"], default["status"]["poolCount"], len(default["status"]["pools"])) == (100, 105, 100)
+    assert (default["spec"]["limit"], default["status"]["poolCount"], len(default["status"]["pools"])) == (
+        100,
+        105,
+        100,
+    )
     assert pools("multi_counter_sets")[0]["partitionSummary"][0]["allocatable"] == 1
 
 
@@ -499,13 +700,16 @@ async def test_metrics_as_upstream_names_them(runs, poolstatus_operator):
     assert text, "our operator is not running (the comparison stopped it): its metrics cannot be read"
     driver = runs.envs["plain_devices"].driver()
     assert samples(text, "resourcepoolstatusrequest_controller_requests_processed_total", driver_name=driver) == [
-        ({"driver_name": driver}, 1.0)]
-    assert samples(text, "resourcepoolstatusrequest_controller_request_processing_duration_seconds_count",
-                   driver_name=driver)
+        ({"driver_name": driver}, 1.0)
+    ]
+    assert samples(
+        text, "resourcepoolstatusrequest_controller_request_processing_duration_seconds_count", driver_name=driver
+    )
     # Requests left pending (an incomplete pool) are never counted, as upstream.
     pending = runs.envs["incomplete_pool"].driver()
     assert samples(text, "resourcepoolstatusrequest_controller_requests_processed_total", driver_name=pending) == [
-        ({"driver_name": pending}, 1.0)]  # only the request whose incomplete pool is past its limit
+        ({"driver_name": pending}, 1.0)
+    ]  # only the request whose incomplete pool is past its limit
 
 
 async def test_retention(runs, kube, controllers, poolstatus_operator):
@@ -513,8 +717,11 @@ async def test_retention(runs, kube, controllers, poolstatus_operator):
     ones after DRA_POOLSTATUS_PENDING_TTL (upstream: 24 h); the answer before is upstream's."""
     controllers.use("ours")
     poolstatus_operator.stop()
-    poolstatus_operator.extra_env = {"DRA_POOLSTATUS_COMPLETED_TTL": "2", "DRA_POOLSTATUS_PENDING_TTL": "5",
-                                     "DRA_POOLSTATUS_CLEANUP_INTERVAL": "0.5"}
+    poolstatus_operator.extra_env = {
+        "DRA_POOLSTATUS_COMPLETED_TTL": "2",
+        "DRA_POOLSTATUS_PENDING_TTL": "5",
+        "DRA_POOLSTATUS_CLEANUP_INTERVAL": "0.5",
+    }
     try:
         await asyncio.to_thread(poolstatus_operator.start)
         plain, pending = runs.envs["plain_devices"], runs.envs["incomplete_pool"]
@@ -555,11 +762,17 @@ async def test_exits_with_a_message_when_the_api_is_not_served(tmp_path):
     async def handle(request: web.Request) -> web.Response:
         answers = {
             "/version": {"major": "1", "minor": "37", "gitVersion": "v1.37.1"},
-            "/apis/resource.k8s.io": {"kind": "APIGroup", "name": "resource.k8s.io",
-                                      "versions": [{"groupVersion": "resource.k8s.io/v1", "version": "v1"}],
-                                      "preferredVersion": {"groupVersion": "resource.k8s.io/v1", "version": "v1"}},
-            "/apis/resource.k8s.io/v1": {"kind": "APIResourceList", "groupVersion": "resource.k8s.io/v1",
-                                         "resources": [{"name": "resourceslices", "kind": "ResourceSlice"}]},
+            "/apis/resource.k8s.io": {
+                "kind": "APIGroup",
+                "name": "resource.k8s.io",
+                "versions": [{"groupVersion": "resource.k8s.io/v1", "version": "v1"}],
+                "preferredVersion": {"groupVersion": "resource.k8s.io/v1", "version": "v1"},
+            },
+            "/apis/resource.k8s.io/v1": {
+                "kind": "APIResourceList",
+                "groupVersion": "resource.k8s.io/v1",
+                "resources": [{"name": "resourceslices", "kind": "ResourceSlice"}],
+            },
         }
         if request.path in answers:
             return web.json_response(answers[request.path])
@@ -573,16 +786,32 @@ async def test_exits_with_a_message_when_the_api_is_not_served(tmp_path):
     await site.start()
     port = site._server.sockets[0].getsockname()[1]
     kubeconfig = tmp_path / "fake.kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "c",
-        "clusters": [{"name": "c", "cluster": {"server": f"http://127.0.0.1:{port}"}}],
-        "users": [{"name": "u", "user": {"token": "x"}}],
-        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]}))
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "c",
+                "clusters": [{"name": "c", "cluster": {"server": f"http://127.0.0.1:{port}"}}],
+                "users": [{"name": "u", "user": {"token": "x"}}],
+                "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+            }
+        )
+    )
     try:
         env = {**__import__("os").environ, "KUBECONFIG": str(kubeconfig), "DRA_METRICS_PORT": "0"}
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "operators.cli", "run", "poolstatus", "--liveness", "", env=env,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+            sys.executable,
+            "-m",
+            "operators.cli",
+            "run",
+            "poolstatus",
+            "--liveness",
+            "",
+            env=env,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+        )
         out, _ = await asyncio.wait_for(proc.communicate(), timeout=60)
     finally:
         await runner.cleanup()
@@ -594,17 +823,24 @@ async def test_exits_with_a_message_when_the_api_is_not_served(tmp_path):
     assert "DRAResourcePoolStatus=true" in message and "resource.k8s.io/v1alpha3=true" in message, message
 
 
-async def test_operator_with_its_own_service_account(base, lab, kube, controllers, poolstatus_operator, runs,
-                                                     tmp_path):
+async def test_operator_with_its_own_service_account(base, lab, kube, controllers, poolstatus_operator, runs, tmp_path):
     """Exactly the kustomize RBAC (kustomize/base/poolstatus.yaml): leader election, the answer,
     and the retention delete, without a single 403."""
     from .test_deploy import NAMESPACE, assert_no_forbidden, service_account_kubeconfig
 
     controllers.use("none")
     kubeconfig = await service_account_kubeconfig(lab, kube, "dra-poolstatus", tmp_path / "poolstatus.kubeconfig")
-    operator = OperatorProcess(["poolstatus"], kubeconfig, tmp_path, env={
-        "DRA_LEADER_ELECTION": "true", "DRA_LEADER_ELECTION_NAMESPACE": NAMESPACE,
-        "DRA_POOLSTATUS_COMPLETED_TTL": "1", "DRA_POOLSTATUS_CLEANUP_INTERVAL": "0.5"})
+    operator = OperatorProcess(
+        ["poolstatus"],
+        kubeconfig,
+        tmp_path,
+        env={
+            "DRA_LEADER_ELECTION": "true",
+            "DRA_LEADER_ELECTION_NAMESPACE": NAMESPACE,
+            "DRA_POOLSTATUS_COMPLETED_TTL": "1",
+            "DRA_POOLSTATUS_CLEANUP_INTERVAL": "0.5",
+        },
+    )
     await asyncio.to_thread(operator.start)
     try:
         name = f"rbac-{runs.unique}"
@@ -618,15 +854,18 @@ async def test_operator_with_its_own_service_account(base, lab, kube, controller
         operator.stop()
 
 
-async def test_runs_beside_the_other_operators_in_one_process(kube, lab, controllers, poolstatus_operator, runs,
-                                                              tmp_path):
+async def test_runs_beside_the_other_operators_in_one_process(
+    kube, lab, controllers, poolstatus_operator, runs, tmp_path
+):
     """`dra-operators run claims taints poolstatus`: one kopf process, handlers apart, one answer."""
     controllers.use("none")
     operator = OperatorProcess(["claims", "taints", "poolstatus"], lab.kubeconfig, tmp_path)
     await asyncio.to_thread(operator.start)
     try:
         name = f"one-process-{runs.unique}"
-        await kube.create(REQUESTS, {"metadata": {"name": name}, "spec": runs.envs["allocated_devices"].requests["all"]})
+        await kube.create(
+            REQUESTS, {"metadata": {"name": name}, "spec": runs.envs["allocated_devices"].requests["all"]}
+        )
         answer = await wait_for(lambda: _answered(kube, name), timeout=30, what="answered by the shared process")
         assert normalise(answer) == runs.results["upstream"]["allocated_devices"]["all"]
         # Requests with an incomplete pool, left by the comparison, are dropped at error level, as upstream logs them.

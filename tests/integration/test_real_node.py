@@ -20,20 +20,30 @@ import pytest
 import yaml
 
 from operators.core.api.kube import MERGE_PATCH, ApiError, Kube
-from operators.core.api.resources import (DEVICE_CLASSES, EVENTS, NAMESPACES, NODES, PODS, RESOURCE_CLAIM_TEMPLATES,
-                                      RESOURCE_CLAIMS, RESOURCE_SLICES, SERVICE_ACCOUNTS)
+from operators.core.api.resources import (
+    DEVICE_CLASSES,
+    EVENTS,
+    NAMESPACES,
+    NODES,
+    PODS,
+    RESOURCE_CLAIM_TEMPLATES,
+    RESOURCE_CLAIMS,
+    RESOURCE_SLICES,
+    SERVICE_ACCOUNTS,
+    Resource,
+)
 from operators.lab import Lab
 from operators.nodeagent.backends.simulated import HEALTH_ANNOTATION, PREPARE_FAILURE_ANNOTATION
-from operators.core.api.resources import Resource
 from operators.nodeagent.plugin import device_status
 from operators.nodeagent.plugin.checkpoint import PreparedDevice
-from operators.nodeagent.plugin.opaque_config import API_VERSION as CONFIG_API, KIND as CONFIG_KIND
+from operators.nodeagent.plugin.opaque_config import API_VERSION as CONFIG_API
+from operators.nodeagent.plugin.opaque_config import KIND as CONFIG_KIND
 
 from . import objects
-from .test_deploy import service_account_kubeconfig
 from .fake_kubelet import FakeKubelet
 from .labs import client_of, running_lab, short_run_dir
 from .operator_process import OperatorProcess
+from .test_deploy import service_account_kubeconfig
 from .waiting import describe_namespace, wait_for
 
 CLUSTER_ROLES = Resource("rbac.authorization.k8s.io/v1", "clusterroles", False)
@@ -65,15 +75,24 @@ class Agent:
         self.files = lab.real_node(NODE)
         self.inventory = inventory = log_dir / "inventory.yaml"
         self.write_inventory()
-        self.process = OperatorProcess(["nodeagent"], lab.kubeconfig, log_dir, env={
-            "NODE_NAME": NODE, "DRA_NODEAGENT_BACKEND": "simulated", "DRA_NODEAGENT_INVENTORY": str(inventory),
-            "DRA_NODEAGENT_DRIVER": DRIVER, "DRA_NODEAGENT_SYNC_DELAY": "1",
-            "DRA_NODEAGENT_HEALTH_QUIET_PERIOD": "1",
-            "DRA_NODEAGENT_REGISTRY_DIR": str(self.files.plugins_registry),
-            "DRA_NODEAGENT_PLUGINS_DIR": str(self.files.plugins),
-            "DRA_NODEAGENT_CDI_ROOT": str(self.files.cdi),
-            # A stand-in NVIDIA Container Toolkit spec is looked for where containerd reads CDI specs.
-            "DRA_NODEAGENT_TOOLKIT_CDI_DIRS": str(self.files.cdi)})
+        self.process = OperatorProcess(
+            ["nodeagent"],
+            lab.kubeconfig,
+            log_dir,
+            env={
+                "NODE_NAME": NODE,
+                "DRA_NODEAGENT_BACKEND": "simulated",
+                "DRA_NODEAGENT_INVENTORY": str(inventory),
+                "DRA_NODEAGENT_DRIVER": DRIVER,
+                "DRA_NODEAGENT_SYNC_DELAY": "1",
+                "DRA_NODEAGENT_HEALTH_QUIET_PERIOD": "1",
+                "DRA_NODEAGENT_REGISTRY_DIR": str(self.files.plugins_registry),
+                "DRA_NODEAGENT_PLUGINS_DIR": str(self.files.plugins),
+                "DRA_NODEAGENT_CDI_ROOT": str(self.files.cdi),
+                # A stand-in NVIDIA Container Toolkit spec is looked for where containerd reads CDI specs.
+                "DRA_NODEAGENT_TOOLKIT_CDI_DIRS": str(self.files.cdi),
+            },
+        )
 
     def write_inventory(self, **extra) -> None:
         """The simulated inventory (the agent re-reads it when it changes)."""
@@ -102,8 +121,9 @@ async def agent(real_lab: Lab, rkube: Kube, tmp_path_factory: pytest.TempPathFac
     claims.start()
     started.process.start()
     await rkube.create(DEVICE_CLASSES, objects.device_class(DRIVER, DRIVER))
-    await wait_for(lambda: rkube.list(RESOURCE_SLICES, field_selector=f"spec.nodeName={NODE}"),
-                   what="the agent's slices")
+    await wait_for(
+        lambda: rkube.list(RESOURCE_SLICES, field_selector=f"spec.nodeName={NODE}"), what="the agent's slices"
+    )
     try:
         yield started
     finally:
@@ -115,8 +135,9 @@ async def agent(real_lab: Lab, rkube: Kube, tmp_path_factory: pytest.TempPathFac
 async def ns(rkube: Kube, unique: str) -> str:
     name = f"rn-{unique}"
     await rkube.create(NAMESPACES, {"metadata": {"name": name}})
-    await wait_for(lambda: rkube.get_or_none(SERVICE_ACCOUNTS, "default", name), timeout=30,
-                   what=f"ServiceAccount {name}/default")
+    await wait_for(
+        lambda: rkube.get_or_none(SERVICE_ACCOUNTS, "default", name), timeout=30, what=f"ServiceAccount {name}/default"
+    )
     yield name
     await rkube.delete(NAMESPACES, name)
 
@@ -127,40 +148,58 @@ PRINT_ENV = "env | grep ^DRA_ | sort"
 HOLD = PRINT_ENV + "; echo done; exec sleep 3600"
 
 
-def busybox_pod(name: str, claims: dict[str, dict[str, str]], containers: list[dict] | None = None,
-                init: list[dict] | None = None, script: str = PRINT_ENV) -> dict:
+def busybox_pod(
+    name: str,
+    claims: dict[str, dict[str, str]],
+    containers: list[dict] | None = None,
+    init: list[dict] | None = None,
+    script: str = PRINT_ENV,
+) -> dict:
     """A Pod on the real node; by default one container using every claim and printing its
     DRA_ environment."""
     body = objects.pod(name, claims)
     spec = body["spec"]
     spec["nodeSelector"] = {"kubernetes.io/hostname": NODE}
     spec["restartPolicy"] = "Never"
-    spec["containers"] = containers or [{"name": "main", "image": "busybox:1.37", "command": ["sh", "-c", script],
-                                         "resources": {"claims": [{"name": n} for n in claims]}}]
+    spec["containers"] = containers or [
+        {
+            "name": "main",
+            "image": "busybox:1.37",
+            "command": ["sh", "-c", script],
+            "resources": {"claims": [{"name": n} for n in claims]},
+        }
+    ]
     if init:
         spec["initContainers"] = init
     return body
 
 
 def container(name: str, claims: list[str], script: str = PRINT_ENV) -> dict:
-    return {"name": name, "image": "busybox:1.37", "command": ["sh", "-c", script],
-            "resources": {"claims": [{"name": n} for n in claims]}}
+    return {
+        "name": name,
+        "image": "busybox:1.37",
+        "command": ["sh", "-c", script],
+        "resources": {"claims": [{"name": n} for n in claims]},
+    }
 
 
 def environment(log: str) -> dict[str, str]:
     return dict(line.split("=", 1) for line in log.splitlines() if "=" in line)
 
 
-async def wait_phase(kube: Kube, ns: str, name: str, phases: tuple[str, ...] = ("Succeeded",),
-                     timeout: float = 120) -> dict:
+async def wait_phase(
+    kube: Kube, ns: str, name: str, phases: tuple[str, ...] = ("Succeeded",), timeout: float = 120
+) -> dict:
     async def done():
         pod = await kube.get(PODS, name, ns)
         phase = pod.get("status", {}).get("phase")
         if phase == "Failed" and "Failed" not in phases:
             raise AssertionError(f"Pod {ns}/{name} failed: {json.dumps(pod.get('status'))[:3000]}")
         return pod if phase in phases else None
-    return await wait_for(done, timeout=timeout, what=f"Pod {ns}/{name} {'/'.join(phases)}",
-                          describe=lambda: describe_namespace(kube, ns))
+
+    return await wait_for(
+        done, timeout=timeout, what=f"Pod {ns}/{name} {'/'.join(phases)}", describe=lambda: describe_namespace(kube, ns)
+    )
 
 
 def logs(lab: Lab, ns: str, pod: str, container: str = "main") -> str:
@@ -170,9 +209,11 @@ def logs(lab: Lab, ns: str, pod: str, container: str = "main") -> str:
 
 async def printed(lab: Lab, ns: str, pod: str, container: str = "main") -> dict[str, str]:
     """The environment a HOLD container printed (waits for its "done")."""
+
     async def complete():
         text = logs(lab, ns, pod, container)
         return text if "done" in text.split() else None
+
     return environment(await wait_for(complete, timeout=60, what=f"{pod}/{container} printed its environment"))
 
 
@@ -183,8 +224,15 @@ async def running(kube: Kube, ns: str, name: str) -> dict:
 async def pod_claim(kube: Kube, ns: str, pod: str, claim: str = "gpu") -> dict:
     async def named():
         status = (await kube.get(PODS, pod, ns)).get("status", {})
-        return next((s["resourceClaimName"] for s in status.get("resourceClaimStatuses") or []
-                     if s["name"] == claim and s.get("resourceClaimName")), None)
+        return next(
+            (
+                s["resourceClaimName"]
+                for s in status.get("resourceClaimStatuses") or []
+                if s["name"] == claim and s.get("resourceClaimName")
+            ),
+            None,
+        )
+
     return await kube.get(RESOURCE_CLAIMS, await wait_for(named, what=f"{pod}'s claim {claim}"), ns)
 
 
@@ -194,6 +242,7 @@ async def delete_and_wait_unprepared(kube: Kube, agent: Agent, ns: str, pod: str
 
     async def unprepared():
         return not any(agent.spec_path(u).exists() for u in uids) and not set(uids) & set(agent.checkpoint_uids())
+
     await wait_for(unprepared, timeout=60, what=f"claims {uids} unprepared")
 
 
@@ -213,11 +262,13 @@ async def _gone(kube: Kube, ns: str, name: str) -> bool:
 
 # -- the headline: a template claim's device environment in a real container -----------------------
 
+
 async def test_template_claim_runs_on_the_real_node_and_is_unprepared(real_lab, rkube, agent, ns):
     assert await wait_for(lambda: _true(agent.registered()), timeout=30, what="registration with kubelet")
     await rkube.create(RESOURCE_CLAIM_TEMPLATES, objects.resource_claim_template("gpu", DRIVER), ns)
-    await rkube.create(PODS, busybox_pod("app", {"gpu": {"resourceClaimTemplateName": "gpu"}},
-                                         script=PRINT_ENV + "; sleep 3"), ns)
+    await rkube.create(
+        PODS, busybox_pod("app", {"gpu": {"resourceClaimTemplateName": "gpu"}}, script=PRINT_ENV + "; sleep 3"), ns
+    )
     pod = await running(rkube, ns, "app")
     assert pod["spec"]["nodeName"] == NODE
     claim = await pod_claim(rkube, ns, "app")
@@ -234,8 +285,9 @@ async def test_template_claim_runs_on_the_real_node_and_is_unprepared(real_lab, 
     assert env["DRA_DRIVER_NAME"] == DRIVER
 
     await delete_and_wait_unprepared(rkube, agent, ns, "app", [uid])
-    await wait_for(lambda: _true(rkube.get_or_none(RESOURCE_CLAIMS, name, ns), negate=True),
-                   what="the template's claim deleted")
+    await wait_for(
+        lambda: _true(rkube.get_or_none(RESOURCE_CLAIMS, name, ns), negate=True), what="the template's claim deleted"
+    )
 
 
 async def _true(value, negate: bool = False):
@@ -246,6 +298,7 @@ async def _true(value, negate: bool = False):
 
 # -- ported from upstream's kubelet checks (test/e2e/dra), and the restarts -------------------------
 
+
 def devices_of(env: dict[str, str]) -> set[str]:
     """The devices a container sees: DRA_DEVICE_<KEY>=<device> (not the per-device details)."""
     return {v for k, v in env.items() if k.startswith("DRA_DEVICE_") and k.count("_") == 3}
@@ -254,9 +307,12 @@ def devices_of(env: dict[str, str]) -> set[str]:
 async def test_two_containers_two_claims_and_an_init_container(real_lab, rkube, agent, ns):
     for name in ("a", "b"):
         await rkube.create(RESOURCE_CLAIMS, objects.resource_claim(name, DRIVER), ns)
-    body = busybox_pod("two", {"a": {"resourceClaimName": "a"}, "b": {"resourceClaimName": "b"}},
-                       containers=[container("first", ["a"], HOLD), container("second", ["b"], HOLD)],
-                       init=[container("init", ["a"])])
+    body = busybox_pod(
+        "two",
+        {"a": {"resourceClaimName": "a"}, "b": {"resourceClaimName": "b"}},
+        containers=[container("first", ["a"], HOLD), container("second", ["b"], HOLD)],
+        init=[container("init", ["a"])],
+    )
     await rkube.create(PODS, body, ns)
     await running(rkube, ns, "two")
     claims = {n: await rkube.get(RESOURCE_CLAIMS, n, ns) for n in ("a", "b")}
@@ -305,6 +361,7 @@ async def test_force_deleted_pod_is_unprepared(real_lab, rkube, agent, ns):
 
     async def unprepared():
         return not agent.spec_path(uid).exists() and uid not in agent.checkpoint_uids()
+
     await wait_for(unprepared, timeout=90, what="force-deleted Pod's claim unprepared")
 
 
@@ -316,8 +373,11 @@ async def test_agent_restarted_between_prepare_and_unprepare(real_lab, rkube, ag
     registrations = agent.process.log.read_text().count("registered with kubelet")
     agent.process.kill()
     agent.process.start()
-    await wait_for(lambda: _true(agent.process.log.read_text().count("registered with kubelet") > registrations),
-                   timeout=60, what="the restarted agent registered again")
+    await wait_for(
+        lambda: _true(agent.process.log.read_text().count("registered with kubelet") > registrations),
+        timeout=60,
+        what="the restarted agent registered again",
+    )
     assert uid in agent.checkpoint_uids()
     await delete_and_wait_unprepared(rkube, agent, ns, "s", [uid])
 
@@ -345,8 +405,9 @@ async def test_emptied_cdi_dir_is_rewritten_when_the_container_restarts(real_lab
     """As after a reboot empties /var/run/cdi (kubernetes#141433): the container restarts, the
     repeated prepare rewrites the spec, and the container starts with its device again."""
     await rkube.create(RESOURCE_CLAIMS, objects.resource_claim("reboot", DRIVER), ns)
-    body = busybox_pod("rb", {"gpu": {"resourceClaimName": "reboot"}},
-                       script=PRINT_ENV + "; echo done; sleep 4; exit 1")
+    body = busybox_pod(
+        "rb", {"gpu": {"resourceClaimName": "reboot"}}, script=PRINT_ENV + "; echo done; sleep 4; exit 1"
+    )
     body["spec"]["restartPolicy"] = "OnFailure"
     await rkube.create(PODS, body, ns)
     await running(rkube, ns, "rb")
@@ -366,8 +427,8 @@ async def test_emptied_cdi_dir_is_rewritten_when_the_container_restarts(real_lab
         pod = await rkube.get(PODS, "rb", ns)
         statuses = pod.get("status", {}).get("containerStatuses") or []
         return statuses and statuses[0].get("restartCount", 0) >= 1 and "running" in statuses[0].get("state", {})
-    await wait_for(restarted, timeout=120, what="container restarted",
-                   describe=lambda: node_story(real_lab, rkube, ns))
+
+    await wait_for(restarted, timeout=120, what="container restarted", describe=lambda: node_story(real_lab, rkube, ns))
     assert agent.spec_path(uid).read_text() == before  # rewritten, the same spec
     assert agent.process.log.read_text().count('"prepared claim"') > prepares  # the repeated prepare
     assert devices_of(await printed(real_lab, ns, "rb")) == {device}
@@ -406,24 +467,38 @@ async def test_a_spec_lost_under_a_running_pod_is_restored_and_the_container_res
     registrations = agent.process.log.read_text().count("registered with kubelet")
     agent.process.kill()
     agent.process.start()
-    await wait_for(lambda: _true(agent.process.log.read_text().count("registered with kubelet") > registrations),
-                   timeout=60, what="the re-created agent registered")
+    await wait_for(
+        lambda: _true(agent.process.log.read_text().count("registered with kubelet") > registrations),
+        timeout=60,
+        what="the re-created agent registered",
+    )
     real_lab.restart(f"kubelet-{NODE}")
     real_lab.wait_node_schedulable(NODE)
     kill_container(real_lab, pod)
-    pod = await wait_for(lambda: restarted(1), timeout=120, what="the container running again",
-                         describe=lambda: node_story(real_lab, rkube, ns))
+    pod = await wait_for(
+        lambda: restarted(1),
+        timeout=120,
+        what="the container running again",
+        describe=lambda: node_story(real_lab, rkube, ns),
+    )
     assert pod["status"]["podIP"] == sandbox  # the same sandbox: kubelet asked for no prepare
     assert agent.spec_path(uid).read_text() == before
     assert devices_of(await printed(real_lab, ns, "lost")) == {device}
 
     agent.spec_path(uid).unlink()  # now with the agent running: it notices within seconds
     kill_container(real_lab, pod)
-    await wait_for(lambda: restarted(2), timeout=120, what="the container running again (second time)",
-                   describe=lambda: node_story(real_lab, rkube, ns))
+    await wait_for(
+        lambda: restarted(2),
+        timeout=120,
+        what="the container running again (second time)",
+        describe=lambda: node_story(real_lab, rkube, ns),
+    )
     assert agent.spec_path(uid).read_text() == before
-    events = [e for e in await rkube.list(EVENTS, ns) if e["reason"] == "CDISpecRestored"
-              and e["involvedObject"].get("name") == "lost"]
+    events = [
+        e
+        for e in await rkube.list(EVENTS, ns)
+        if e["reason"] == "CDISpecRestored" and e["involvedObject"].get("name") == "lost"
+    ]
     assert events and events[0]["type"] == "Warning", events
     await delete_and_wait_unprepared(rkube, agent, ns, "lost", [uid])
 
@@ -438,18 +513,29 @@ async def test_kubelet_retries_prepare_after_an_injected_failure(real_lab, rkube
         await rkube.create(PODS, busybox_pod("retry", {"gpu": {"resourceClaimName": "flaky"}}, script=HOLD), ns)
 
         async def failed_prepare():
-            return [e for e in await rkube.list(EVENTS, ns) if e["involvedObject"].get("name") == "retry"
-                    and "simulated prepare failure" in (e.get("message") or "")]
-        await wait_for(failed_prepare, timeout=90, what="kubelet reporting the failed prepare",
-                       describe=lambda: node_story(real_lab, rkube, ns))
+            return [
+                e
+                for e in await rkube.list(EVENTS, ns)
+                if e["involvedObject"].get("name") == "retry"
+                and "simulated prepare failure" in (e.get("message") or "")
+            ]
+
+        await wait_for(
+            failed_prepare,
+            timeout=90,
+            what="kubelet reporting the failed prepare",
+            describe=lambda: node_story(real_lab, rkube, ns),
+        )
         pod = await rkube.get(PODS, "retry", ns)
         assert pod["status"].get("phase") == "Pending" and not pod["status"].get("containerStatuses", [{}])[0].get(
-            "state", {}).get("running"), pod["status"]
+            "state", {}
+        ).get("running"), pod["status"]
         uid = (await rkube.get(RESOURCE_CLAIMS, "flaky", ns))["metadata"]["uid"]
         assert not agent.spec_path(uid).exists() and uid not in agent.checkpoint_uids()
     finally:
-        await rkube.patch(NODES, NODE, {"metadata": {"annotations": {PREPARE_FAILURE_ANNOTATION: None}}},
-                          content_type=MERGE_PATCH)
+        await rkube.patch(
+            NODES, NODE, {"metadata": {"annotations": {PREPARE_FAILURE_ANNOTATION: None}}}, content_type=MERGE_PATCH
+        )
     await wait_phase(rkube, ns, "retry", ("Running",), timeout=120)
     assert devices_of(await printed(real_lab, ns, "retry"))
     await delete_and_wait_unprepared(rkube, agent, ns, "retry", [uid])
@@ -466,6 +552,7 @@ async def test_stale_prepare_after_unprepare_does_not_bring_the_claim_back(real_
     async def released():
         current = await rkube.get(RESOURCE_CLAIMS, "late", ns)
         return not (current.get("status") or {}).get("reservedFor")
+
     await wait_for(released, what="the claim no longer reserved")
     # kubelet's NodePrepareResources for the deleted Pod, delivered late, straight to the agent.
     kubelet = FakeKubelet(agent.files.plugins_registry)
@@ -494,31 +581,54 @@ async def test_toolkit_cdi_devices_are_injected_by_containerd(real_lab, rkube, a
     marker = tmp_path / "marker"
     marker.write_text("injected by the toolkit's spec\n")
     toolkit = agent.files.cdi / "nvidia.yaml"
-    toolkit.write_text(yaml.safe_dump({
-        "cdiVersion": "0.5.0", "kind": "nvidia.com/gpu",
-        # Even GPUs by uuid, odd ones by index: both names must resolve.
-        "devices": [{"name": d["attributes"]["uuid"]["string"] if d["attributes"]["index"]["int"] % 2 == 0
-                     else str(d["attributes"]["index"]["int"]),
-                     "containerEdits": {"env": [f"TOOLKIT_GPU_{d['attributes']['index']['int']}=injected"]}}
-                    for d in devices],
-        "containerEdits": {"env": ["NVIDIA_VISIBLE_DEVICES=void"],
-                           "mounts": [{"hostPath": str(marker), "containerPath": MARKER,
-                                       "options": ["ro", "nosuid", "nodev", "bind"]}]}}))
+    toolkit.write_text(
+        yaml.safe_dump(
+            {
+                "cdiVersion": "0.5.0",
+                "kind": "nvidia.com/gpu",
+                # Even GPUs by uuid, odd ones by index: both names must resolve.
+                "devices": [
+                    {
+                        "name": d["attributes"]["uuid"]["string"]
+                        if d["attributes"]["index"]["int"] % 2 == 0
+                        else str(d["attributes"]["index"]["int"]),
+                        "containerEdits": {"env": [f"TOOLKIT_GPU_{d['attributes']['index']['int']}=injected"]},
+                    }
+                    for d in devices
+                ],
+                "containerEdits": {
+                    "env": ["NVIDIA_VISIBLE_DEVICES=void"],
+                    "mounts": [
+                        {"hostPath": str(marker), "containerPath": MARKER, "options": ["ro", "nosuid", "nodev", "bind"]}
+                    ],
+                },
+            }
+        )
+    )
     # The attribute makes the re-read inventory observable (the slice changes with it).
     agent.write_inventory(nvidiaContainerToolkit=True, gpu={"attributes": {"toolkit": {"bool": True}}})
     try:
         await wait_for(lambda: _published_attribute(rkube, "toolkit", True), what="the toolkit inventory published")
-        await rkube.create(RESOURCE_CLAIMS, {"metadata": {"name": "tk"}, "spec": objects.claim_spec(DRIVER, count=2)}, ns)
-        await rkube.create(PODS, busybox_pod("tk", {"gpu": {"resourceClaimName": "tk"}},
-                                             script=f"cat {MARKER}; env | grep -E '^(DRA_|TOOLKIT_|NVIDIA_)' | sort; "
-                                                    "echo done; exec sleep 3600"), ns)
+        await rkube.create(
+            RESOURCE_CLAIMS, {"metadata": {"name": "tk"}, "spec": objects.claim_spec(DRIVER, count=2)}, ns
+        )
+        await rkube.create(
+            PODS,
+            busybox_pod(
+                "tk",
+                {"gpu": {"resourceClaimName": "tk"}},
+                script=f"cat {MARKER}; env | grep -E '^(DRA_|TOOLKIT_|NVIDIA_)' | sort; echo done; exec sleep 3600",
+            ),
+            ns,
+        )
         await wait_phase(rkube, ns, "tk", ("Running",), timeout=120)
         claim = await rkube.get(RESOURCE_CLAIMS, "tk", ns)
         indexes = sorted(int(r["device"].split("-")[1]) for r in claim["status"]["allocation"]["devices"]["results"])
         env = await printed(real_lab, ns, "tk")
         assert "injected by the toolkit's spec" in logs(real_lab, ns, "tk")
-        assert {k: v for k, v in env.items() if k.startswith("TOOLKIT_")} == \
-            {f"TOOLKIT_GPU_{i}": "injected" for i in indexes}
+        assert {k: v for k, v in env.items() if k.startswith("TOOLKIT_")} == {
+            f"TOOLKIT_GPU_{i}": "injected" for i in indexes
+        }
         assert devices_of(env) == {f"gpu-{i}" for i in indexes}  # the claim's own spec too
         assert env["NVIDIA_VISIBLE_DEVICES"] == "void"  # the toolkit's spec-wide edits
         prepared = json.loads(agent.spec_path(claim["metadata"]["uid"]).read_text())
@@ -538,11 +648,15 @@ async def _published_attribute(kube: Kube, name: str, value) -> bool:
 
 # -- device health through kubelet's DRAResourceHealth stream ---------------------------------------
 
+
 def allocated_health(pod: dict) -> dict[str, str]:
     """resourceID -> health of the first container's allocatedResourcesStatus."""
     statuses = (pod.get("status") or {}).get("containerStatuses") or [{}]
-    return {r["resourceID"]: r.get("health", "") for entry in statuses[0].get("allocatedResourcesStatus") or []
-            for r in entry.get("resources") or []}
+    return {
+        r["resourceID"]: r.get("health", "")
+        for entry in statuses[0].get("allocatedResourcesStatus") or []
+        for r in entry.get("resources") or []
+    }
 
 
 async def test_a_fault_on_a_prepared_device_reaches_the_pods_status_and_clears(real_lab, rkube, agent, ns):
@@ -559,22 +673,33 @@ async def test_a_fault_on_a_prepared_device_reaches_the_pods_status_and_clears(r
     async def health_is(value: str):
         pod = await rkube.get(PODS, "sick", ns)
         return pod if allocated_health(pod).get(ours) == value else None
-    pod = await wait_for(lambda: health_is("Healthy"), timeout=30, what="the device Healthy in the Pod's status",
-                         describe=lambda: node_story(real_lab, rkube, ns))
+
+    pod = await wait_for(
+        lambda: health_is("Healthy"),
+        timeout=30,
+        what="the device Healthy in the Pod's status",
+        describe=lambda: node_story(real_lab, rkube, ns),
+    )
     [entry] = pod["status"]["containerStatuses"][0]["allocatedResourcesStatus"]
     assert entry["name"] == "claim:gpu"
     try:
         started = time.monotonic()
-        await rkube.patch(NODES, NODE, {"metadata": {"annotations": {HEALTH_ANNOTATION: f"{device}=lost"}}},
-                          content_type=MERGE_PATCH)
-        pod = await wait_for(lambda: health_is("Unhealthy"), timeout=20, what="the device Unhealthy in the Pod's status",
-                             describe=lambda: node_story(real_lab, rkube, ns))
+        await rkube.patch(
+            NODES, NODE, {"metadata": {"annotations": {HEALTH_ANNOTATION: f"{device}=lost"}}}, content_type=MERGE_PATCH
+        )
+        pod = await wait_for(
+            lambda: health_is("Unhealthy"),
+            timeout=20,
+            what="the device Unhealthy in the Pod's status",
+            describe=lambda: node_story(real_lab, rkube, ns),
+        )
         print(f"unhealthy in the Pod's status after {time.monotonic() - started:.1f} s")
         [resource] = pod["status"]["containerStatuses"][0]["allocatedResourcesStatus"][0]["resources"]
         assert "gpu-lost" in resource.get("message", ""), resource
     finally:
-        await rkube.patch(NODES, NODE, {"metadata": {"annotations": {HEALTH_ANNOTATION: None}}},
-                          content_type=MERGE_PATCH)
+        await rkube.patch(
+            NODES, NODE, {"metadata": {"annotations": {HEALTH_ANNOTATION: None}}}, content_type=MERGE_PATCH
+        )
     started = time.monotonic()
     await wait_for(lambda: health_is("Healthy"), timeout=30, what="the device Healthy again after recovery")
     print(f"healthy again after {time.monotonic() - started:.1f} s")
@@ -582,6 +707,7 @@ async def test_a_fault_on_a_prepared_device_reaches_the_pods_status_and_clears(r
 
 
 # -- opaque configuration: class and claim merged, strict, another driver's left alone ----------------
+
 
 def opaque(driver: str, parameters: dict, requests: list[str] | None = None) -> dict:
     config = {"opaque": {"driver": driver, "parameters": parameters}}
@@ -591,22 +717,36 @@ def opaque(driver: str, parameters: dict, requests: list[str] | None = None) -> 
 
 
 async def test_class_and_claim_config_reach_the_container_merged_and_a_bad_one_fails_the_claim(
-        real_lab, rkube, agent, ns):
+    real_lab, rkube, agent, ns
+):
     klass = f"cfg-{ns}"
     body = objects.device_class(klass, DRIVER)
-    body["spec"]["config"] = [opaque(DRIVER, {"apiVersion": CONFIG_API, "kind": CONFIG_KIND,
-                                              "env": {"FROM_CLASS": "yes", "BOTH": "class"}})]
+    body["spec"]["config"] = [
+        opaque(DRIVER, {"apiVersion": CONFIG_API, "kind": CONFIG_KIND, "env": {"FROM_CLASS": "yes", "BOTH": "class"}})
+    ]
     await rkube.create(DEVICE_CLASSES, body)
     try:
         good = {"metadata": {"name": "good"}, "spec": objects.claim_spec(klass)}
         good["spec"]["devices"]["config"] = [
             opaque("other.example.com", {"apiVersion": "other.example.com/v1", "kind": "Strange", "x": 1}),
-            opaque(DRIVER, {"apiVersion": CONFIG_API, "kind": CONFIG_KIND, "env": {"BOTH": "claim"},
-                            "sharing": {"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Long"}}},
-                   ["gpu"])]
+            opaque(
+                DRIVER,
+                {
+                    "apiVersion": CONFIG_API,
+                    "kind": CONFIG_KIND,
+                    "env": {"BOTH": "claim"},
+                    "sharing": {"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Long"}},
+                },
+                ["gpu"],
+            ),
+        ]
         bad = {"metadata": {"name": "bad"}, "spec": objects.claim_spec(klass)}
-        bad["spec"]["devices"]["config"] = [opaque(DRIVER, {"apiVersion": CONFIG_API, "kind": CONFIG_KIND,
-                                                            "sharing": {"strategy": "TimeSlicing", "slices": 3}})]
+        bad["spec"]["devices"]["config"] = [
+            opaque(
+                DRIVER,
+                {"apiVersion": CONFIG_API, "kind": CONFIG_KIND, "sharing": {"strategy": "TimeSlicing", "slices": 3}},
+            )
+        ]
         for claim in (good, bad):
             await rkube.create(RESOURCE_CLAIMS, claim, ns)
         script = "env | grep -E '^(DRA_|FROM_CLASS|BOTH)' | sort; echo done; exec sleep 3600"
@@ -621,10 +761,19 @@ async def test_class_and_claim_config_reach_the_container_merged_and_a_bad_one_f
         assert env[f"DRA_DEVICE_{key}_TIMESLICE_INTERVAL"] == "Long"
 
         async def failed_prepare():
-            return [e["message"] for e in await rkube.list(EVENTS, ns) if e["involvedObject"].get("name") == "bad"
-                    and "unknown field sharing.slices" in (e.get("message") or "")]
-        [message, *_] = await wait_for(failed_prepare, timeout=90, what="kubelet reporting the bad config",
-                                       describe=lambda: node_story(real_lab, rkube, ns))
+            return [
+                e["message"]
+                for e in await rkube.list(EVENTS, ns)
+                if e["involvedObject"].get("name") == "bad"
+                and "unknown field sharing.slices" in (e.get("message") or "")
+            ]
+
+        [message, *_] = await wait_for(
+            failed_prepare,
+            timeout=90,
+            what="kubelet reporting the bad config",
+            describe=lambda: node_story(real_lab, rkube, ns),
+        )
         assert f"ResourceClaim {ns}/bad spec.devices.config[0]" in message, message
         assert (await rkube.get(PODS, "bad", ns))["status"].get("phase") == "Pending"
         uids = [(await rkube.get(RESOURCE_CLAIMS, n, ns))["metadata"]["uid"] for n in ("good", "bad")]
@@ -646,8 +795,12 @@ async def test_binding_conditions_example_runs_on_the_real_node(real_lab, rkube,
     kubelet starts the Pod without calling NodePrepareResources, once the binding operator reported
     the attachment. (``agent`` for the claims operator, which creates the template's claim.)"""
     documents = [d for d in yaml.safe_load_all((EXAMPLES / "binding-conditions" / "example.yaml").read_text()) if d]
-    binding = OperatorProcess(["binding"], real_lab.kubeconfig, tmp_path, env={
-        "DRA_BINDING_DRIVERS": "fabric-gpu.example.com", "DRA_BINDING_PREPARER_CONFIG": '{"delay": 1}'})
+    binding = OperatorProcess(
+        ["binding"],
+        real_lab.kubeconfig,
+        tmp_path,
+        env={"DRA_BINDING_DRIVERS": "fabric-gpu.example.com", "DRA_BINDING_PREPARER_CONFIG": '{"delay": 1}'},
+    )
     binding.start()
     created = []
     try:
@@ -655,8 +808,12 @@ async def test_binding_conditions_example_runs_on_the_real_node(real_lab, rkube,
             kind = document["kind"]
             if kind == "Pod":
                 document["spec"]["nodeSelector"] = {"kubernetes.io/hostname": NODE}
-            resource = {"DeviceClass": DEVICE_CLASSES, "ResourceSlice": RESOURCE_SLICES,
-                        "ResourceClaimTemplate": RESOURCE_CLAIM_TEMPLATES, "Pod": PODS}[kind]
+            resource = {
+                "DeviceClass": DEVICE_CLASSES,
+                "ResourceSlice": RESOURCE_SLICES,
+                "ResourceClaimTemplate": RESOURCE_CLAIM_TEMPLATES,
+                "Pod": PODS,
+            }[kind]
             namespaced = kind in ("ResourceClaimTemplate", "Pod")
             await rkube.create(resource, document, ns if namespaced else None)
             if not namespaced:
@@ -678,8 +835,10 @@ async def test_binding_conditions_example_runs_on_the_real_node(real_lab, rkube,
 
 # -- status.devices: the agent's data, and only for its own node's claims ---------------------------
 
+
 async def test_status_devices_carry_the_agents_data_and_no_other_nodes_claim_is_writable(
-        real_lab, rkube, agent, ns, tmp_path):
+    real_lab, rkube, agent, ns, tmp_path
+):
     await rkube.create(RESOURCE_CLAIMS, objects.resource_claim("st", DRIVER), ns)
     account = "dra-nodeagent"
     await rkube.create(SERVICE_ACCOUNTS, {"metadata": {"name": account}}, ns)
@@ -691,6 +850,7 @@ async def test_status_devices_carry_the_agents_data_and_no_other_nodes_claim_is_
     async def written():
         claim = await rkube.get(RESOURCE_CLAIMS, "st", ns)
         return claim if (claim.get("status") or {}).get("devices") else None
+
     claim = await wait_for(written, what="status.devices written by the agent")
     [entry] = claim["status"]["devices"]
     [result] = claim["status"]["allocation"]["devices"]["results"]
@@ -704,27 +864,43 @@ async def test_status_devices_carry_the_agents_data_and_no_other_nodes_claim_is_
     assert DRIVER in managers
 
     # The kustomize ClusterRole, for a ServiceAccount token bound to a Pod on the real node.
-    [role] = [d for d in yaml.safe_load_all((Path(__file__).resolve().parents[2] / "kustomize" / "base"
-                                             / "nodeagent.yaml").read_text()) if d and d["kind"] == "ClusterRole"]
+    [role] = [
+        d
+        for d in yaml.safe_load_all(
+            (Path(__file__).resolve().parents[2] / "kustomize" / "base" / "nodeagent.yaml").read_text()
+        )
+        if d and d["kind"] == "ClusterRole"
+    ]
     name = f"nodeagent-{ns}"
     await rkube.create(CLUSTER_ROLES, {"metadata": {"name": name}, "rules": role["rules"]})
-    await rkube.create(CLUSTER_ROLE_BINDINGS, {
-        "metadata": {"name": name},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
-        "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": ns}]})
+    await rkube.create(
+        CLUSTER_ROLE_BINDINGS,
+        {
+            "metadata": {"name": name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+            "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": ns}],
+        },
+    )
     far_slice = f"far-{ns}"
     try:
         kubeconfig = await service_account_kubeconfig(real_lab, rkube, account, tmp_path / "na.kubeconfig", pod, ns)
         async with await Kube.connect(str(kubeconfig)) as agent_kube:
-            own = device_status.status_apply(claim, DRIVER, [PreparedDevice(NODE, result["device"])],
-                                             {result["device"]: {"attributes": {"uuid": {"string": "rewritten"}}}})
-            await wait_for(lambda: agent_kube.apply(RESOURCE_CLAIMS, own, field_manager=DRIVER, force=True,
-                                                    subresource="status"),
-                           timeout=10, what="the agent's token writing its own node's claim status")
+            own = device_status.status_apply(
+                claim,
+                DRIVER,
+                [PreparedDevice(NODE, result["device"])],
+                {result["device"]: {"attributes": {"uuid": {"string": "rewritten"}}}},
+            )
+            await wait_for(
+                lambda: agent_kube.apply(RESOURCE_CLAIMS, own, field_manager=DRIVER, force=True, subresource="status"),
+                timeout=10,
+                what="the agent's token writing its own node's claim status",
+            )
 
             # A claim allocated on the kwok node: the same token may not write its status.devices.
-            await rkube.create(RESOURCE_SLICES, objects.resource_slice(far_slice, DRIVER, "lab-node-0",
-                                                                       [objects.device("far-0")]))
+            await rkube.create(
+                RESOURCE_SLICES, objects.resource_slice(far_slice, DRIVER, "lab-node-0", [objects.device("far-0")])
+            )
             await rkube.create(RESOURCE_CLAIMS, objects.resource_claim("far", DRIVER), ns)
             far_pod = objects.pod("far", {"gpu": {"resourceClaimName": "far"}})
             far_pod["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "lab-node-0"}
@@ -733,6 +909,7 @@ async def test_status_devices_carry_the_agents_data_and_no_other_nodes_claim_is_
             async def allocated():
                 far = await rkube.get(RESOURCE_CLAIMS, "far", ns)
                 return far if (far.get("status") or {}).get("allocation") else None
+
             far = await wait_for(allocated, what="the kwok node's claim allocated")
             other = device_status.status_apply(far, DRIVER, [PreparedDevice("lab-node-0", "far-0")], {})
             with pytest.raises(ApiError) as denied:
@@ -754,12 +931,13 @@ async def test_status_devices_carry_the_agents_data_and_no_other_nodes_claim_is_
     async def deallocated():
         status = (await rkube.get(RESOURCE_CLAIMS, "st", ns)).get("status") or {}
         return [status] if not status.get("allocation") else None
+
     [status] = await wait_for(deallocated, what="claim st deallocated")
     assert not status.get("devices"), status
 
 
-
 # -- seamless plugin update: two instances side by side, then the old one goes ----------------------
+
 
 async def test_rolling_update_while_pods_are_created(real_lab, rkube, agent, ns, tmp_path):
     """As a DaemonSet with maxSurge 1 / maxUnavailable 0 does it: a second agent (its own POD_UID,
@@ -778,8 +956,15 @@ async def test_rolling_update_while_pods_are_created(real_lab, rkube, agent, ns,
 
         async def create(name: str) -> None:
             await rkube.create(RESOURCE_CLAIM_TEMPLATES, objects.resource_claim_template(name, DRIVER), ns)
-            await rkube.create(PODS, busybox_pod(name, {"gpu": {"resourceClaimTemplateName": name}},
-                                                 script=PRINT_ENV + "; echo done; exec sleep 3600"), ns)
+            await rkube.create(
+                PODS,
+                busybox_pod(
+                    name,
+                    {"gpu": {"resourceClaimTemplateName": name}},
+                    script=PRINT_ENV + "; echo done; exec sleep 3600",
+                ),
+                ns,
+            )
             pods.append(name)
 
         await create("during-both")
@@ -789,23 +974,30 @@ async def test_rolling_update_while_pods_are_created(real_lab, rkube, agent, ns,
         await running(rkube, ns, "after-old")
         before = agent.process.log.read_text().count("registered with kubelet")
         agent.process.start()  # and back, as the next update would bring it
-        await wait_for(lambda: _true(agent.process.log.read_text().count("registered with kubelet") > before),
-                       timeout=30, what="the old instance registered again")
+        await wait_for(
+            lambda: _true(agent.process.log.read_text().count("registered with kubelet") > before),
+            timeout=30,
+            what="the old instance registered again",
+        )
         await create("after-return")
         new.process.stop()
         await create("after-new")
         for name in pods:
             await running(rkube, ns, name)
             assert devices_of(await printed(real_lab, ns, name))
-        failures = [e["message"] for e in await rkube.list(EVENTS, ns) if "Prepare" in (e.get("reason") or "")
-                    and e.get("type") == "Warning"]
+        failures = [
+            e["message"]
+            for e in await rkube.list(EVENTS, ns)
+            if "Prepare" in (e.get("reason") or "") and e.get("type") == "Warning"
+        ]
         assert not failures, failures
         assert agent.process.log.read_text().count('"cannot prepare claim"') == failed_before
         assert '"cannot prepare claim"' not in new.process.log.read_text()
         sockets = sorted(p.name for p in registry.iterdir() if p.name.endswith("-reg.sock"))
         assert sockets == [f"{DRIVER}-reg.sock"], sockets  # the stopped instance's is gone
-        assert sorted(p.name for p in (agent.files.plugins / DRIVER).iterdir() if p.name.endswith(".sock")) == \
-            ["dra.sock"]
+        assert sorted(p.name for p in (agent.files.plugins / DRIVER).iterdir() if p.name.endswith(".sock")) == [
+            "dra.sock"
+        ]
         for name in pods:
             await rkube.delete(PODS, name, ns)
     finally:
@@ -819,8 +1011,11 @@ async def test_a_deleted_registration_socket_is_served_again(real_lab, rkube, ag
     socket = agent.files.plugins_registry / f"{DRIVER}-reg.sock"
     socket.unlink()
     await wait_for(lambda: _true(socket.is_socket()), timeout=20, what="the registration socket served again")
-    await wait_for(lambda: _true(agent.process.log.read_text().count("registered with kubelet") > registrations),
-                   timeout=30, what="kubelet registered the plugin again")
+    await wait_for(
+        lambda: _true(agent.process.log.read_text().count("registered with kubelet") > registrations),
+        timeout=30,
+        what="kubelet registered the plugin again",
+    )
     await rkube.create(RESOURCE_CLAIMS, objects.resource_claim("again", DRIVER), ns)
     await rkube.create(PODS, busybox_pod("again", {"gpu": {"resourceClaimName": "again"}}, script=HOLD), ns)
     await running(rkube, ns, "again")

@@ -37,14 +37,28 @@ CREATORS = 32  # concurrent creates
 
 def plain_pod(i: int) -> dict:
     """A Pod as workloads have them (labels, env, resources), with no claim; no scheduler takes it."""
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": f"plain-{i}", "labels": {"app": "web", "tier": "frontend", "shard": str(i % 17)},
-                         "annotations": {"example.com/owner": "team-a", "example.com/build": f"build-{i}"}},
-            "spec": {"schedulerName": "none", "terminationGracePeriodSeconds": 0,
-                     "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10",
-                                     "env": [{"name": f"VAR_{k}", "value": f"value-{k}-{i}"} for k in range(8)],
-                                     "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}},
-                                     "ports": [{"containerPort": 8080, "name": "http"}]}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"plain-{i}",
+            "labels": {"app": "web", "tier": "frontend", "shard": str(i % 17)},
+            "annotations": {"example.com/owner": "team-a", "example.com/build": f"build-{i}"},
+        },
+        "spec": {
+            "schedulerName": "none",
+            "terminationGracePeriodSeconds": 0,
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "registry.k8s.io/pause:3.10",
+                    "env": [{"name": f"VAR_{k}", "value": f"value-{k}-{i}"} for k in range(8)],
+                    "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}},
+                    "ports": [{"containerPort": 8080, "name": "http"}],
+                }
+            ],
+        },
+    }
 
 
 def dra_pod(i: int) -> dict:
@@ -58,14 +72,16 @@ def dra_pod(i: int) -> dict:
 
 async def create_claims(kube: Kube, namespace: str) -> None:
     for i in range(DRA_PODS):
-        await kube.create(RESOURCE_CLAIMS, objects.resource_claim(f"claim-{i}", "startup-memory.example.com"),
-                          namespace)
+        await kube.create(
+            RESOURCE_CLAIMS, objects.resource_claim(f"claim-{i}", "startup-memory.example.com"), namespace
+        )
 
 
 async def make_namespace(kube: Kube, name: str) -> None:
     await kube.create(NAMESPACES, {"metadata": {"name": name}})
-    await wait_for(lambda: kube.get_or_none(SERVICE_ACCOUNTS, "default", name), timeout=60,
-                   what=f"ServiceAccount {name}/default")
+    await wait_for(
+        lambda: kube.get_or_none(SERVICE_ACCOUNTS, "default", name), timeout=60, what=f"ServiceAccount {name}/default"
+    )
 
 
 async def create_all(kube: Kube, namespace: str, bodies) -> None:
@@ -76,6 +92,7 @@ async def create_all(kube: Kube, namespace: str, bodies) -> None:
     async def creator() -> None:
         while not queue.empty():
             await kube.create(PODS, queue.get_nowait(), namespace)
+
     await asyncio.gather(*(creator() for _ in range(CREATORS)))
 
 
@@ -109,10 +126,12 @@ async def peak_after_start(op: OperatorProcess, plain: int) -> float:
 
     async def describe() -> str:
         return f"healthz {health(op)}; log:\n{op.tail()}"
+
     await wait_for(settled, timeout=900, interval=1, what="both operators' watches caught up", describe=describe)
 
     async def logged() -> bool:
         return len(started_pods(op)) == 2
+
     await wait_for(logged, timeout=60, what="both operators' start-up lines")
     peak = op.peak_rss_mib
     assert peak is not None, op.tail()
@@ -138,11 +157,14 @@ async def test_start_up_memory_does_not_grow_with_plain_pods(fault_lab, tmp_path
         finally:
             op.stop()
     growth = with_plain - baseline
-    print(f"\nstart-up peak RSS (VmHWM) of claims+taints: {baseline:.1f} MiB beside {DRA_PODS} DRA Pods and "
-          f"{BASELINE_PODS} plain Pods, "
-          f"{with_plain:.1f} MiB with {PLAIN_PODS} plain Pods more ({growth:+.1f} MiB, "
-          f"{growth / PLAIN_PODS * 1000:+.2f} MiB per 1,000; Pods created in {created_in:.0f} s)")
+    print(
+        f"\nstart-up peak RSS (VmHWM) of claims+taints: {baseline:.1f} MiB beside {DRA_PODS} DRA Pods and "
+        f"{BASELINE_PODS} plain Pods, "
+        f"{with_plain:.1f} MiB with {PLAIN_PODS} plain Pods more ({growth:+.1f} MiB, "
+        f"{growth / PLAIN_PODS * 1000:+.2f} MiB per 1,000; Pods created in {created_in:.0f} s)"
+    )
     assert growth <= MIB_PER_1000 * PLAIN_PODS / 1000, (
         f"peak RSS grew {growth:.1f} MiB with {PLAIN_PODS} plain Pods ({baseline:.1f} -> {with_plain:.1f} MiB): "
-        f"more than {MIB_PER_1000} MiB per 1,000; start-up holds Pods without claims")
+        f"more than {MIB_PER_1000} MiB per 1,000; start-up holds Pods without claims"
+    )
     assert kept == {"claims": DRA_PODS, "taints": DRA_PODS}, kept  # the Pods with claims, all of them

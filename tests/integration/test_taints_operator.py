@@ -56,7 +56,10 @@ async def test_restart_keeps_pending_deadlines(kube, controllers, unique):
             delay = env.watch.deleting_at[pod] - added
             assert seconds <= delay < seconds + 3, f"{pod} evicted {delay:.1f}s after the taint, expected {seconds}s"
         snap = await env.snapshot()
-        assert snap["events"] == [["Normal", d.EVENT_REASON, d.MARKING, "a"], ["Normal", d.EVENT_REASON, d.MARKING, "b"]]
+        assert snap["events"] == [
+            ["Normal", d.EVENT_REASON, d.MARKING, "a"],
+            ["Normal", d.EVENT_REASON, d.MARKING, "b"],
+        ]
         # Counted by the restarted instance only, as upstream's in-memory statistics.
         await env.wait_rule("restart", "Completed", "2 pods evicted since starting the controller.")
     assert not operator.errors(), operator.errors()[:5]
@@ -88,6 +91,7 @@ async def test_200_pods_behind_one_rule_with_a_rate_limit(kube, controllers, uni
         async def all_running() -> bool:
             pods = await kube.list(PODS, env.namespace)
             return len(pods) == count and all(p["status"].get("phase") == "Running" for p in pods)
+
         await wait_for(all_running, timeout=180, interval=1, what=f"{count} Pods Running", describe=env.describe)
         before = operator.metrics()
         messages: list[str] = []
@@ -108,13 +112,18 @@ async def test_200_pods_behind_one_rule_with_a_rate_limit(kube, controllers, uni
         assert messages[0].startswith("PodsPendingEviction: "), messages
         assert messages[-1] == f"Completed: {count} pods evicted since starting the controller."
         for message in messages[:-1]:
-            m = re.fullmatch(r"PodsPendingEviction: (\d+) pods? needs? to be evicted in 1 namespace\."
-                             r"(?: (\d+) pods? evicted since starting the controller\.)?", message)
+            m = re.fullmatch(
+                r"PodsPendingEviction: (\d+) pods? needs? to be evicted in 1 namespace\."
+                r"(?: (\d+) pods? evicted since starting the controller\.)?",
+                message,
+            )
             assert m, message
             assert int(m.group(1)) + int(m.group(2) or 0) == count, message
         snap = await env.snapshot()
-        assert all(p["evicted"] and p["disruption"][0]["reason"] == "DeletionByDeviceTaintManager"
-                   for p in snap["pods"].values())
+        assert all(
+            p["evicted"] and p["disruption"][0]["reason"] == "DeletionByDeviceTaintManager"
+            for p in snap["pods"].values()
+        )
         after = operator.metrics()
         name = "device_taint_eviction_controller_pod_deletions_total"
         assert metric(after, name) - metric(before, name) == count
@@ -179,14 +188,24 @@ async def test_older_rule_versions_are_read_and_written(kube, controllers, uniqu
 
 def _replica_set(env: TaintsEnv, name: str, replicas: int) -> dict:
     pod = objects.pod("x", {"gpu": tmpl("t")})
-    return {"apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": {"name": name},
-            "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
-                     "template": {"metadata": {"labels": {"app": name}}, "spec": pod["spec"]}}}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "ReplicaSet",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {"metadata": {"labels": {"app": name}}, "spec": pod["spec"]},
+        },
+    }
 
 
 def _ready(pod: dict) -> bool:
-    return (not pod["metadata"].get("deletionTimestamp") and pod["status"].get("phase") == "Running"
-            and any(c["type"] == "Ready" and c["status"] == "True" for c in pod["status"].get("conditions") or []))
+    return (
+        not pod["metadata"].get("deletionTimestamp")
+        and pod["status"].get("phase") == "Running"
+        and any(c["type"] == "Ready" and c["status"] == "True" for c in pod["status"].get("conditions") or [])
+    )
 
 
 async def test_eviction_api_mode_respects_a_pod_disruption_budget(kube, controllers, unique):
@@ -201,30 +220,44 @@ async def test_eviction_api_mode_respects_a_pod_disruption_budget(kube, controll
         await kube.create(REPLICA_SETS, _replica_set(env, "web", replicas), env.namespace)
 
         def web() -> dict[str, dict]:
-            return {n: p for n, p in env.watch.last.items()
-                    if n not in env.watch.gone and (p["metadata"].get("labels") or {}).get("app") == "web"}
+            return {
+                n: p
+                for n, p in env.watch.last.items()
+                if n not in env.watch.gone and (p["metadata"].get("labels") or {}).get("app") == "web"
+            }
 
         async def all_ready() -> bool:
             return len(web()) == replicas and all(_ready(p) for p in web().values())
+
         await wait_for(all_ready, timeout=180, interval=1, what=f"{replicas} replicas ready", describe=env.describe)
         originals = set(web())
         await env.add_pool(NODES[1], replicas)
-        await kube.create(PDBS, {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "web"},
-                                 "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "web"}}}},
-                          env.namespace)
+        await kube.create(
+            PDBS,
+            {
+                "apiVersion": "policy/v1",
+                "kind": "PodDisruptionBudget",
+                "metadata": {"name": "web"},
+                "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "web"}}},
+            },
+            env.namespace,
+        )
 
         async def budget_ready() -> bool:
             pdb = await kube.get(PDBS, "web", env.namespace)
             return (pdb.get("status") or {}).get("disruptionsAllowed") == 1
+
         await wait_for(budget_ready, timeout=30, what="PDB allows one disruption")
         before = operator.metrics()
 
         tainted_at = time.time()
-        await env.rule("drain", {"driver": env.driver, "pool": NODES[0]},
-                       annotations={d.EVICTION_API_ANNOTATION: "true"})
+        await env.rule(
+            "drain", {"driver": env.driver, "pool": NODES[0]}, annotations={d.EVICTION_API_ANNOTATION: "true"}
+        )
 
         async def drained() -> bool:
             return originals <= env.watch.gone and len(web()) == replicas and all(_ready(p) for p in web().values())
+
         await wait_for(drained, timeout=300, interval=1, what="drained onto the other node", describe=env.describe)
         # From every state change the watch saw: never more than one replica down.
         ready: dict[str, bool] = {}
@@ -252,16 +285,25 @@ async def test_eviction_api_mode_deletes_after_the_longest_wait(kube, controller
         await env.template("t")
         await env.pod("stuck", {"gpu": tmpl("t")}, labels={"app": "stuck"})
         await env.wait_running("stuck")
-        await kube.create(PDBS, {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "none"},
-                                 "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "stuck"}}}},
-                          env.namespace)
+        await kube.create(
+            PDBS,
+            {
+                "apiVersion": "policy/v1",
+                "kind": "PodDisruptionBudget",
+                "metadata": {"name": "none"},
+                "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "stuck"}}},
+            },
+            env.namespace,
+        )
 
         async def observed() -> bool:
             pdb = await kube.get(PDBS, "none", env.namespace)
             return (pdb.get("status") or {}).get("observedGeneration") == pdb["metadata"]["generation"]
+
         await wait_for(observed, timeout=30, what="PDB status")
-        rule = await env.rule("drain", {"driver": env.driver}, annotations={
-            d.EVICTION_API_ANNOTATION: "true", d.MAX_WAIT_ANNOTATION: "4"})
+        rule = await env.rule(
+            "drain", {"driver": env.driver}, annotations={d.EVICTION_API_ANNOTATION: "true", d.MAX_WAIT_ANNOTATION: "4"}
+        )
         added = d.parse_time(rule["spec"]["taint"]["timeAdded"]).timestamp()
         await env.wait_evicted("stuck", timeout=20)
         delay = env.watch.deleting_at["stuck"] - added
@@ -280,17 +322,25 @@ async def test_bad_guard_rail_annotation_is_reported_on_the_rule(kube, controlle
         await env.wait_evicted("p")  # an unreadable limit is no limit: upstream's behaviour
 
         async def warned() -> list[dict]:
-            return [e for e in await kube.list(EVENTS, "default")
-                    if e["involvedObject"].get("name") == f"{env.token}-bad" and e.get("reason") == "InvalidAnnotation"]
+            return [
+                e
+                for e in await kube.list(EVENTS, "default")
+                if e["involvedObject"].get("name") == f"{env.token}-bad" and e.get("reason") == "InvalidAnnotation"
+            ]
+
         [event] = await wait_for(warned, timeout=20, what="InvalidAnnotation Event on the rule")
         assert event["type"] == "Warning" and event["involvedObject"]["kind"] == "DeviceTaintRule"
         assert d.RATE_ANNOTATION in event["message"] and "not a number" in event["message"]
 
 
 def _preview(lab, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "operators.cli", "taints", "preview", *args],
-                          env={**os.environ, "KUBECONFIG": str(lab.kubeconfig)}, capture_output=True, text=True,
-                          timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "operators.cli", "taints", "preview", *args],
+        env={**os.environ, "KUBECONFIG": str(lab.kubeconfig)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 async def test_preview_matches_what_eviction_then_does(lab, kube, controllers, unique, tmp_path):
@@ -333,11 +383,15 @@ async def test_preview_matches_what_eviction_then_does(lab, kube, controllers, u
         assert delay >= 20, delay  # not before its time (when after it is the timing tests' job)
 
         # The guard rail users asked for (kubernetes#141422): an empty selector means every device.
-        everything = json.loads(_preview(lab, "-o", "json", str(_write(tmp_path / "all.yaml", env.rule_body(
-            "all", {}, effect="None")))).stdout)
+        everything = json.loads(
+            _preview(
+                lab, "-o", "json", str(_write(tmp_path / "all.yaml", env.rule_body("all", {}, effect="None")))
+            ).stdout
+        )
         assert {"never", "elsewhere"} - {p["name"] for p in everything["pods"]} == {"never"}
-        nothing = json.loads(_preview(lab, "-o", "json", str(_write(tmp_path / "nil.yaml", env.rule_body(
-            "nil", None)))).stdout)
+        nothing = json.loads(
+            _preview(lab, "-o", "json", str(_write(tmp_path / "nil.yaml", env.rule_body("nil", None)))).stdout
+        )
         assert nothing["pods"] == [] and nothing["publishedDevices"] == 0
         missing = _preview(lab, f"{env.token}-absent")
         assert missing.returncode != 0 and "not found" in missing.stderr
@@ -353,9 +407,20 @@ async def test_lab_drops_v1alpha3_class_and_cel_selectors(kube, cluster_objects,
     (tests/unit/taints/test_cel.py): API servers since 1.35 no longer have those fields, so
     the lab (1.37.1) drops them and such a rule selects by driver, pool and device only."""
     v1alpha3 = DEVICE_TAINT_RULES.with_version("v1alpha3")
-    rule = await cluster_objects.create(v1alpha3, {
-        "apiVersion": "resource.k8s.io/v1alpha3", "kind": "DeviceTaintRule", "metadata": {"name": f"cel-{unique}"},
-        "spec": {"deviceSelector": {"driver": "x.example.com", "deviceClassName": "gpu",
-                                    "selectors": [{"cel": {"expression": "true"}}]},
-                 "taint": {"key": "k", "effect": "NoExecute"}}})
+    rule = await cluster_objects.create(
+        v1alpha3,
+        {
+            "apiVersion": "resource.k8s.io/v1alpha3",
+            "kind": "DeviceTaintRule",
+            "metadata": {"name": f"cel-{unique}"},
+            "spec": {
+                "deviceSelector": {
+                    "driver": "x.example.com",
+                    "deviceClassName": "gpu",
+                    "selectors": [{"cel": {"expression": "true"}}],
+                },
+                "taint": {"key": "k", "effect": "NoExecute"},
+            },
+        },
+    )
     assert rule["spec"]["deviceSelector"] == {"driver": "x.example.com"}

@@ -106,9 +106,11 @@ async def eviction_time(env: TaintsEnv) -> dict:
     await env.template("single-gpu-without-toleration")
     await env.template("single-gpu-with-toleration", [env.toleration()])
     await env.template("single-gpu-with-6s-toleration", [env.toleration(6)])
-    for pod, template in (("pod-no-toleration", "single-gpu-without-toleration"),
-                          ("pod-with-toleration", "single-gpu-with-toleration"),
-                          ("pod-with-6s-toleration", "single-gpu-with-6s-toleration")):
+    for pod, template in (
+        ("pod-no-toleration", "single-gpu-without-toleration"),
+        ("pod-with-toleration", "single-gpu-with-toleration"),
+        ("pod-with-6s-toleration", "single-gpu-with-6s-toleration"),
+    ):
         await env.pod(pod, {"gpu": tmpl(template)})
     await env.wait_running("pod-no-toleration", "pod-with-toleration", "pod-with-6s-toleration")
     rule = await env.rule("example", {"driver": env.driver})
@@ -166,8 +168,9 @@ async def old_generation(env: TaintsEnv) -> dict:
     await env.pod("user", {"gpu": plain("c")}, node=NODES[0])
     await env.wait_running("user")
     newer = f"gen2-{env.token}"
-    await env.add_slice(newer, NODES[0], [{"name": f"gpu-{i}"} for i in range(env.devices)],
-                        pool=NODES[0], generation=2)
+    await env.add_slice(
+        newer, NODES[0], [{"name": f"gpu-{i}"} for i in range(env.devices)], pool=NODES[0], generation=2
+    )
     await env.set_device_taint(f"{NODES[0]}-{env.token}", "gpu-0", "NoExecute")  # generation 1
     await asyncio.sleep(4)
     assert "user" not in env.watch.deleting_at, "a taint of an old pool generation evicted"
@@ -291,8 +294,10 @@ async def none_effect(env: TaintsEnv) -> dict:
     await env.rule("dry-run", {"driver": env.driver}, effect="None")
     rule = await env.wait_rule("dry-run", "NoEffect")
     message = d.existing_condition(rule)["message"]
-    assert message.startswith(f"{env.devices} published devices selected. 2 allocated devices selected. "
-                              "2 pods would be evicted in 1 namespace if the effect was NoExecute."), message
+    assert message.startswith(
+        f"{env.devices} published devices selected. 2 allocated devices selected. "
+        "2 pods would be evicted in 1 namespace if the effect was NoExecute."
+    ), message
     await asyncio.sleep(3)
     snap = await env.snapshot()
     assert not evicted(snap)
@@ -346,9 +351,24 @@ async def slice_taint(env: TaintsEnv) -> dict:
     return snap
 
 
-SCENARIOS = [noexecute, noschedule, toleration, eviction_time, selectors, nil_selector, old_generation,
-             taint_removed, tolerated_after_rule_change, finished_before_due, pod_deleted_while_pending,
-             shared_claim, pod_group_claim, none_effect, extended_resource, slice_taint]
+SCENARIOS = [
+    noexecute,
+    noschedule,
+    toleration,
+    eviction_time,
+    selectors,
+    nil_selector,
+    old_generation,
+    taint_removed,
+    tolerated_after_rule_change,
+    finished_before_due,
+    pod_deleted_while_pending,
+    shared_claim,
+    pod_group_claim,
+    none_effect,
+    extended_resource,
+    slice_taint,
+]
 SOLO = [empty_selector]  # after the others, one at a time
 ALL = SCENARIOS + SOLO
 
@@ -369,8 +389,9 @@ def fixed_upstream(name: str, snap: dict) -> dict:
 async def _run_all(kube, mode: str, token: str) -> dict[str, dict | BaseException]:
     async def one(i: int, scenario) -> dict:
         nodes = NODES if scenario in (selectors,) else NODES[:1]
-        async with TaintsEnv(kube, f"{token}{i:02d}", mode, nodes=nodes,
-                             extended_resource=scenario is extended_resource) as env:
+        async with TaintsEnv(
+            kube, f"{token}{i:02d}", mode, nodes=nodes, extended_resource=scenario is extended_resource
+        ) as env:
             try:
                 snap = await scenario(env)
                 if mode == "ours":
@@ -378,6 +399,7 @@ async def _run_all(kube, mode: str, token: str) -> dict[str, dict | BaseExceptio
                 return snap
             except AssertionError as e:
                 raise AssertionError(f"{scenario.__name__} [{mode}]: {e}\n{await env.describe()}") from None
+
     results = await asyncio.gather(*(one(i, s) for i, s in enumerate(SCENARIOS)), return_exceptions=True)
     for i, scenario in enumerate(SOLO, start=len(SCENARIOS)):
         results += await asyncio.gather(one(i, scenario), return_exceptions=True)
@@ -386,9 +408,12 @@ async def _run_all(kube, mode: str, token: str) -> dict[str, dict | BaseExceptio
 
 async def _assert_quiet(env: TaintsEnv) -> None:
     """kopf wrote no annotation, finalizer or status key on what the operators only watch."""
-    objects = (await env.kube.list(PODS, env.namespace) + await env.kube.list(RESOURCE_CLAIMS, env.namespace)
-               + [await env.kube.get(DEVICE_TAINT_RULES, r) for r in env.rules]
-               + [await env.kube.get(RESOURCE_SLICES, s) for s in env.slices])
+    objects = (
+        await env.kube.list(PODS, env.namespace)
+        + await env.kube.list(RESOURCE_CLAIMS, env.namespace)
+        + [await env.kube.get(DEVICE_TAINT_RULES, r) for r in env.rules]
+        + [await env.kube.get(RESOURCE_SLICES, s) for s in env.slices]
+    )
     for obj in objects:
         text = json.dumps({k: obj.get(k) for k in ("metadata", "status")})
         assert "kopf" not in text, f"{obj.get('kind', '')} {obj['metadata']['name']} carries a kopf key: {text[:500]}"

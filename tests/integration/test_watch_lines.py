@@ -35,8 +35,13 @@ def _total(health: dict, key: str) -> int:
 
 def _cached_claims(op: OperatorProcess) -> int:
     """The claims the operator has cached (its dynamic_resource_allocation_resource_claims gauge)."""
-    return int(sum(float(line.rsplit(" ", 1)[1]) for line in op.metrics().splitlines()
-                   if line.startswith("dynamic_resource_allocation_resource_claims{")))
+    return int(
+        sum(
+            float(line.rsplit(" ", 1)[1])
+            for line in op.metrics().splitlines()
+            if line.startswith("dynamic_resource_allocation_resource_claims{")
+        )
+    )
 
 
 def _skipped(health: dict) -> int:
@@ -55,8 +60,11 @@ async def test_plain_pods_are_not_parsed_and_the_watch_stays_alive(lab, kube, co
             deadline, n, seen = time.monotonic() + 4 * SILENCE, 0, []
             while time.monotonic() < deadline:
                 name = f"plain-{n}"
-                await kube.create(PODS, {**objects.pod(name, {}), "spec": {
-                    **objects.pod(name, {})["spec"], "schedulerName": "none"}}, env.namespace)
+                await kube.create(
+                    PODS,
+                    {**objects.pod(name, {}), "spec": {**objects.pod(name, {})["spec"], "schedulerName": "none"}},
+                    env.namespace,
+                )
                 if n >= 3:
                     await kube.delete(PODS, f"plain-{n - 3}", env.namespace)
                 n += 1
@@ -99,12 +107,14 @@ async def test_every_watch_starts_where_its_list_ended(lab, kube, controllers, t
 
         async def describe() -> str:
             return f"healthz {_health(op)}"
+
         await wait_for(open_, timeout=60, what=f"the claims operator's {watches} watches open", describe=describe)
         cached = _cached_claims(op)
         await kube.delete(RESOURCE_CLAIMS, "early", namespace)
 
         async def gone() -> bool:
             return _cached_claims(op) == cached - 1
+
         await wait_for(gone, timeout=30, what="the deleted claim gone from the cache", describe=describe)
         assert not op.errors(), op.errors()[:5]
     finally:

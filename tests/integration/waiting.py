@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from operators.core.api.kube import ApiError, Kube
 from operators.core.api.resources import EVENTS, PODS, RESOURCE_CLAIMS, Resource
@@ -20,8 +21,10 @@ async def describe_namespace(kube: Kube, namespace: str) -> str:
             lines.append(f"{res.plural}/{meta['name']}: status={json.dumps(status, sort_keys=True)[:1500]}")
     for event in await kube.list(EVENTS, namespace):
         obj = event.get("involvedObject", {})
-        lines.append(f"event {event.get('type')} {event.get('reason')} {obj.get('kind')}/{obj.get('name')}: "
-                     f"{event.get('message')}")
+        lines.append(
+            f"event {event.get('type')} {event.get('reason')} {obj.get('kind')}/{obj.get('name')}: "
+            f"{event.get('message')}"
+        )
     return "\n".join(lines)
 
 
@@ -52,10 +55,18 @@ async def wait_for(
         await asyncio.sleep(interval)
 
 
-async def wait_for_object(kube: Kube, res: Resource, name: str, namespace: str | None,
-                          predicate: Callable[[dict], Any], *, timeout: float = 60.0,
-                          what: str | None = None) -> dict:
+async def wait_for_object(
+    kube: Kube,
+    res: Resource,
+    name: str,
+    namespace: str | None,
+    predicate: Callable[[dict], Any],
+    *,
+    timeout: float = 60.0,
+    what: str | None = None,
+) -> dict:
     """Wait until the object exists and ``predicate(obj)`` holds; return the object."""
+
     async def check() -> dict | None:
         obj = await kube.get_or_none(res, name, namespace)
         return obj if obj is not None and predicate(obj) else None
@@ -65,5 +76,4 @@ async def wait_for_object(kube: Kube, res: Resource, name: str, namespace: str |
         text = f"{res.plural}/{name}: {json.dumps(obj, sort_keys=True)[:4000]}"
         return text + ("\n" + await describe_namespace(kube, namespace) if namespace else "")
 
-    return await wait_for(check, timeout=timeout, what=what or f"{res.plural}/{name}",
-                          describe=describe)
+    return await wait_for(check, timeout=timeout, what=what or f"{res.plural}/{name}", describe=describe)

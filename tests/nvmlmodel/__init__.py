@@ -5,5 +5,14 @@ machines (``machines.py``)."""
 from .machines import dgx_a100_mixed_mig, eight_gpu_machine, geforce_workstation, h100_box, no_ecc_workstation
 from .model import Gpu, MigInstance, Profile, StrictNVML
 
-__all__ = ["Gpu", "MigInstance", "Profile", "StrictNVML", "dgx_a100_mixed_mig", "eight_gpu_machine", "geforce_workstation",
-           "h100_box", "no_ecc_workstation"]
+__all__ = [
+    "Gpu",
+    "MigInstance",
+    "Profile",
+    "StrictNVML",
+    "dgx_a100_mixed_mig",
+    "eight_gpu_machine",
+    "geforce_workstation",
+    "h100_box",
+    "no_ecc_workstation",
+]

@@ -41,16 +41,16 @@ import pynvml
 
 FULL = 0xFFFFFFFF  # gpuInstanceId/computeInstanceId of an event that is not a MIG instance's
 ECC_EVENTS = pynvml.nvmlEventTypeSingleBitEccError | pynvml.nvmlEventTypeDoubleBitEccError
-BASE_EVENTS = (pynvml.nvmlEventTypeXidCriticalError | pynvml.nvmlEventTypePState | pynvml.nvmlEventTypeClock)
+BASE_EVENTS = pynvml.nvmlEventTypeXidCriticalError | pynvml.nvmlEventTypePState | pynvml.nvmlEventTypeClock
 
 
 @dataclass(frozen=True)
 class Profile:
     """A GPU instance profile as ``nvmlDeviceGetGpuInstanceProfileInfo`` reports it."""
 
-    index: int                 # NVML_GPU_INSTANCE_PROFILE_*: what the call takes
-    id: int                    # the profile ID: what it returns and GpuInstanceInfo.profileId says
-    name: str                  # "MIG 1g.5gb"
+    index: int  # NVML_GPU_INSTANCE_PROFILE_*: what the call takes
+    id: int  # the profile ID: what it returns and GpuInstanceInfo.profileId says
+    name: str  # "MIG 1g.5gb"
     slice_count: int
     instance_count: int
     multiprocessors: int
@@ -83,16 +83,16 @@ class Gpu:
     brand: int
     arch: int
     cc: tuple[int, int]
-    memory: int                # bytes
-    bus_id: str                # "00000000:07:00.0", as NVML spells it
-    ecc: bool = True           # ECC supported and enabled
+    memory: int  # bytes
+    bus_id: str  # "00000000:07:00.0", as NVML spells it
+    ecc: bool = True  # ECC supported and enabled
     mig_capable: bool = False
     mig_enabled: bool = False
-    profiles: dict[int, Profile] = field(default_factory=dict)   # by index
+    profiles: dict[int, Profile] = field(default_factory=dict)  # by index
     instances: list[MigInstance] = field(default_factory=list)
     max_mig_devices: int = 7
-    state: str = "ok"          # "ok", "lost" (GpuIsLost), "gone" (not enumerated)
-    compute_mode: int = 0      # NVML_COMPUTEMODE_DEFAULT
+    state: str = "ok"  # "ok", "lost" (GpuIsLost), "gone" (not enumerated)
+    compute_mode: int = 0  # NVML_COMPUTEMODE_DEFAULT
 
 
 class _Handle:
@@ -112,7 +112,7 @@ class _GpuInstanceHandle:
 
 class _EventSet:
     def __init__(self):
-        self.masks: dict[str, int] = {}   # GPU UUID -> registered mask
+        self.masks: dict[str, int] = {}  # GPU UUID -> registered mask
         self.queue: collections.deque = collections.deque()
         self.freed = False
 
@@ -174,8 +174,11 @@ class StrictNVML:
         with self._cond:
             for event_set in self._sets:
                 if event_set.masks.get(gpu.uuid, 0) & kind:
-                    event_set.queue.append(SimpleNamespace(device=_Handle(gpu), eventType=kind, eventData=data,
-                                                           gpuInstanceId=gi, computeInstanceId=ci))
+                    event_set.queue.append(
+                        SimpleNamespace(
+                            device=_Handle(gpu), eventType=kind, eventData=data, gpuInstanceId=gi, computeInstanceId=ci
+                        )
+                    )
             self._cond.notify_all()
 
     # -- checks ------------------------------------------------------------------------------
@@ -304,8 +307,11 @@ class StrictNVML:
         removed, so only DEFAULT, PROHIBITED and EXCLUSIVE_PROCESS are valid."""
         self._call("nvmlDeviceSetComputeMode")
         gpu = self._full(handle)
-        if mode not in (pynvml.NVML_COMPUTEMODE_DEFAULT, pynvml.NVML_COMPUTEMODE_PROHIBITED,
-                        pynvml.NVML_COMPUTEMODE_EXCLUSIVE_PROCESS):
+        if mode not in (
+            pynvml.NVML_COMPUTEMODE_DEFAULT,
+            pynvml.NVML_COMPUTEMODE_PROHIBITED,
+            pynvml.NVML_COMPUTEMODE_EXCLUSIVE_PROCESS,
+        ):
             raise pynvml.NVMLError_InvalidArgument()
         gpu.compute_mode = mode
 
@@ -368,9 +374,12 @@ class StrictNVML:
         if not isinstance(gi, _GpuInstanceHandle):
             raise pynvml.NVMLError_InvalidArgument()
         self._alive(gi.gpu)
-        return SimpleNamespace(device=_Handle(gi.gpu), id=gi.mig.gi_id,
-                               profileId=gi.gpu.profiles[gi.mig.profile_index].id,
-                               placement=SimpleNamespace(start=gi.mig.placement_start, size=gi.mig.placement_size))
+        return SimpleNamespace(
+            device=_Handle(gi.gpu),
+            id=gi.mig.gi_id,
+            profileId=gi.gpu.profiles[gi.mig.profile_index].id,
+            placement=SimpleNamespace(start=gi.mig.placement_start, size=gi.mig.placement_size),
+        )
 
     def nvmlDeviceGetGpuInstanceProfileInfo(self, handle, profile, version=2):
         self._call("nvmlDeviceGetGpuInstanceProfileInfo")
@@ -382,11 +391,19 @@ class StrictNVML:
         info = gpu.profiles.get(profile)
         if info is None:
             raise pynvml.NVMLError_NotSupported()
-        result = SimpleNamespace(id=info.id, isP2pSupported=0, sliceCount=info.slice_count,
-                                 instanceCount=info.instance_count, multiprocessorCount=info.multiprocessors,
-                                 copyEngineCount=info.copy_engines, decoderCount=info.decoders,
-                                 encoderCount=info.encoders, jpegCount=info.jpegs, ofaCount=info.ofas,
-                                 memorySizeMB=info.memory_mb)
+        result = SimpleNamespace(
+            id=info.id,
+            isP2pSupported=0,
+            sliceCount=info.slice_count,
+            instanceCount=info.instance_count,
+            multiprocessorCount=info.multiprocessors,
+            copyEngineCount=info.copy_engines,
+            decoderCount=info.decoders,
+            encoderCount=info.encoders,
+            jpegCount=info.jpegs,
+            ofaCount=info.ofas,
+            memorySizeMB=info.memory_mb,
+        )
         if version == 2:
             result.version = pynvml.nvmlGpuInstanceProfileInfo_v2
             result.name = info.name.encode()
@@ -423,7 +440,8 @@ class StrictNVML:
             raise pynvml.NVMLError_InvalidArgument()
         with self._cond:
             deadline_ok = self._cond.wait_for(
-                lambda: event_set.queue or self._lost_registered(event_set), timeout=timeout_ms / 1000)
+                lambda: event_set.queue or self._lost_registered(event_set), timeout=timeout_ms / 1000
+            )
             if self._lost_registered(event_set):
                 raise pynvml.NVMLError_GpuIsLost()
             if not deadline_ok or not event_set.queue:

@@ -14,19 +14,24 @@ import os
 import resource
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "100"))
-MAX_PEAK = 256 << 20     # bytes of peak RSS the decoders may add (inputs are a few KiB)
-MAX_CPU = 10.0           # CPU seconds one input may take (process time: load does not count)
+MAX_PEAK = 256 << 20  # bytes of peak RSS the decoders may add (inputs are a few KiB)
+MAX_CPU = 10.0  # CPU seconds one input may take (process time: load does not count)
 
-fuzz_settings = settings(max_examples=EXAMPLES, derandomize=True, deadline=None, database=None,
-                         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                                                HealthCheck.filter_too_much])
+fuzz_settings = settings(
+    max_examples=EXAMPLES,
+    derandomize=True,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
+)
 
 _counts: dict[str, int] = {}
 
@@ -83,8 +88,11 @@ def fuzz(**strategies: st.SearchStrategy) -> Callable[[Callable], Callable]:
 # -- strategies ------------------------------------------------------------------------------
 
 scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=40)
-json_values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=6) | st.dictionaries(
-    st.text(max_size=20), inner, max_size=6), max_leaves=30)
+json_values = st.recursive(
+    scalars,
+    lambda inner: st.lists(inner, max_size=6) | st.dictionaries(st.text(max_size=20), inner, max_size=6),
+    max_leaves=30,
+)
 
 
 def objects_like(*keys: str, values: st.SearchStrategy = json_values) -> st.SearchStrategy:
@@ -105,4 +113,5 @@ def scratch() -> Path:
 
 # JSON nested past Python's recursion limit (json.loads raises RecursionError, not ValueError).
 deep_json = st.integers(500, 3_000).map(lambda n: "[" * n + "]" * n) | st.integers(500, 3_000).map(
-    lambda n: '{"a":' * n + "1" + "}" * n)
+    lambda n: '{"a":' * n + "1" + "}" * n
+)

@@ -1,8 +1,7 @@
 """Pods as the API server returns them, for the unit tests of claim decisions."""
 
 
-def pod(name="p", uid="u1", claims=(), statuses=None, node="", phase="Running", deleting=False, ns="ns",
-        extended=None):
+def pod(name="p", uid="u1", claims=(), statuses=None, node="", phase="Running", deleting=False, ns="ns", extended=None):
     meta = {"name": name, "namespace": ns, "uid": uid}
     if deleting:
         meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"

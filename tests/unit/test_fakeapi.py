@@ -9,8 +9,13 @@ from operators.core.api.kube import APPLY_PATCH, JSON_PATCH, STRATEGIC_PATCH, Ap
 from operators.core.api.resources import EVENTS, LEASES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
 from tests.fakeapi import Action, FakeApi, not_found, service_unavailable
 
-POD = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "ns"},
-       "spec": {"nodeName": "n"}, "status": {"phase": "Running"}}
+POD = {
+    "apiVersion": "v1",
+    "kind": "Pod",
+    "metadata": {"name": "p", "namespace": "ns"},
+    "spec": {"nodeName": "n"},
+    "status": {"phase": "Running"},
+}
 
 
 async def test_create_assigns_uid_and_resource_version_and_refuses_a_second_one():
@@ -61,14 +66,28 @@ async def test_patches_merge_strategic_apply_and_json():
     api = FakeApi([POD])
     cond = {"type": "Ready", "status": "True"}
     await api.patch(PODS, "p", {"status": {"conditions": [cond]}}, "ns", subresource="status")
-    await api.patch(PODS, "p", {"status": {"conditions": [{"type": "DisruptionTarget", "status": "True"}]}}, "ns",
-                    content_type=STRATEGIC_PATCH, subresource="status")
+    await api.patch(
+        PODS,
+        "p",
+        {"status": {"conditions": [{"type": "DisruptionTarget", "status": "True"}]}},
+        "ns",
+        content_type=STRATEGIC_PATCH,
+        subresource="status",
+    )
     assert [c["type"] for c in api.stored(PODS, "p", "ns")["status"]["conditions"]] == ["Ready", "DisruptionTarget"]
-    await api.request("PATCH", PODS.path("ns", "p", "status"), content_type=APPLY_PATCH, params=[("force", "true")],
-                      body={"metadata": {"name": "p", "namespace": "ns"},
-                            "status": {"resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": "c"}]}})
-    await api.patch(PODS, "p", [{"op": "replace", "path": "/spec/nodeName", "value": "m"}], "ns",
-                    content_type=JSON_PATCH)
+    await api.request(
+        "PATCH",
+        PODS.path("ns", "p", "status"),
+        content_type=APPLY_PATCH,
+        params=[("force", "true")],
+        body={
+            "metadata": {"name": "p", "namespace": "ns"},
+            "status": {"resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": "c"}]},
+        },
+    )
+    await api.patch(
+        PODS, "p", [{"op": "replace", "path": "/spec/nodeName", "value": "m"}], "ns", content_type=JSON_PATCH
+    )
     stored = api.stored(PODS, "p", "ns")
     assert stored["status"]["resourceClaimStatuses"] == [{"name": "gpu", "resourceClaimName": "c"}]
     assert stored["spec"]["nodeName"] == "m"
@@ -122,12 +141,17 @@ async def test_reactors_come_first_and_every_call_is_recorded():
 
     def renamed(action: Action):
         action.obj["metadata"]["name"] = "renamed"  # passed on to the tracker
+
     api.prepend_reactor("create", "*", renamed)
     await api.create(RESOURCE_SLICES, {"metadata": {"name": "t"}})
     api.prepend_reactor("get", "resourceslices", lambda action: (True, {"answered": action.name}))
     assert await api.get(RESOURCE_SLICES, "x") == {"answered": "x"}
-    assert [a.key for a in api.actions] == ["create resourceslices s", "create resourceslices s",
-                                            "create resourceslices t", "get resourceslices x"]
+    assert [a.key for a in api.actions] == [
+        "create resourceslices s",
+        "create resourceslices s",
+        "create resourceslices t",
+        "get resourceslices x",
+    ]
     assert [s["metadata"]["name"] for s in api.objects(RESOURCE_SLICES)] == ["renamed", "s"]
 
 
@@ -139,6 +163,7 @@ async def test_an_async_reactor_holds_the_call_and_track_carries_it_out():
         await gate.wait()
         result = api.track(action)
         raise not_found(LEASES, action.name) if result is None else service_unavailable()
+
     api.prepend_reactor("create", "leases", slow)
     call = asyncio.ensure_future(api.create(LEASES, {"metadata": {"name": "l", "namespace": "ns"}}))
     await asyncio.sleep(0)

@@ -12,9 +12,10 @@ dict and returns a ``Preparer``::
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from .base import ConfigError, Outcome, Preparation, Preparer
 from .http import HttpPreparer
@@ -50,8 +51,9 @@ def parse_config(text: str) -> dict[str, Any]:
         try:
             value = json.loads(text)
         except json.JSONDecodeError as e:
-            raise ConfigError(f"preparer configuration {source}: not JSON: {e.msg} at line {e.lineno} "
-                              f"column {e.colno}") from None
+            raise ConfigError(
+                f"preparer configuration {source}: not JSON: {e.msg} at line {e.lineno} column {e.colno}"
+            ) from None
         except RecursionError:
             raise ConfigError(f"preparer configuration {source}: nested too deeply") from None
     if value is None:
@@ -89,7 +91,7 @@ def load(name: str, config: dict[str, Any]) -> Preparer:
             raise ConfigError(f"unknown preparer {name!r}; available: {', '.join(available())}")
         try:
             factory = matches[0].load()
-        except Exception as e:  # noqa: BLE001 - a broken plugin is a configuration error
+        except Exception as e:  # a broken plugin is a configuration error
             raise ConfigError(f"preparer {name!r} ({matches[0].value}) cannot be loaded: {e}") from e
     preparer = factory(config)
     if not isinstance(preparer, Preparer):

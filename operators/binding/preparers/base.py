@@ -26,15 +26,15 @@ class Preparation:
     pool: str
     device: str
     share_id: str | None
-    node: str | None                 # None unless the allocation names exactly one node
+    node: str | None  # None unless the allocation names exactly one node
     claim_namespace: str
     claim_name: str
     claim_uid: str
     request: str
     binding_conditions: tuple[str, ...]
     binding_failure_conditions: tuple[str, ...]
-    started: datetime.datetime       # the first attempt, kept across operator restarts
-    deadline: datetime.datetime      # the scheduler gives up then (allocationTimestamp + bindingTimeout)
+    started: datetime.datetime  # the first attempt, kept across operator restarts
+    deadline: datetime.datetime  # the scheduler gives up then (allocationTimestamp + bindingTimeout)
 
     @property
     def claim(self) -> str:
@@ -48,12 +48,17 @@ class Preparation:
     def to_json(self) -> dict[str, Any]:
         """The wire form external services see (the http preparer's request body)."""
         return {
-            "driver": self.driver, "pool": self.pool, "device": self.device, "shareID": self.share_id,
-            "node": self.node, "request": self.request,
+            "driver": self.driver,
+            "pool": self.pool,
+            "device": self.device,
+            "shareID": self.share_id,
+            "node": self.node,
+            "request": self.request,
             "claim": {"namespace": self.claim_namespace, "name": self.claim_name, "uid": self.claim_uid},
             "bindingConditions": list(self.binding_conditions),
             "bindingFailureConditions": list(self.binding_failure_conditions),
-            "started": format_time(self.started), "deadline": format_time(self.deadline),
+            "started": format_time(self.started),
+            "deadline": format_time(self.deadline),
         }
 
 
@@ -68,11 +73,11 @@ class Outcome:
     data: dict[str, Any] | None = None
 
     @classmethod
-    def prepared(cls, message: str = "", reason: str = "DevicePrepared", data: dict[str, Any] | None = None) -> "Outcome":
+    def prepared(cls, message: str = "", reason: str = "DevicePrepared", data: dict[str, Any] | None = None) -> Outcome:
         return cls(True, reason, message, data)
 
     @classmethod
-    def failed(cls, reason: str, message: str) -> "Outcome":
+    def failed(cls, reason: str, message: str) -> Outcome:
         return cls(False, reason, message)
 
 

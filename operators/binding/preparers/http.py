@@ -101,15 +101,19 @@ class HttpPreparer(Preparer):
             raise ConfigError(f"http preparer: url {self.redact.url} names no host")
         if parsed.query_string or parsed.fragment:
             # POSTs go to <url>/prepare: a query would swallow the path.
-            raise ConfigError(f"http preparer: url {self.redact.url} has a query or fragment; give the base URL "
-                              "the service's /prepare and /undo are under (credentials in a header)")
+            raise ConfigError(
+                f"http preparer: url {self.redact.url} has a query or fragment; give the base URL "
+                "the service's /prepare and /undo are under (credentials in a header)"
+            )
         for k, v in self.headers.items():
             if any(c in k + v for c in "\r\n\0"):
                 raise ConfigError(f"http preparer: header {self.redact(k)!r} holds a line break or NUL")
-        if (parsed.user is not None or parsed.password is not None) and \
-                "authorization" in {k.lower() for k in self.headers}:
-            raise ConfigError("http preparer: give credentials either in the url or in an Authorization header, "
-                              "not both")
+        if (parsed.user is not None or parsed.password is not None) and "authorization" in {
+            k.lower() for k in self.headers
+        }:
+            raise ConfigError(
+                "http preparer: give credentials either in the url or in an Authorization header, not both"
+            )
         try:
             self.timeout = float(config.get("timeout", 10))
             self.retries = int(config.get("retries", 3))
@@ -123,8 +127,9 @@ class HttpPreparer(Preparer):
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
-            self._session = aiohttp.ClientSession(headers=self.headers,
-                                                  timeout=aiohttp.ClientTimeout(total=self.timeout))
+            self._session = aiohttp.ClientSession(
+                headers=self.headers, timeout=aiohttp.ClientTimeout(total=self.timeout)
+            )
         return self._session
 
     async def close(self) -> None:
@@ -139,8 +144,10 @@ class HttpPreparer(Preparer):
             async with self._client().post(f"{self.url}/{path}", json=p.to_json()) as response:
                 raw = await _read_at_most(response, MAX_ANSWER_BYTES)
                 if raw is None:
-                    raise AnswerTooLarge(f"{where} answered {response.status} with more than {MAX_ANSWER_BYTES} "
-                                         "bytes, the most an answer may hold; the answer was not read")
+                    raise AnswerTooLarge(
+                        f"{where} answered {response.status} with more than {MAX_ANSWER_BYTES} "
+                        "bytes, the most an answer may hold; the answer was not read"
+                    )
                 body, text = decode_answer(raw)
                 return response.status, body, text, response.headers.get("Retry-After")
         except TimeoutError:
@@ -158,8 +165,9 @@ class HttpPreparer(Preparer):
             try:
                 status, body, text, retry_after = await self._post("prepare", p)
                 if status >= 500 or status in _RETRYABLE_STATUS:
-                    raise _Transient("AttachServiceError",
-                                     f"{self.redact.url}/prepare answered {status}: {self._quote(text)}")
+                    raise _Transient(
+                        "AttachServiceError", f"{self.redact.url}/prepare answered {status}: {self._quote(text)}"
+                    )
             except AnswerTooLarge as e:
                 return Outcome.failed("AttachServiceAnswerTooLarge", str(e))
             except _Transient as e:
@@ -167,8 +175,15 @@ class HttpPreparer(Preparer):
                 if failures > self.retries:
                     return Outcome.failed(e.reason, f"{e} (after {failures} attempts)")
                 delay = min(_MAX_BACKOFF, self.backoff * 2 ** (failures - 1))
-                log.info("attach service request failed, retrying", device=p.device_id, claim=p.claim,
-                         node=p.node, error=str(e), attempt=failures, retry_in=delay)
+                log.info(
+                    "attach service request failed, retrying",
+                    device=p.device_id,
+                    claim=p.claim,
+                    node=p.node,
+                    error=str(e),
+                    attempt=failures,
+                    retry_in=delay,
+                )
                 await asyncio.sleep(delay)
                 continue
             outcome = judge(status, body, text, self.redact)
@@ -195,14 +210,19 @@ def judge(status: int, body: dict[str, Any], text: str, redact: Redactor) -> Out
     if 200 <= status < 300 and answer == "ready":
         data = body.get("data") if isinstance(body.get("data"), dict) else None
         if data is not None and (size := len(wirejson.dumps(data))) > DATA_MAX_BYTES:
-            return Outcome.failed("AttachServiceDataTooLarge", f"{redact.url}/prepare answered ready with data of "
-                                  f"{size} bytes; a claim's status.devices[].data holds at most {DATA_MAX_BYTES}")
-        return Outcome.prepared(redact(str(body.get("message", ""))[:_SHOWN * 2]), data=data)
+            return Outcome.failed(
+                "AttachServiceDataTooLarge",
+                f"{redact.url}/prepare answered ready with data of "
+                f"{size} bytes; a claim's status.devices[].data holds at most {DATA_MAX_BYTES}",
+            )
+        return Outcome.prepared(redact(str(body.get("message", ""))[: _SHOWN * 2]), data=data)
     if 200 <= status < 300 and answer == "failed":
-        return Outcome.failed(redact(str(body.get("reason") or "AttachFailed")[:128]),
-                              redact(str(body.get("message", ""))[:_SHOWN * 2]))
-    return Outcome.failed("AttachServiceRejected",
-                          f"{redact.url}/prepare answered {status}: {redact(text[:_SHOWN]) or 'no body'}")
+        return Outcome.failed(
+            redact(str(body.get("reason") or "AttachFailed")[:128]), redact(str(body.get("message", ""))[: _SHOWN * 2])
+        )
+    return Outcome.failed(
+        "AttachServiceRejected", f"{redact.url}/prepare answered {status}: {redact(text[:_SHOWN]) or 'no body'}"
+    )
 
 
 async def _read_at_most(response: aiohttp.ClientResponse, limit: int) -> bytes | None:
@@ -220,6 +240,7 @@ async def _read_at_most(response: aiohttp.ClientResponse, limit: int) -> bytes |
         size += len(chunk)
         if size > limit:
             return None
+
 
 def _seconds(header: str | None, default: float) -> float:
     """Retry-After in seconds (an HTTP date, NaN or nonsense: the default), at most a minute."""

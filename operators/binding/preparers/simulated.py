@@ -79,7 +79,7 @@ class SimulatedPreparer(Preparer):
 
     async def prepare(self, p: Preparation) -> Outcome:
         done_at = p.started + datetime.timedelta(seconds=self.delay_for(p))
-        remaining = (done_at - datetime.datetime.now(datetime.timezone.utc)).total_seconds()
+        remaining = (done_at - datetime.datetime.now(datetime.UTC)).total_seconds()
         if remaining > 0:
             await asyncio.sleep(remaining)
         where = f" on node {p.node}" if p.node else ""

@@ -10,7 +10,8 @@ every client of the process shares ``PROCESS`` (one API server), which ``metrics
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
@@ -37,17 +38,24 @@ class ApiHealth:
         """For ``/healthz``: reported, never a failure."""
         if self.down_since is None:
             return {"available": True, "outages": self.outages}
-        return {"available": False, "unavailable_seconds": round(self._clock() - self.down_since, 1),
-                "error": self.last_error, "outages": self.outages}
+        return {
+            "available": False,
+            "unavailable_seconds": round(self._clock() - self.down_since, 1),
+            "error": self.last_error,
+            "outages": self.outages,
+        }
 
     def collect(self) -> Iterator[Any]:
         """A prometheus_client collector (register it in the operator's registry)."""
-        down = GaugeMetricFamily("dra_operators_api_unavailable_seconds",
-                                 "Seconds since the API server last answered, while it does not (0: it answers)")
+        down = GaugeMetricFamily(
+            "dra_operators_api_unavailable_seconds",
+            "Seconds since the API server last answered, while it does not (0: it answers)",
+        )
         down.add_metric([], 0.0 if self.down_since is None else self._clock() - self.down_since)
         yield down
-        count = CounterMetricFamily("dra_operators_api_outages",
-                                    "Times the API server stopped answering (no answer, 5xx or 429)")
+        count = CounterMetricFamily(
+            "dra_operators_api_outages", "Times the API server stopped answering (no answer, 5xx or 429)"
+        )
         count.add_metric([], self.outages)
         yield count
 

@@ -17,7 +17,7 @@ from .kube import ApiError, Kube
 
 WORKLOAD_CLAIMS_GATE = "DRAWorkloadResourceClaims"
 
-_LINE = re.compile(r'^kubernetes_feature_enabled\{([^}]*)\}\s+(\S+)', re.M)
+_LINE = re.compile(r"^kubernetes_feature_enabled\{([^}]*)\}\s+(\S+)", re.M)
 _NAME = re.compile(r'(?:^|,)name="([^"]*)"')
 
 
@@ -51,8 +51,8 @@ class Workload:
     """What the cluster does with PodGroups (KEP-5729)."""
 
     generic_workload: bool  # GenericWorkload: PodGroups served at the version upstream uses
-    workload_claims: bool   # DRAWorkloadResourceClaims: a PodGroup's claims are shared, reserved for it
-    gates_known: bool       # False: /metrics not readable, the gate counted as off (1.37's default)
+    workload_claims: bool  # DRAWorkloadResourceClaims: a PodGroup's claims are shared, reserved for it
+    gates_known: bool  # False: /metrics not readable, the gate counted as off (1.37's default)
 
 
 async def detect_workload(kube: Kube) -> Workload:
@@ -61,6 +61,8 @@ async def detect_workload(kube: Kube) -> Workload:
     PodGroups when off)."""
     generic_workload = pg.API_VERSION.split("/")[1] in await kube.served_versions(pg.GROUP, pg.RESOURCE)
     gates = await apiserver_feature_gates(kube)
-    return Workload(generic_workload=generic_workload,
-                    workload_claims=generic_workload and bool((gates or {}).get(WORKLOAD_CLAIMS_GATE)),
-                    gates_known=gates is not None)
+    return Workload(
+        generic_workload=generic_workload,
+        workload_claims=generic_workload and bool((gates or {}).get(WORKLOAD_CLAIMS_GATE)),
+        gates_known=gates is not None,
+    )

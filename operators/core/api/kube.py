@@ -17,20 +17,19 @@ import asyncio
 import json
 import os
 import ssl
-from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
-from typing import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
 
 import aiohttp
 import tenacity
 
+from ..logging import get_logger
+from . import apihealth, wirejson
 from . import kubeconfig as kubeconfig_loader
-from . import wirejson
-from . import apihealth
 from .apihealth import OUTAGE_STATUSES, ApiHealth
 from .kubeconfig import ClusterConfig
-from ..logging import get_logger
 from .ratelimit import TokenBucket
 from .resources import Resource
 
@@ -90,8 +89,13 @@ class ConnectionLost(Exception):
 
 
 # What is worth another attempt: the transport failing, or the server saying "not now".
-TRANSPORT_ERRORS = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, asyncio.TimeoutError,
-                    ConnectionError, OSError)
+TRANSPORT_ERRORS = (
+    aiohttp.ClientConnectionError,
+    aiohttp.ClientPayloadError,
+    asyncio.TimeoutError,
+    ConnectionError,
+    OSError,
+)
 RETRIED_STATUSES = OUTAGE_STATUSES
 
 
@@ -99,11 +103,12 @@ RETRIED_STATUSES = OUTAGE_STATUSES
 class RetryPolicy:
     """client-go retries up to 10 times; we keep the whole wait bounded so a sync that cannot
     succeed hands its key back to the work queue (whose backoff takes over) within seconds."""
+
     attempts: int = 6
     initial: float = 0.2
     maximum: float = 5.0
     retry_after_cap: float = 10.0
-    give_up_after: float = 90.0   # no new attempt after this many seconds (hung connections)
+    give_up_after: float = 90.0  # no new attempt after this many seconds (hung connections)
     connect_timeout: float = 10.0  # TCP and TLS set-up; a black-holed server must not take a minute
 
 
@@ -149,9 +154,16 @@ def proxy_variables_set() -> bool:
 class Kube:
     """One connection pool to one API server (an aiohttp session of its own)."""
 
-    def __init__(self, cluster: ClusterConfig, retry: RetryPolicy = RetryPolicy(),
-                 limiter: TokenBucket | None = None, health: ApiHealth | None = None, *,
-                 session: aiohttp.ClientSession | None = None, connections: int = CONNECTIONS):
+    def __init__(
+        self,
+        cluster: ClusterConfig,
+        retry: RetryPolicy = RetryPolicy(),
+        limiter: TokenBucket | None = None,
+        health: ApiHealth | None = None,
+        *,
+        session: aiohttp.ClientSession | None = None,
+        connections: int = CONNECTIONS,
+    ):
         self.cluster = cluster
         self.connections = connections
         self.retry = retry
@@ -161,8 +173,15 @@ class Kube:
         self._owns_session = session is None
 
     @classmethod
-    async def connect(cls, kubeconfig: str | None = None, context: str | None = None, *,
-                      qps: float = 0.0, burst: int = 0, connections: int = CONNECTIONS) -> "Kube":
+    async def connect(
+        cls,
+        kubeconfig: str | None = None,
+        context: str | None = None,
+        *,
+        qps: float = 0.0,
+        burst: int = 0,
+        connections: int = CONNECTIONS,
+    ) -> Kube:
         """From a kubeconfig (KUBECONFIG or the path given), else the in-cluster ServiceAccount
         (``kubeconfig.load``). ``qps`` > 0: at most that many requests a second, ``burst`` at once
         (client-go's client-side limit; DRA_API_QPS, DRA_API_BURST); watches are not limited."""
@@ -170,19 +189,20 @@ class Kube:
         return cls(kubeconfig_loader.load(kubeconfig, context), limiter=limiter, connections=connections)
 
     @classmethod
-    def for_host(cls, host: str, *, token: str | None = None, ca_file: str | None = None,
-                 retry: RetryPolicy = RetryPolicy()) -> "Kube":
+    def for_host(
+        cls, host: str, *, token: str | None = None, ca_file: str | None = None, retry: RetryPolicy = RetryPolicy()
+    ) -> Kube:
         """A client of ``host`` with an optional bearer token (tests, ServiceAccount-token checks)."""
         context = ssl.create_default_context(cafile=ca_file) if host.startswith("https://") else None
         credentials = kubeconfig_loader.StaticToken(token) if token else kubeconfig_loader.Credentials()
         return cls(ClusterConfig(host=host.rstrip("/"), ssl_context=context, credentials=credentials), retry)
 
     @classmethod
-    def with_token(cls, host: str, token: str, ca_file: str) -> "Kube":
+    def with_token(cls, host: str, token: str, ca_file: str) -> Kube:
         """A client that authenticates with a bearer token (for ServiceAccount-token tests)."""
         return cls.for_host(host, token=token, ca_file=ca_file)
 
-    def for_leader_election(self) -> "Kube":
+    def for_leader_election(self) -> Kube:
         """A client of its own for leader election, as kube-controller-manager builds its
         ``leaderElectionClient`` from a separate rest config (cmd/kube-controller-manager/app/
         controllermanager.go): its own connection pool and no client-side rate limit, so a renewal
@@ -190,7 +210,7 @@ class Kube:
         tried once (see ``without_retries``). Close it when done."""
         return Kube(self.cluster, RetryPolicy(attempts=1), None, self.health, connections=self.connections)
 
-    def without_retries(self) -> "Kube":
+    def without_retries(self) -> Kube:
         """The same connection pool, each request tried once (for callers with their own
         schedule, such as leader election, whose every try must fit in its renew deadline)."""
         return Kube(self.cluster, RetryPolicy(attempts=1), self.limiter, self.health, session=self.session)
@@ -208,8 +228,9 @@ class Kube:
             # trusts it reads ~/.netrc for every request, in a thread (a tenth of the taints
             # operator's CPU while it evicts: bench/RESULTS.md). With one, as client-go honours
             # HTTPS_PROXY, it does.
-            self._session = aiohttp.ClientSession(connector=connector, trust_env=proxy_variables_set(),
-                                                  auto_decompress=True)
+            self._session = aiohttp.ClientSession(
+                connector=connector, trust_env=proxy_variables_set(), auto_decompress=True
+            )
         return self._session
 
     @property
@@ -220,7 +241,7 @@ class Kube:
         if self._session is not None and self._owns_session:
             await self._session.close()
 
-    async def __aenter__(self) -> "Kube":
+    async def __aenter__(self) -> Kube:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -250,26 +271,57 @@ class Kube:
             wait=_Wait(self.retry),
             retry=tenacity.retry_if_exception(lambda e: should_retry(e, method, content_type)),
             before_sleep=lambda state: log.info(
-                "API request failed, retrying", method=method, path=path, attempt=state.attempt_number,
-                error=str(state.outcome.exception()), wait=round(state.next_action.sleep, 2)),
-            reraise=True)
+                "API request failed, retrying",
+                method=method,
+                path=path,
+                attempt=state.attempt_number,
+                error=str(state.outcome.exception()),
+                wait=round(state.next_action.sleep, 2),
+            ),
+            reraise=True,
+        )
         async for attempt in retrying:
             with attempt:
                 return await self._request_once(method, path, params, body, content_type, timeout, raw, stop_at)
 
-    async def _request_once(self, method: str, path: str, params: Iterable[tuple[str, Any]] | None,
-                            body: Any, content_type: str, timeout: float | None, raw_text: bool = False,
-                            stop_at: str | None = None) -> Any:
+    async def _request_once(
+        self,
+        method: str,
+        path: str,
+        params: Iterable[tuple[str, Any]] | None,
+        body: Any,
+        content_type: str,
+        timeout: float | None,
+        raw_text: bool = False,
+        stop_at: str | None = None,
+    ) -> Any:
         query = [(k, v) for k, v in (params or []) if v is not None]
         if self.limiter is not None and not await self.limiter.take(max_wait=timeout or RATE_LIMIT_WAIT):
             # client-go's rate.Limiter.Wait fails the same way when the wait would pass the
             # request's deadline; nothing was sent, so it is retried as the server's 429 is.
-            raise ApiError(429, {"reason": "TooManyRequests", "message": (
-                f"client-side rate limit (DRA_API_QPS={self.limiter.rate:g}): the request would wait "
-                f"longer than its timeout of {timeout or RATE_LIMIT_WAIT:g}s")}, method, path)
+            raise ApiError(
+                429,
+                {
+                    "reason": "TooManyRequests",
+                    "message": (
+                        f"client-side rate limit (DRA_API_QPS={self.limiter.rate:g}): the request would wait "
+                        f"longer than its timeout of {timeout or RATE_LIMIT_WAIT:g}s"
+                    ),
+                },
+                method,
+                path,
+            )
         try:
-            response = await self._send(method, path, query, body, content_type, aiohttp.ClientTimeout(
-                total=timeout, connect=min(self.retry.connect_timeout, timeout or self.retry.connect_timeout)))
+            response = await self._send(
+                method,
+                path,
+                query,
+                body,
+                content_type,
+                aiohttp.ClientTimeout(
+                    total=timeout, connect=min(self.retry.connect_timeout, timeout or self.retry.connect_timeout)
+                ),
+            )
             try:
                 if raw_text and stop_at and 200 <= response.status <= 299:
                     raw = await _read_until(response, stop_at.encode())
@@ -300,8 +352,15 @@ class Kube:
             raise ApiError(502, {"reason": "BadResponse", "message": f"not JSON: {text[:200]!r}"}, method, path)
         return data
 
-    async def _send(self, method: str, path: str, query: list[tuple[str, Any]], body: Any, content_type: str,
-                    timeout: aiohttp.ClientTimeout) -> aiohttp.ClientResponse:
+    async def _send(
+        self,
+        method: str,
+        path: str,
+        query: list[tuple[str, Any]],
+        body: Any,
+        content_type: str,
+        timeout: aiohttp.ClientTimeout,
+    ) -> aiohttp.ClientResponse:
         """One HTTP exchange; after a 401 the credentials are fetched afresh and it is sent once
         more (a rotated token file, an expired exec credential: client-go does the same)."""
         data = None if body is None else wirejson.dumps(body)
@@ -310,8 +369,15 @@ class Kube:
             if data is not None:
                 headers["Content-Type"] = content_type
             response = await self.session.request(
-                method, self.cluster.host + path, params=[(k, str(v)) for k, v in query], headers=headers,
-                data=data, timeout=timeout, proxy=self.cluster.proxy, server_hostname=self.cluster.tls_server_name)
+                method,
+                self.cluster.host + path,
+                params=[(k, str(v)) for k, v in query],
+                headers=headers,
+                data=data,
+                timeout=timeout,
+                proxy=self.cluster.proxy,
+                server_hostname=self.cluster.tls_server_name,
+            )
             if response.status != 401 or attempt:
                 return response
             response.release()
@@ -319,8 +385,13 @@ class Kube:
         raise AssertionError("unreachable")
 
     @asynccontextmanager
-    async def stream(self, path: str, params: Iterable[tuple[str, Any]], *, read_timeout: float,
-                     ) -> AsyncIterator[AsyncIterator[bytes]]:
+    async def stream(
+        self,
+        path: str,
+        params: Iterable[tuple[str, Any]],
+        *,
+        read_timeout: float,
+    ) -> AsyncIterator[AsyncIterator[bytes]]:
         """A watch: the response's lines as they come (each one event, JSON), for as long as the
         server keeps the request open. Non-2xx answers raise ``ApiError``; a connection that
         breaks or stays silent for ``read_timeout`` seconds raises ``ConnectionLost``. Not rate
@@ -351,8 +422,7 @@ class Kube:
 
     # -- verbs over Resource descriptors -----------------------------------------------------
 
-    async def get(self, res: Resource, name: str, namespace: str | None = None,
-                  subresource: str | None = None) -> JSON:
+    async def get(self, res: Resource, name: str, namespace: str | None = None, subresource: str | None = None) -> JSON:
         return await self.request("GET", res.path(namespace, name, subresource))
 
     async def get_or_none(self, res: Resource, name: str, namespace: str | None = None) -> JSON | None:
@@ -363,17 +433,31 @@ class Kube:
                 return None
             raise
 
-    async def list(self, res: Resource, namespace: str | None = None, *,
-                   label_selector: str | None = None, field_selector: str | None = None,
-                   limit: int = 500, keep: Callable[[JSON], bool] | None = None) -> list[JSON]:
-        items, _ = await self.list_with_version(res, namespace, label_selector=label_selector,
-                                                field_selector=field_selector, limit=limit, keep=keep)
+    async def list(
+        self,
+        res: Resource,
+        namespace: str | None = None,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        limit: int = 500,
+        keep: Callable[[JSON], bool] | None = None,
+    ) -> list[JSON]:
+        items, _ = await self.list_with_version(
+            res, namespace, label_selector=label_selector, field_selector=field_selector, limit=limit, keep=keep
+        )
         return items
 
-    async def list_with_version(self, res: Resource, namespace: str | None = None, *,
-                                label_selector: str | None = None, field_selector: str | None = None,
-                                limit: int = 500, keep: Callable[[JSON], bool] | None = None,
-                                ) -> tuple[list[JSON], str]:
+    async def list_with_version(
+        self,
+        res: Resource,
+        namespace: str | None = None,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        limit: int = 500,
+        keep: Callable[[JSON], bool] | None = None,
+    ) -> tuple[list[JSON], str]:
         """All objects, paged, and the resourceVersion of the (consistent) list: the first page's,
         as client-go's pager keeps it (k8s.io/client-go tools/pager/pager.go ``ListPager.list``).
         ``keep``: only the objects it accepts are collected, page by page, so a list of every Pod
@@ -389,12 +473,23 @@ class Kube:
             version = ""
             try:
                 while True:
-                    page = await self.request("GET", res.path(namespace), params=[
-                        ("labelSelector", label_selector), ("fieldSelector", field_selector),
-                        ("limit", limit), ("continue", token)])
+                    page = await self.request(
+                        "GET",
+                        res.path(namespace),
+                        params=[
+                            ("labelSelector", label_selector),
+                            ("fieldSelector", field_selector),
+                            ("limit", limit),
+                            ("continue", token),
+                        ],
+                    )
                     if not isinstance(page, dict) or not isinstance(page.get("items") or [], list):
-                        raise ApiError(502, {"reason": "BadResponse", "message": "a list without items"},
-                                       "GET", res.path(namespace))
+                        raise ApiError(
+                            502,
+                            {"reason": "BadResponse", "message": "a list without items"},
+                            "GET",
+                            res.path(namespace),
+                        )
                     found = page.get("items") or []
                     items.extend(found if keep is None else (obj for obj in found if keep(obj)))
                     meta = page.get("metadata") or {}
@@ -409,39 +504,78 @@ class Kube:
                 log.info("list continuation expired, listing again", resource=res.plural)
         raise AssertionError("unreachable")
 
-    async def create(self, res: Resource, body: JSON, namespace: str | None = None, *,
-                     field_manager: str | None = None, dry_run: bool = False) -> JSON:
+    async def create(
+        self,
+        res: Resource,
+        body: JSON,
+        namespace: str | None = None,
+        *,
+        field_manager: str | None = None,
+        dry_run: bool = False,
+    ) -> JSON:
         namespace = namespace or body.get("metadata", {}).get("namespace")
-        return await self.request("POST", res.path(namespace), body=body, params=[
-            ("fieldManager", field_manager), ("dryRun", "All" if dry_run else None)])
+        return await self.request(
+            "POST",
+            res.path(namespace),
+            body=body,
+            params=[("fieldManager", field_manager), ("dryRun", "All" if dry_run else None)],
+        )
 
-    async def replace(self, res: Resource, body: JSON, *, subresource: str | None = None,
-                      field_manager: str | None = None) -> JSON:
+    async def replace(
+        self, res: Resource, body: JSON, *, subresource: str | None = None, field_manager: str | None = None
+    ) -> JSON:
         """PUT with the body's resourceVersion: a stale body gives a 409 conflict."""
         meta = body["metadata"]
         return await self.request(
-            "PUT", res.path(meta.get("namespace"), meta["name"], subresource), body=body,
-            params=[("fieldManager", field_manager)])
+            "PUT",
+            res.path(meta.get("namespace"), meta["name"], subresource),
+            body=body,
+            params=[("fieldManager", field_manager)],
+        )
 
-    async def patch(self, res: Resource, name: str, patch: Any, namespace: str | None = None, *,
-                    content_type: str = MERGE_PATCH, subresource: str | None = None,
-                    field_manager: str | None = None) -> JSON:
-        return await self.request("PATCH", res.path(namespace, name, subresource), body=patch,
-                                  content_type=content_type, params=[("fieldManager", field_manager)])
+    async def patch(
+        self,
+        res: Resource,
+        name: str,
+        patch: Any,
+        namespace: str | None = None,
+        *,
+        content_type: str = MERGE_PATCH,
+        subresource: str | None = None,
+        field_manager: str | None = None,
+    ) -> JSON:
+        return await self.request(
+            "PATCH",
+            res.path(namespace, name, subresource),
+            body=patch,
+            content_type=content_type,
+            params=[("fieldManager", field_manager)],
+        )
 
-    async def apply(self, res: Resource, body: JSON, *, field_manager: str, force: bool = False,
-                    subresource: str | None = None) -> JSON:
+    async def apply(
+        self, res: Resource, body: JSON, *, field_manager: str, force: bool = False, subresource: str | None = None
+    ) -> JSON:
         """Server-side apply (the body is sent as JSON, which is valid YAML)."""
         meta = body["metadata"]
         return await self.request(
-            "PATCH", res.path(meta.get("namespace"), meta["name"], subresource), body=body,
+            "PATCH",
+            res.path(meta.get("namespace"), meta["name"], subresource),
+            body=body,
             content_type=APPLY_PATCH,
-            params=[("fieldManager", field_manager), ("force", "true" if force else None)])
+            params=[("fieldManager", field_manager), ("force", "true" if force else None)],
+        )
 
-    async def delete(self, res: Resource, name: str, namespace: str | None = None, *,
-                     uid: str | None = None, resource_version: str | None = None,
-                     grace_period_seconds: int | None = None,
-                     propagation_policy: str | None = None) -> JSON:
+    async def delete(
+        self,
+        res: Resource,
+        name: str,
+        namespace: str | None = None,
+        *,
+        uid: str | None = None,
+        resource_version: str | None = None,
+        grace_period_seconds: int | None = None,
+        propagation_policy: str | None = None,
+    ) -> JSON:
         options: JSON = {"kind": "DeleteOptions", "apiVersion": "v1"}
         preconditions = {k: v for k, v in (("uid", uid), ("resourceVersion", resource_version)) if v}
         if preconditions:
@@ -510,7 +644,7 @@ async def _read_until(response: aiohttp.ClientResponse, marker: bytes) -> bytes:
         if marker in tail + chunk:
             response.close()
             break
-        tail = chunk[-len(marker):]
+        tail = chunk[-len(marker) :]
     return b"".join(chunks)
 
 

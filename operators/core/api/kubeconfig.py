@@ -84,6 +84,7 @@ class BasicAuth(Credentials):
 @dataclass
 class TokenFile(Credentials):
     """A token read from a file, read again after ``period`` seconds (rotation)."""
+
     path: Path
     period: float = TOKEN_FILE_PERIOD
     _token: str = ""
@@ -106,6 +107,7 @@ class TokenFile(Credentials):
 @dataclass
 class ExecPlugin(Credentials):
     """An exec credential plugin (KEP-541), run when there is no unexpired credential."""
+
     command: str
     args: list[str]
     env: dict[str, str]
@@ -124,12 +126,12 @@ class ExecPlugin(Credentials):
         return {"Authorization": f"Bearer {self._token}"} if self._token else {}
 
     def refresh(self) -> None:
-        self._expires = datetime.datetime.min.replace(tzinfo=datetime.timezone.utc)
+        self._expires = datetime.datetime.min.replace(tzinfo=datetime.UTC)
 
     def _valid(self) -> bool:
         if self._expires is None:
             return bool(self._token)
-        return datetime.datetime.now(datetime.timezone.utc) < self._expires
+        return datetime.datetime.now(datetime.UTC) < self._expires
 
     async def _run(self) -> None:
         spec: dict[str, Any] = {"interactive": False}
@@ -141,21 +143,29 @@ class ExecPlugin(Credentials):
             command = str(self.base_dir / command)  # client-go: relative to the kubeconfig's directory
         try:
             process = await asyncio.create_subprocess_exec(
-                command, *self.args, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+                command,
+                *self.args,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
-                env={**os.environ, **self.env, "KUBERNETES_EXEC_INFO": json.dumps(info)})
+                env={**os.environ, **self.env, "KUBERNETES_EXEC_INFO": json.dumps(info)},
+            )
             out, err = await asyncio.wait_for(process.communicate(), EXEC_TIMEOUT)
-        except (OSError, asyncio.TimeoutError) as e:
-            raise KubeconfigError(f"exec credential plugin {self.command!r} could not run: "
-                                  f"{type(e).__name__}: {e}") from e
+        except (TimeoutError, OSError) as e:
+            raise KubeconfigError(
+                f"exec credential plugin {self.command!r} could not run: {type(e).__name__}: {e}"
+            ) from e
         if process.returncode != 0:
-            raise KubeconfigError(f"exec credential plugin {self.command!r} exited with {process.returncode}: "
-                                  f"{err.decode(errors='replace').strip()[:500]}")
+            raise KubeconfigError(
+                f"exec credential plugin {self.command!r} exited with {process.returncode}: "
+                f"{err.decode(errors='replace').strip()[:500]}"
+            )
         try:
             status = json.loads(out)["status"]
         except (ValueError, KeyError, TypeError) as e:
-            raise KubeconfigError(f"exec credential plugin {self.command!r} printed no ExecCredential with a "
-                                  f"status: {out[:200]!r}") from e
+            raise KubeconfigError(
+                f"exec credential plugin {self.command!r} printed no ExecCredential with a status: {out[:200]!r}"
+            ) from e
         self._token = status.get("token") or ""
         expires = status.get("expirationTimestamp")
         self._expires = parse_time(expires) if expires else None
@@ -163,19 +173,21 @@ class ExecPlugin(Credentials):
         if cert and key and self.ssl_context is not None:
             _load_client_certificate(self.ssl_context, cert.encode(), key.encode())
         if not self._token and not cert:
-            raise KubeconfigError(f"exec credential plugin {self.command!r} returned neither a token nor a "
-                                  "client certificate")
+            raise KubeconfigError(
+                f"exec credential plugin {self.command!r} returned neither a token nor a client certificate"
+            )
 
 
 @dataclass
 class ClusterConfig:
     """One API server and how to talk to it."""
+
     host: str
     ssl_context: ssl.SSLContext | None = None  # None: plain HTTP
     credentials: Credentials = field(default_factory=Credentials)
     tls_server_name: str | None = None
     proxy: str | None = None
-    source: str = ""        # where it came from, for messages
+    source: str = ""  # where it came from, for messages
     namespace: str = "default"
 
 
@@ -256,10 +268,15 @@ def from_kubeconfig(files: list[Path], context: str | None = None) -> ClusterCon
     if not host:
         raise KubeconfigError(f"{where}: cluster {cluster_name!r} has no server")
     context_ssl = _ssl_context(host, cluster, cluster_dir, user, user_dir, where)
-    return ClusterConfig(host=host, ssl_context=context_ssl,
-                         credentials=_credentials(user, user_dir, user_name, cluster, context_ssl, where),
-                         tls_server_name=cluster.get("tls-server-name"), proxy=cluster.get("proxy-url"),
-                         source=where, namespace=ctx.get("namespace") or "default")
+    return ClusterConfig(
+        host=host,
+        ssl_context=context_ssl,
+        credentials=_credentials(user, user_dir, user_name, cluster, context_ssl, where),
+        tls_server_name=cluster.get("tls-server-name"),
+        proxy=cluster.get("proxy-url"),
+        source=where,
+        namespace=ctx.get("namespace") or "default",
+    )
 
 
 def in_cluster(directory: Path = SERVICE_ACCOUNT_DIR, env: Mapping[str, str] = os.environ) -> ClusterConfig:
@@ -274,8 +291,13 @@ def in_cluster(directory: Path = SERVICE_ACCOUNT_DIR, env: Mapping[str, str] = o
     host = f"[{host}]" if ":" in host else host
     namespace_file = directory / "namespace"
     namespace = namespace_file.read_text().strip() if namespace_file.exists() else "default"
-    return ClusterConfig(host=f"https://{host}:{port}", ssl_context=context, credentials=TokenFile(token),
-                         source="in-cluster ServiceAccount", namespace=namespace)
+    return ClusterConfig(
+        host=f"https://{host}:{port}",
+        ssl_context=context,
+        credentials=TokenFile(token),
+        source="in-cluster ServiceAccount",
+        namespace=namespace,
+    )
 
 
 def _data_or_file(entry: Mapping[str, Any], key: str, base: Path, where: str) -> bytes | None:
@@ -294,8 +316,9 @@ def _data_or_file(entry: Mapping[str, Any], key: str, base: Path, where: str) ->
     return None
 
 
-def _ssl_context(host: str, cluster: Mapping[str, Any], cluster_dir: Path, user: Mapping[str, Any],
-                 user_dir: Path, where: str) -> ssl.SSLContext | None:
+def _ssl_context(
+    host: str, cluster: Mapping[str, Any], cluster_dir: Path, user: Mapping[str, Any], user_dir: Path, where: str
+) -> ssl.SSLContext | None:
     if not host.startswith("https://"):
         return None
     context = ssl.create_default_context()
@@ -325,12 +348,20 @@ def _load_client_certificate(context: ssl.SSLContext, cert: bytes, key: bytes) -
         context.load_cert_chain(str(pem))
 
 
-def _credentials(user: Mapping[str, Any], user_dir: Path, name: Any, cluster: Mapping[str, Any],
-                 context: ssl.SSLContext | None, where: str) -> Credentials:
+def _credentials(
+    user: Mapping[str, Any],
+    user_dir: Path,
+    name: Any,
+    cluster: Mapping[str, Any],
+    context: ssl.SSLContext | None,
+    where: str,
+) -> Credentials:
     if user.get("auth-provider"):
         provider = (user["auth-provider"] or {}).get("name", "?")
-        raise KubeconfigError(f"{where}: user {name!r} uses auth-provider {provider!r}, which is not supported "
-                              "(kubectl dropped auth providers in 1.26); use an exec credential plugin instead")
+        raise KubeconfigError(
+            f"{where}: user {name!r} uses auth-provider {provider!r}, which is not supported "
+            "(kubectl dropped auth providers in 1.26); use an exec credential plugin instead"
+        )
     if user.get("token"):
         return StaticToken(str(user["token"]))
     if user.get("tokenFile"):
@@ -340,20 +371,30 @@ def _credentials(user: Mapping[str, Any], user_dir: Path, name: Any, cluster: Ma
         spec = user["exec"]
         version = spec.get("apiVersion")
         if version not in EXEC_API_VERSIONS:
-            raise KubeconfigError(f"{where}: user {name!r}: exec apiVersion {version!r} is not one of "
-                                  f"{', '.join(EXEC_API_VERSIONS)}")
+            raise KubeconfigError(
+                f"{where}: user {name!r}: exec apiVersion {version!r} is not one of {', '.join(EXEC_API_VERSIONS)}"
+            )
         if not spec.get("command"):
             raise KubeconfigError(f"{where}: user {name!r}: exec has no command")
         info = None
         if spec.get("provideClusterInfo"):
-            info = {"server": cluster.get("server"), "tls-server-name": cluster.get("tls-server-name"),
-                    "insecure-skip-tls-verify": bool(cluster.get("insecure-skip-tls-verify")),
-                    "certificate-authority-data": cluster.get("certificate-authority-data"),
-                    "proxy-url": cluster.get("proxy-url")}
+            info = {
+                "server": cluster.get("server"),
+                "tls-server-name": cluster.get("tls-server-name"),
+                "insecure-skip-tls-verify": bool(cluster.get("insecure-skip-tls-verify")),
+                "certificate-authority-data": cluster.get("certificate-authority-data"),
+                "proxy-url": cluster.get("proxy-url"),
+            }
             info = {k: v for k, v in info.items() if v}
-        return ExecPlugin(command=str(spec["command"]), args=[str(a) for a in spec.get("args") or []],
-                          env={str(e["name"]): str(e.get("value", "")) for e in spec.get("env") or []},
-                          api_version=version, base_dir=user_dir, cluster_info=info, ssl_context=context)
+        return ExecPlugin(
+            command=str(spec["command"]),
+            args=[str(a) for a in spec.get("args") or []],
+            env={str(e["name"]): str(e.get("value", "")) for e in spec.get("env") or []},
+            api_version=version,
+            base_dir=user_dir,
+            cluster_info=info,
+            ssl_context=context,
+        )
     if user.get("username") is not None and user.get("password") is not None:
         return BasicAuth(str(user["username"]), str(user["password"]))
     return Credentials()

@@ -43,7 +43,7 @@ class Resource:
                 parts.append(segment(subresource, "subresource"))
         return "/".join(parts)
 
-    def with_version(self, version: str) -> "Resource":
+    def with_version(self, version: str) -> Resource:
         group = self.group
         return Resource(f"{group}/{version}" if group else version, self.plural, self.namespaced)
 

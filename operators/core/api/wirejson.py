@@ -18,8 +18,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-_GO_ESCAPES = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026",
-                             "\u2028": "\\u2028", "\u2029": "\\u2029"})
+_GO_ESCAPES = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"})
 
 
 def dumps(obj: Any) -> bytes:

@@ -9,14 +9,14 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
 
-from ..api import apihealth
 from .. import memprofile
+from ..api import apihealth
 
 _served: dict[tuple[str, int], CollectorRegistry] = {}
 
 
 class _Quiet(WSGIRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the base class's name
+    def log_message(self, format: str, *args: object) -> None:  # the base class's name
         """No access log (as prometheus_client's own server)."""
 
 
@@ -36,8 +36,7 @@ def serve(registry: CollectorRegistry, port: int, address: str = "0.0.0.0") -> N
 
     class Server(ThreadingMixIn, WSGIServer):
         daemon_threads = True  # a request's thread never holds the process
-        address_family = socket.getaddrinfo(address, port, type=socket.SOCK_STREAM,
-                                            flags=socket.AI_PASSIVE)[0][0]
+        address_family = socket.getaddrinfo(address, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0][0]
 
     httpd = make_server(address, port, memprofile.wsgi(make_wsgi_app(registry)), Server, handler_class=_Quiet)
     threading.Thread(target=httpd.serve_forever, name=f"metrics-{port}", daemon=True).start()
@@ -49,6 +48,9 @@ def samples(text: str, name: str, **labels: str) -> list[tuple[dict[str, str], f
     exposition (an operator's ``/metrics``), parsed by prometheus_client's own parser."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    return [(sample.labels, sample.value)
-            for family in text_string_to_metric_families(text) for sample in family.samples
-            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items())]
+    return [
+        (sample.labels, sample.value)
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items())
+    ]

@@ -16,8 +16,9 @@ Importing this module registers nothing; only ``register`` does, called by an ``
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 import kopf
 

@@ -10,22 +10,23 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import kopf
 
 from ..api import diagnose
-from ..machinery.informer import Handler, Informer
-from ..machinery.watch import INITIAL_EVENTS_END, Reflector
 from ..api.apihealth import OUTAGE_STATUSES
 from ..api.kube import ApiError, ConnectionLost, Kube
-from ..machinery.leader import act_when_leader
-from ..logging import get_logger
 from ..api.resources import Resource
-from ..settings import Settings
+from ..logging import get_logger
+from ..machinery.informer import Handler, Informer
+from ..machinery.leader import act_when_leader
 from ..machinery.store import Store
 from ..machinery.supervisor import Supervisor
+from ..machinery.watch import INITIAL_EVENTS_END, Reflector
 from ..machinery.workqueue import WorkQueue
+from ..settings import Settings
 
 log = get_logger(__name__)
 
@@ -34,8 +35,7 @@ API_WAIT = 60.0  # the default of DRA_API_WAIT
 
 
 class Runtime:
-    def __init__(self, name: str, kube: Kube, *, watch_silence: float = 600.0,
-                 supervisor: Supervisor | None = None):
+    def __init__(self, name: str, kube: Kube, *, watch_silence: float = 600.0, supervisor: Supervisor | None = None):
         self.name = name
         self.kube = kube
         self.watch_silence = watch_silence
@@ -64,8 +64,13 @@ class Runtime:
             left = deadline - asyncio.get_running_loop().time()
             if left <= 0:
                 return
-            log.warning("waiting for the API server", operator=self.name, error=error, retry_in=round(delay, 1),
-                        gives_up_in=round(left))
+            log.warning(
+                "waiting for the API server",
+                operator=self.name,
+                error=error,
+                retry_in=round(delay, 1),
+                gives_up_in=round(left),
+            )
             await asyncio.sleep(min(delay, left))
             delay = min(delay * 2, 5.0)
 
@@ -83,14 +88,25 @@ class Runtime:
         if informer is None:
             return False
         try:
-            text = await self.kube.request("GET", informer.resource.path(), params=[
-                ("watch", "true"), ("sendInitialEvents", "true"), ("resourceVersionMatch", "NotOlderThan"),
-                ("allowWatchBookmarks", "true"), ("timeoutSeconds", "1"),
-                ("fieldSelector", informer.field_selector or "metadata.name=dra-operators-watch-list-probe"),
-                # The bookmark ends the read: a server that keeps the watch open for its
-                # timeoutSeconds cost every start a second (a node agent's cold start 2.3 s).
-                ("labelSelector", informer.label_selector)], raw=True, stop_at=INITIAL_EVENTS_END, retry=False,
-                timeout=15)
+            text = await self.kube.request(
+                "GET",
+                informer.resource.path(),
+                params=[
+                    ("watch", "true"),
+                    ("sendInitialEvents", "true"),
+                    ("resourceVersionMatch", "NotOlderThan"),
+                    ("allowWatchBookmarks", "true"),
+                    ("timeoutSeconds", "1"),
+                    ("fieldSelector", informer.field_selector or "metadata.name=dra-operators-watch-list-probe"),
+                    # The bookmark ends the read: a server that keeps the watch open for its
+                    # timeoutSeconds cost every start a second (a node agent's cold start 2.3 s).
+                    ("labelSelector", informer.label_selector),
+                ],
+                raw=True,
+                stop_at=INITIAL_EVENTS_END,
+                retry=False,
+                timeout=15,
+            )
         except (ApiError, ConnectionLost) as e:
             log.info("streamed initial events not available, relists use LIST", operator=self.name, error=str(e))
             return False
@@ -107,8 +123,9 @@ class Runtime:
             self.supervisor.spawn(f"{self.name}-watch-{plural}", reflector.run)
         return counts
 
-    async def lead(self, config: Settings, lease: str, queue: WorkQueue,
-                   stop: Callable[[], Awaitable[None]] | None = None) -> None:
+    async def lead(
+        self, config: Settings, lease: str, queue: WorkQueue, stop: Callable[[], Awaitable[None]] | None = None
+    ) -> None:
         """Start ``queue``'s workers now, or once this replica holds ``lease`` (leader election on;
         the Lease is released at shutdown); then the watchdog."""
         leader = await act_when_leader(self.kube, config, lease, queue, stop=stop, supervisor=self.supervisor)
@@ -148,13 +165,16 @@ class Runtime:
         problems = self.problems()
         if problems:
             raise kopf.PermanentError(f"{self.name}: " + "; ".join(problems))
-        return {"tasks": len(self.supervisor.running()), "watches": len(self.informers),
-                "watching": sum(r.watching for r in self.reflectors),
-                "api": health.details() if (health := getattr(self.kube, "health", None)) else {},
-                "relists": sum(i.relists for i in self.informers.values()),
-                "deletions_found_by_relist": sum(i.deletions_found for i in self.informers.values()),
-                "watch_lines_skipped": sum(i.lines_skipped for i in self.informers.values()),
-                "watch_bookmarks": sum(i.bookmarks for i in self.informers.values())}
+        return {
+            "tasks": len(self.supervisor.running()),
+            "watches": len(self.informers),
+            "watching": sum(r.watching for r in self.reflectors),
+            "api": health.details() if (health := getattr(self.kube, "health", None)) else {},
+            "relists": sum(i.relists for i in self.informers.values()),
+            "deletions_found_by_relist": sum(i.deletions_found for i in self.informers.values()),
+            "watch_lines_skipped": sum(i.lines_skipped for i in self.informers.values()),
+            "watch_bookmarks": sum(i.bookmarks for i in self.informers.values()),
+        }
 
     async def stop(self) -> None:
         for informer in self.informers.values():
@@ -176,12 +196,12 @@ async def start_or_undo(runtime: Runtime, start: Callable[[], Awaitable[None]]) 
     except asyncio.CancelledError:
         await runtime.stop()
         raise
-    except Exception as e:  # noqa: BLE001 - any failure: undo, then exit non-zero with the reason
-        log.error("start-up failed, stopping what was started", operator=runtime.name,
-                  error=f"{type(e).__name__}: {e}")
+    except Exception as e:  # any failure: undo, then exit non-zero with the reason
+        log.error("start-up failed, stopping what was started", operator=runtime.name, error=f"{type(e).__name__}: {e}")
         await runtime.stop()
-        message = diagnose.start_failure(runtime.name, e, getattr(runtime.kube, "host", None),
-                                         os.environ.get("KUBECONFIG"))
+        message = diagnose.start_failure(
+            runtime.name, e, getattr(runtime.kube, "host", None), os.environ.get("KUBECONFIG")
+        )
         raise kopf.PermanentError(message) from e
 
 

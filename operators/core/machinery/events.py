@@ -15,11 +15,12 @@ import collections
 import datetime
 import time
 import uuid
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..api.kube import Kube
-from ..logging import get_logger
 from ..api.resources import EVENTS
+from ..logging import get_logger
 
 log = get_logger(__name__)
 
@@ -32,35 +33,46 @@ MAX_RECENT = 4096  # client-go's maxLruCacheEntries
 
 
 def _now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def object_reference(obj: dict[str, Any]) -> dict[str, Any]:
     meta = obj["metadata"]
-    ref = {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "name": meta["name"],
-           "uid": meta.get("uid"), "resourceVersion": meta.get("resourceVersion")}
+    ref = {
+        "apiVersion": obj.get("apiVersion"),
+        "kind": obj.get("kind"),
+        "name": meta["name"],
+        "uid": meta.get("uid"),
+        "resourceVersion": meta.get("resourceVersion"),
+    }
     if meta.get("namespace"):
         ref["namespace"] = meta["namespace"]
     return {k: v for k, v in ref.items() if v}
 
 
-def build_event(involved: dict[str, Any], event_type: str, reason: str, message: str,
-                component: str) -> dict[str, Any]:
+def build_event(involved: dict[str, Any], event_type: str, reason: str, message: str, component: str) -> dict[str, Any]:
     ref = object_reference(involved)
     now = _now()
     return {
-        "apiVersion": "v1", "kind": "Event",
-        "metadata": {"name": f"{ref['name']}.{uuid.uuid4().hex[:16]}",
-                     "namespace": ref.get("namespace", "default")},
-        "involvedObject": ref, "type": event_type, "reason": reason, "message": message,
-        "source": {"component": component}, "reportingComponent": component,
-        "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": f"{ref['name']}.{uuid.uuid4().hex[:16]}", "namespace": ref.get("namespace", "default")},
+        "involvedObject": ref,
+        "type": event_type,
+        "reason": reason,
+        "message": message,
+        "source": {"component": component},
+        "reportingComponent": component,
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "count": 1,
     }
 
 
 class EventRecorder:
-    def __init__(self, kube: Kube, component: str, distinct_messages: bool = False,
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self, kube: Kube, component: str, distinct_messages: bool = False, clock: Callable[[], float] = time.monotonic
+    ):
         """``distinct_messages``: fold repeats only when the message is the same too, as
         client-go does, for reasons whose messages are fixed texts that must all stay visible."""
         self.kube = kube
@@ -79,8 +91,12 @@ class EventRecorder:
         ``MAX_QUEUED`` wait, newer ones are dropped with a warning)."""
         if len(self._queue) >= MAX_QUEUED:
             self.dropped += 1
-            log.warning("event queue full, dropping event", reason=reason,
-                        object=involved["metadata"].get("name"), dropped=self.dropped)
+            log.warning(
+                "event queue full, dropping event",
+                reason=reason,
+                object=involved["metadata"].get("name"),
+                dropped=self.dropped,
+            )
             return
         self._queue.append((involved, event_type, reason, message))
         if self._sender is None or self._sender.done():
@@ -106,8 +122,9 @@ class EventRecorder:
             recent = self._recent.get(key)
             if recent and now - recent[0] < _REPEAT_WINDOW:
                 _, namespace, name, count = recent
-                await self.kube.patch(EVENTS, name, {"count": count + 1, "lastTimestamp": _now(),
-                                                     "message": message}, namespace)
+                await self.kube.patch(
+                    EVENTS, name, {"count": count + 1, "lastTimestamp": _now(), "message": message}, namespace
+                )
                 self._recent[key] = (now, namespace, name, count + 1)
                 self._recent.move_to_end(key)
                 return
@@ -121,8 +138,9 @@ class EventRecorder:
             raise
         except Exception as e:  # noqa: BLE001 - an Event never fails the sync that posts it
             self._recent.pop(key, None)
-            log.warning("could not post event", reason=reason, object=meta.get("name"),
-                        error=f"{type(e).__name__}: {e}")
+            log.warning(
+                "could not post event", reason=reason, object=meta.get("name"), error=f"{type(e).__name__}: {e}"
+            )
 
     def _forget_old(self, now: float) -> None:
         """Drop what can no longer be repeated (oldest first: the order is by last post)."""

@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..api.kube import ApiError, Kube
-from ..logging import get_logger
 from ..api.resources import Resource
+from ..logging import get_logger
 from .store import Obj, Store, key_of, resource_version, uid_of
 
 log = get_logger(__name__)
@@ -30,12 +31,21 @@ log = get_logger(__name__)
 Handler = Callable[[Obj, bool], None]
 
 
-
 class Informer:
-    def __init__(self, kube: Kube, resource: Resource, store: Store, handler: Handler, *,
-                 field_selector: str | None = None, label_selector: str | None = None,
-                 silence: float = 600.0, kind: str | None = None,
-                 keep: Callable[[Obj], bool] | None = None, keep_line: Callable[[bytes], bool] | None = None):
+    def __init__(
+        self,
+        kube: Kube,
+        resource: Resource,
+        store: Store,
+        handler: Handler,
+        *,
+        field_selector: str | None = None,
+        label_selector: str | None = None,
+        silence: float = 600.0,
+        kind: str | None = None,
+        keep: Callable[[Obj], bool] | None = None,
+        keep_line: Callable[[bytes], bool] | None = None,
+    ):
         """``handler(obj, deleted)`` is the controller's event handler; it updates ``store``.
         ``kind`` is set on listed objects (a LIST's items carry none; Events need it).
         ``keep``: objects it refuses are dropped before they cost anything (no handler, no
@@ -53,15 +63,15 @@ class Informer:
         self.keep = keep
         self.keep_line = keep_line
         self.primed = False
-        self.list_version = ""                 # the start-up LIST's resourceVersion: where the watch starts
+        self.list_version = ""  # the start-up LIST's resourceVersion: where the watch starts
         self.relists = 0
         self.deletions_found = 0
-        self.lines_skipped = 0                 # watch lines dropped unparsed (keep_line)
-        self.bookmarks = 0                     # BOOKMARK events heard
+        self.lines_skipped = 0  # watch lines dropped unparsed (keep_line)
+        self.bookmarks = 0  # BOOKMARK events heard
         self.last_event_at = time.monotonic()
-        self.last_rv = 0                       # newest resourceVersion heard of
-        self.stale_reason = ""                 # set when the watch is known to be stuck
-        self._relist: tuple[int, set[str]] | None = None   # (first stamp, keys listed)
+        self.last_rv = 0  # newest resourceVersion heard of
+        self.stale_reason = ""  # set when the watch is known to be stuck
+        self._relist: tuple[int, set[str]] | None = None  # (first stamp, keys listed)
         self._pending_probe: tuple[int, float] | None = None
         self.log = log.bind(resource=resource.plural)
 
@@ -76,7 +86,8 @@ class Informer:
         dropped page by page: start-up costs the kept objects, not the cluster). Returns how
         many were kept."""
         items, version = await self.kube.list_with_version(
-            self.resource, field_selector=self.field_selector, label_selector=self.label_selector, keep=self.keep)
+            self.resource, field_selector=self.field_selector, label_selector=self.label_selector, keep=self.keep
+        )
         for obj in items:
             self._deliver(self._with_kind(obj), False)
         self.list_version = version
@@ -151,8 +162,11 @@ class Informer:
             return 0
         start, listed = self._relist
         self._relist = None
-        suspects = [obj for key in self.store.keys()
-                    if key not in listed and self.store.stamp(key) < start and (obj := self.store.get(key)) is not None]
+        suspects = [
+            obj
+            for key in self.store.keys()
+            if key not in listed and self.store.stamp(key) < start and (obj := self.store.get(key)) is not None
+        ]
         for obj in suspects:
             self._deliver(obj, True)
         self.deletions_found += len(suspects)
@@ -181,9 +195,11 @@ class Informer:
             if self.last_rv >= target:
                 self._pending_probe = None
             elif time.monotonic() - asked_at >= self.silence / 4:
-                self.stale_reason = (f"watch of {self.resource.plural} silent for "
-                                     f"{time.monotonic() - self.last_event_at:.0f}s although the resource "
-                                     f"changed (resourceVersion {target} not delivered)")
+                self.stale_reason = (
+                    f"watch of {self.resource.plural} silent for "
+                    f"{time.monotonic() - self.last_event_at:.0f}s although the resource "
+                    f"changed (resourceVersion {target} not delivered)"
+                )
                 return self.stale_reason
             return ""
         if time.monotonic() - self.last_event_at < self.silence or not self.last_rv:
@@ -195,10 +211,20 @@ class Informer:
 
     async def _changes_since(self, version: int) -> int:
         try:
-            text = await self.kube.request("GET", self.resource.path(), params=[
-                ("watch", "true"), ("resourceVersion", str(version)), ("timeoutSeconds", "1"),
-                ("fieldSelector", self.field_selector), ("labelSelector", self.label_selector)],
-                raw=True, retry=False, timeout=10)
+            text = await self.kube.request(
+                "GET",
+                self.resource.path(),
+                params=[
+                    ("watch", "true"),
+                    ("resourceVersion", str(version)),
+                    ("timeoutSeconds", "1"),
+                    ("fieldSelector", self.field_selector),
+                    ("labelSelector", self.label_selector),
+                ],
+                raw=True,
+                retry=False,
+                timeout=10,
+            )
         except ApiError as e:
             if e.status == 410:
                 return 0  # compacted: nothing to compare with; the next event will tell

@@ -15,11 +15,12 @@ import datetime
 import os
 import socket
 import uuid
-from typing import TYPE_CHECKING, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 from ..api.kube import ApiError, Kube
-from ..logging import get_logger
 from ..api.resources import LEASES
+from ..logging import get_logger
 
 if TYPE_CHECKING:
     from ..settings import Settings
@@ -30,7 +31,7 @@ log = get_logger(__name__)
 
 
 def _now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def default_identity() -> str:
@@ -38,8 +39,17 @@ def default_identity() -> str:
 
 
 class LeaderElector:
-    def __init__(self, kube: Kube, name: str, namespace: str, identity: str | None = None, *,
-                 lease_duration: float = 15.0, renew_deadline: float = 10.0, retry_period: float = 2.0):
+    def __init__(
+        self,
+        kube: Kube,
+        name: str,
+        namespace: str,
+        identity: str | None = None,
+        *,
+        lease_duration: float = 15.0,
+        renew_deadline: float = 10.0,
+        retry_period: float = 2.0,
+    ):
         assert renew_deadline < lease_duration and retry_period < renew_deadline
         # Tried once each: a try stuck in a retry back-off would keep us from taking over (or
         # renewing) right after the API server comes back. The loops retry every retry_period.
@@ -61,9 +71,12 @@ class LeaderElector:
             spec["acquireTime"] = now
             spec["leaseTransitions"] = int(spec.get("leaseTransitions") or 0) + (1 if lease else 0)
         spec.update(holderIdentity=self.identity, leaseDurationSeconds=int(self.lease_duration), renewTime=now)
-        body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                "metadata": dict((lease or {}).get("metadata") or {"name": self.name, "namespace": self.namespace}),
-                "spec": spec}
+        body = {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": dict((lease or {}).get("metadata") or {"name": self.name, "namespace": self.namespace}),
+            "spec": spec,
+        }
         return body
 
     async def try_acquire_or_renew(self) -> bool:
@@ -108,8 +121,7 @@ class LeaderElector:
         except asyncio.CancelledError:
             raise
         except Exception as e:  # noqa: BLE001 - an election must survive whatever the API does
-            self.log.warning("leader election attempt failed", error=f"{type(e).__name__}: {e}",
-                             leader=self.is_leader)
+            self.log.warning("leader election attempt failed", error=f"{type(e).__name__}: {e}", leader=self.is_leader)
             return None
 
     async def run(self, on_started: Callable[[], Awaitable[None]], on_lost: Callable[[], Awaitable[None]]) -> None:
@@ -157,8 +169,9 @@ class LeaderElector:
             return
         self.is_leader = False
         try:
-            lease = await asyncio.wait_for(self.kube.get_or_none(LEASES, self.name, self.namespace),
-                                           self.renew_deadline)
+            lease = await asyncio.wait_for(
+                self.kube.get_or_none(LEASES, self.name, self.namespace), self.renew_deadline
+            )
             if lease and (lease.get("spec") or {}).get("holderIdentity") == self.identity:
                 body = self._body(lease, acquire=False)
                 body["spec"].update(holderIdentity="", leaseDurationSeconds=1)
@@ -169,9 +182,14 @@ class LeaderElector:
             self.log.warning("could not release the lease; it expires by itself", error=str(e))
 
 
-async def act_when_leader(kube: Kube, settings: "Settings", lease: str, queue: "WorkQueue",
-                          stop: Callable[[], Awaitable[None]] | None = None,
-                          supervisor: "Supervisor | None" = None) -> LeaderElector | None:
+async def act_when_leader(
+    kube: Kube,
+    settings: Settings,
+    lease: str,
+    queue: WorkQueue,
+    stop: Callable[[], Awaitable[None]] | None = None,
+    supervisor: Supervisor | None = None,
+) -> LeaderElector | None:
     """Start ``queue``'s workers now (leader election off) or once this replica holds ``lease``;
     while leading, every sync first checks that the Lease is surely still ours. A replica that
     loses the Lease runs ``stop`` (default: stop the queue) and exits, to come back as a standby."""
@@ -186,9 +204,14 @@ async def act_when_leader(kube: Kube, settings: "Settings", lease: str, queue: "
     duration = settings.leader_election_lease_duration
     # A client of its own: renewals must not wait behind the workers' rate limit or connections.
     own = kube.for_leader_election() if hasattr(kube, "for_leader_election") else None
-    elector = LeaderElector(own or kube, lease, election_namespace(settings.leader_election_namespace),
-                            lease_duration=duration, renew_deadline=duration * 2 / 3,
-                            retry_period=max(0.5, duration / 7.5))
+    elector = LeaderElector(
+        own or kube,
+        lease,
+        election_namespace(settings.leader_election_namespace),
+        lease_duration=duration,
+        renew_deadline=duration * 2 / 3,
+        retry_period=max(0.5, duration / 7.5),
+    )
     elector.own_client = own
     queue.gate = elector.may_act
 

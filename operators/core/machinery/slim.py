@@ -22,6 +22,10 @@ def pod(obj: Obj) -> Obj:
     """The cached form of ``obj`` (a new dict; ``obj`` is left as it is)."""
     meta = {k: v for k, v in obj["metadata"].items() if k != "managedFields"}
     spec, status = obj.get("spec") or {}, obj.get("status") or {}
-    return {"apiVersion": obj.get("apiVersion", "v1"), "kind": obj.get("kind", "Pod"), "metadata": meta,
-            "spec": {k: spec[k] for k in POD_SPEC if k in spec},
-            "status": {k: status[k] for k in POD_STATUS if k in status}}
+    return {
+        "apiVersion": obj.get("apiVersion", "v1"),
+        "kind": obj.get("kind", "Pod"),
+        "metadata": meta,
+        "spec": {k: spec[k] for k in POD_SPEC if k in spec},
+        "status": {k: status[k] for k in POD_STATUS if k in status},
+    }

@@ -24,7 +24,8 @@ from __future__ import annotations
 import itertools
 import time
 from collections import defaultdict
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from .uidcache import UidCache
 
@@ -61,8 +62,12 @@ def is_gone(obj: Obj) -> bool:
 
 
 class Store:
-    def __init__(self, indexers: dict[str, IndexFunc] | None = None,
-                 transform: Callable[[Obj], Obj] | None = None, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        indexers: dict[str, IndexFunc] | None = None,
+        transform: Callable[[Obj], Obj] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         """``transform``: what is kept of each object stored (client-go's ``SetTransform``);
         ``clock``: what the tombstones' age is measured by."""
         self._transform = transform

@@ -21,8 +21,9 @@ import asyncio
 import os
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 from ..logging import get_logger
 
@@ -51,9 +52,15 @@ class _Supervised:
 
 
 class Supervisor:
-    def __init__(self, name: str, *, max_failures: int = 5, healthy_after: float = 60.0,
-                 backoff: tuple[float, ...] = (1, 2, 4, 8, 16, 30),
-                 on_dead: Callable[[str], None] | None = None):
+    def __init__(
+        self,
+        name: str,
+        *,
+        max_failures: int = 5,
+        healthy_after: float = 60.0,
+        backoff: tuple[float, ...] = (1, 2, 4, 8, 16, 30),
+        on_dead: Callable[[str], None] | None = None,
+    ):
         """``on_dead(reason)`` runs when a task dies for good; the default exits the process."""
         self.name = name
         self.max_failures = max_failures
@@ -81,8 +88,11 @@ class Supervisor:
 
     def problems(self) -> list[str]:
         found = [f"task {e.name} is dead: {e.dead}" for e in self._tasks.values() if e.dead]
-        found += [f"task {e.name} is not running" for e in self._tasks.values()
-                  if not e.dead and (e.task is None or e.task.done()) and not self._stopping]
+        found += [
+            f"task {e.name} is not running"
+            for e in self._tasks.values()
+            if not e.dead and (e.task is None or e.task.done()) and not self._stopping
+        ]
         found += [p for check in self._checks if (p := check())]
         return found
 
@@ -111,12 +121,20 @@ class Supervisor:
                 return
             ran = time.monotonic() - entry.started_at
             entry.failures = 1 if ran >= self.healthy_after else entry.failures + 1
-            self.log.error("supervised task failed", task=entry.name, error=reason, ran_seconds=round(ran, 1),
-                           failures=entry.failures, exc_info=error, **entry.context)
+            self.log.error(
+                "supervised task failed",
+                task=entry.name,
+                error=reason,
+                ran_seconds=round(ran, 1),
+                failures=entry.failures,
+                exc_info=error,
+                **entry.context,
+            )
             if not entry.restart or entry.failures >= self.max_failures:
                 entry.dead = reason
-                self.log.critical("supervised task cannot run, the process exits", task=entry.name,
-                                  error=reason, **entry.context)
+                self.log.critical(
+                    "supervised task cannot run, the process exits", task=entry.name, error=reason, **entry.context
+                )
                 self.on_dead(f"{entry.name}: {reason}")
                 return
             delay = self.backoff[min(entry.failures - 1, len(self.backoff) - 1)]

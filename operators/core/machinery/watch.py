@@ -35,8 +35,8 @@ from .store import key_of
 
 log = get_logger(__name__)
 
-MIN_WATCH_TIMEOUT = 300      # client-go's reflector: minWatchTimeout = 5 minutes
-READ_MARGIN = 30.0           # a watch silent this long past its timeout is a dead connection
+MIN_WATCH_TIMEOUT = 300  # client-go's reflector: minWatchTimeout = 5 minutes
+READ_MARGIN = 30.0  # a watch silent this long past its timeout is a dead connection
 INITIAL_EVENTS_END = "k8s.io/initial-events-end"
 # Only object events may be dropped unparsed; their line starts with the type (metav1.WatchEvent's order).
 OBJECT_EVENTS = (b'{"type":"ADDED"', b'{"type":"MODIFIED"', b'{"type":"DELETED"')
@@ -68,8 +68,12 @@ class Reflector:
 
     def _params(self, version: str | None, timeout: int) -> list[tuple[str, Any]]:
         params: list[tuple[str, Any]] = [
-            ("watch", "true"), ("allowWatchBookmarks", "true"), ("timeoutSeconds", timeout),
-            ("fieldSelector", self.informer.field_selector), ("labelSelector", self.informer.label_selector)]
+            ("watch", "true"),
+            ("allowWatchBookmarks", "true"),
+            ("timeoutSeconds", timeout),
+            ("fieldSelector", self.informer.field_selector),
+            ("labelSelector", self.informer.label_selector),
+        ]
         if version is None:  # a relist through the watch: the snapshot first
             params += [("sendInitialEvents", "true"), ("resourceVersionMatch", "NotOlderThan")]
         else:
@@ -120,8 +124,11 @@ class Reflector:
             return
         keep = informer.keep
         items, version = await self.kube.list_with_version(
-            informer.resource, field_selector=informer.field_selector, label_selector=informer.label_selector,
-            keep=None if keep is None else (lambda obj: keep(obj) or key_of(obj) in informer.store))
+            informer.resource,
+            field_selector=informer.field_selector,
+            label_selector=informer.label_selector,
+            keep=None if keep is None else (lambda obj: keep(obj) or key_of(obj) in informer.store),
+        )
         for obj in items:
             informer.listed(obj)
         informer.end_relist()
@@ -133,8 +140,11 @@ class Reflector:
         streamed relist sets it only at its end (until then a break starts the relist over)."""
         timeout = int(MIN_WATCH_TIMEOUT * (1 + random.random()))
         informer = self.informer
-        async with self.kube.stream(informer.resource.path(), self._params(None if listing else self.version, timeout),
-                                    read_timeout=timeout + READ_MARGIN) as lines:
+        async with self.kube.stream(
+            informer.resource.path(),
+            self._params(None if listing else self.version, timeout),
+            read_timeout=timeout + READ_MARGIN,
+        ) as lines:
             self.watching = True
             version = self.version
             async for line in lines:
@@ -206,4 +216,3 @@ def _int(version: str | None) -> int:
         return int(version or 0)
     except ValueError:
         return 0
-

@@ -16,12 +16,13 @@ import functools
 import heapq
 import itertools
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Awaitable, Callable
+from typing import TYPE_CHECKING
 
 from ..api.kube import ConnectionLost
-from ..logging import get_logger
 from ..api.ratelimit import TokenBucket
+from ..logging import get_logger
 
 if TYPE_CHECKING:
     from .supervisor import Supervisor
@@ -41,8 +42,9 @@ class Backoff:
 
 
 class WorkQueue:
-    def __init__(self, name: str, sync: Callable[[str], Awaitable[None]], workers: int = 10,
-                 backoff: Backoff = Backoff()):
+    def __init__(
+        self, name: str, sync: Callable[[str], Awaitable[None]], workers: int = 10, backoff: Backoff = Backoff()
+    ):
         self.name = name
         # Checked before every sync: False (not or no longer surely the leader) puts the key back.
         self.gate: Callable[[], bool] = lambda: True
@@ -51,9 +53,9 @@ class WorkQueue:
         self._backoff = backoff
         self._bucket = TokenBucket(backoff.qps, backoff.burst)
         self._queue: asyncio.Queue[str] = asyncio.Queue()
-        self._queued: set[str] = set()     # waiting in _queue
+        self._queued: set[str] = set()  # waiting in _queue
         self._processing: set[str] = set()
-        self._dirty: set[str] = set()      # re-added while processing
+        self._dirty: set[str] = set()  # re-added while processing
         self._failures: dict[str, int] = {}
         self._delayed: list[tuple[float, int, str]] = []
         self._counter = itertools.count()
@@ -94,7 +96,7 @@ class WorkQueue:
 
     # -- consumer side -----------------------------------------------------------------------
 
-    def start(self, supervisor: "Supervisor | None" = None) -> None:
+    def start(self, supervisor: Supervisor | None = None) -> None:
         """Start the workers and the delay timer, under ``supervisor`` when given (a worker or
         timer that fails is restarted; one that cannot run ends the process)."""
         names = [f"{self.name}-worker-{i}" for i in range(self._workers)] + [f"{self.name}-timer"]
@@ -125,7 +127,7 @@ class WorkQueue:
             self._wakeup.clear()
             try:
                 await asyncio.wait_for(self._wakeup.wait(), timeout)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
 
     async def _worker(self, index: int) -> None:
@@ -141,10 +143,16 @@ class WorkQueue:
                 await self._sync(key)
             except asyncio.CancelledError:
                 raise
-            except Exception as e:  # noqa: BLE001 - every failure is retried, never fatal
+            except Exception as e:  # every failure is retried, never fatal
                 failures = self._failures.get(key, 0) + 1
-                log.warning("sync failed, will retry", queue=self.name, key=key, error=str(e),
-                            failures=failures, exc_info=not isinstance(e, (RetryableError, ConnectionLost)))
+                log.warning(
+                    "sync failed, will retry",
+                    queue=self.name,
+                    key=key,
+                    error=str(e),
+                    failures=failures,
+                    exc_info=not isinstance(e, (RetryableError, ConnectionLost)),
+                )
                 self.add_rate_limited(key)
             else:
                 self.forget(key)

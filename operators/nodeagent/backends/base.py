@@ -40,13 +40,18 @@ class DeviceBackend(Protocol):
     def observe_node(self, node: dict[str, Any]) -> None:
         """Called with the agent's own Node on every change of it."""
 
-    def container_edits(self, device: str, claim: dict[str, str], share_id: str | None,
-                        admin_access: bool, config: dict[str, Any] | None = None) -> dict[str, Any]:
+    def container_edits(
+        self,
+        device: str,
+        claim: dict[str, str],
+        share_id: str | None,
+        admin_access: bool,
+        config: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
         """CDI containerEdits that hand ``device`` to a container of ``claim`` ({uid, namespace, name}),
         with its merged opaque configuration (``plugin/opaque_config``: env, sharing) applied."""
 
     def common_edits(self) -> dict[str, Any] | None:
         """CDI containerEdits every container with any of our devices needs (or None)."""
 
-    def close(self) -> None:
-        ...
+    def close(self) -> None: ...

@@ -44,8 +44,8 @@ pcie_root = nvml_names.pcie_root
 class _Discovery:
     """What one discovery found: device details for CDI and health, GPU views for the event loop."""
 
-    info: dict[str, dict[str, Any]] = field(default_factory=dict)   # device name -> minor, uuid, index, gi, ci
-    gpus: dict[str, GpuView] = field(default_factory=dict)          # GPU UUID -> view
+    info: dict[str, dict[str, Any]] = field(default_factory=dict)  # device name -> minor, uuid, index, gi, ci
+    gpus: dict[str, GpuView] = field(default_factory=dict)  # GPU UUID -> view
     devices_by_index: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
     fingerprint: Any = None
 
@@ -53,8 +53,14 @@ class _Discovery:
 class NvmlBackend:
     name = "nvml"
 
-    def __init__(self, driver: str, nvml: Any = None, dev_root: str = "/dev", proc_root: str = "/proc",
-                 refresh_interval: float = 30.0):
+    def __init__(
+        self,
+        driver: str,
+        nvml: Any = None,
+        dev_root: str = "/dev",
+        proc_root: str = "/proc",
+        refresh_interval: float = 30.0,
+    ):
         if nvml is None:
             import pynvml as nvml  # the real library; fails only without the package
         self.nvml = nvml
@@ -65,7 +71,8 @@ class NvmlBackend:
             raise BackendError(
                 f"NVML could not be initialised ({e}): install the NVIDIA driver and make libnvidia-ml.so.1 "
                 "visible to the agent (NVIDIA container toolkit or a host mount), or choose the simulated "
-                "backend with DRA_NODEAGENT_BACKEND=simulated") from e
+                "backend with DRA_NODEAGENT_BACKEND=simulated"
+            ) from e
         self.dev_root = dev_root
         self.proc_root = proc_root
         self.refresh_interval = refresh_interval
@@ -104,8 +111,9 @@ class NvmlBackend:
                 continue  # an empty MIG slot
         return found
 
-    def _read_gpu(self, index: int, handle: Any, driver_version: str, cuda_version: str,
-                  state: _Discovery, inventory: Inventory) -> list[dict[str, Any]]:
+    def _read_gpu(
+        self, index: int, handle: Any, driver_version: str, cuda_version: str, state: _Discovery, inventory: Inventory
+    ) -> list[dict[str, Any]]:
         nvml = self.nvml
         text = nvml_names.text
         minor = nvml.nvmlDeviceGetMinorNumber(handle)
@@ -128,9 +136,13 @@ class NvmlBackend:
         if not self._mig_enabled(handle):
             state.info[name] = {"minor": minor, "uuid": gpu_uuid, "index": index}
             state.gpus[gpu_uuid] = GpuView(uuid=gpu_uuid, index=index, minor=minor, mig=False, devices=[name])
-            return [{"name": name,
-                     "attributes": {"type": {"string": "gpu"}, "uuid": {"string": gpu_uuid}, **common},
-                     "capacity": {"memory": {"value": str(memory)}}}]
+            return [
+                {
+                    "name": name,
+                    "attributes": {"type": {"string": "gpu"}, "uuid": {"string": gpu_uuid}, **common},
+                    "capacity": {"memory": {"value": str(memory)}},
+                }
+            ]
         view = GpuView(uuid=gpu_uuid, index=index, minor=minor, mig=True, devices=[])
         profiles = self._profiles(handle)
         devices = []
@@ -140,8 +152,10 @@ class NvmlBackend:
             gi = nvml.nvmlGpuInstanceGetInfo(nvml.nvmlDeviceGetGpuInstanceById(handle, gi_id))
             mig_uuid = text(nvml.nvmlDeviceGetUUID(mig))
             if gi.profileId not in profiles:
-                inventory.errors.append(f"MIG device {mig_uuid} on {name}: GPU instance profile ID {gi.profileId} "
-                                        "is none of the profiles NVML lists for this GPU; not published")
+                inventory.errors.append(
+                    f"MIG device {mig_uuid} on {name}: GPU instance profile ID {gi.profileId} "
+                    "is none of the profiles NVML lists for this GPU; not published"
+                )
                 continue
             profile_index, profile = profiles[gi.profileId]
             start, size = gi.placement.start, gi.placement.size
@@ -156,19 +170,30 @@ class NvmlBackend:
                 "memory": {"value": str(profile.memorySizeMB * 2**20)},
                 **{f"memorySlice{i}": {"value": "1"} for i in range(start, start + size)},
             }
-            devices.append({
-                "name": mig_name,
-                "attributes": {"type": {"string": "mig"}, "uuid": {"string": mig_uuid},
-                               "parentUUID": {"string": gpu_uuid},
-                               "profile": {"string": nvml_names.mig_profile_name(profile_index, profile.memorySizeMB,
-                                                                                 memory)},
-                               **common},
-                "capacity": capacity,
-            })
+            devices.append(
+                {
+                    "name": mig_name,
+                    "attributes": {
+                        "type": {"string": "mig"},
+                        "uuid": {"string": mig_uuid},
+                        "parentUUID": {"string": gpu_uuid},
+                        "profile": {"string": nvml_names.mig_profile_name(profile_index, profile.memorySizeMB, memory)},
+                        **common,
+                    },
+                    "capacity": capacity,
+                }
+            )
             view.devices.append(mig_name)
             view.instances[(gi_id, ci_id)] = mig_name
-            state.info[mig_name] = {"minor": minor, "uuid": mig_uuid, "index": index, "mig_index": mig_index,
-                                    "gi": gi_id, "ci": ci_id, "parent_uuid": gpu_uuid}
+            state.info[mig_name] = {
+                "minor": minor,
+                "uuid": mig_uuid,
+                "index": index,
+                "mig_index": mig_index,
+                "gi": gi_id,
+                "ci": ci_id,
+                "parent_uuid": gpu_uuid,
+            }
         state.gpus[gpu_uuid] = view
         return devices
 
@@ -193,8 +218,11 @@ class NvmlBackend:
                 for view in previous.gpus.values():
                     if view.index == index:
                         state.gpus[view.uuid] = view
-                log.warning("GPU lost; keeping its devices from the last discovery", index=index,
-                            devices=[d["name"] for d in devices])
+                log.warning(
+                    "GPU lost; keeping its devices from the last discovery",
+                    index=index,
+                    devices=[d["name"] for d in devices],
+                )
             state.devices_by_index[index] = devices
             inventory.devices.extend(devices)
         state.fingerprint = self.fingerprint()
@@ -209,8 +237,11 @@ class NvmlBackend:
             try:
                 handle = nvml.nvmlDeviceGetHandleByIndex(index)
                 uuid = nvml_names.text(nvml.nvmlDeviceGetUUID(handle))
-                migs = tuple(nvml_names.text(nvml.nvmlDeviceGetUUID(m)) for _, m in self._mig_handles(handle)) \
-                    if self._mig_enabled(handle) else ()
+                migs = (
+                    tuple(nvml_names.text(nvml.nvmlDeviceGetUUID(m)) for _, m in self._mig_handles(handle))
+                    if self._mig_enabled(handle)
+                    else ()
+                )
             except nvml.NVMLError_GpuIsLost:
                 uuid, migs = f"lost:{index}", ()
             seen.append((uuid, migs))
@@ -263,8 +294,14 @@ class NvmlBackend:
             return None
         return None
 
-    def container_edits(self, device: str, claim: dict[str, str], share_id: str | None,
-                        admin_access: bool, config: dict[str, Any] | None = None) -> dict[str, Any]:
+    def container_edits(
+        self,
+        device: str,
+        claim: dict[str, str],
+        share_id: str | None,
+        admin_access: bool,
+        config: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
         """The GPU's /dev/nvidia<minor> (major 195, as the NVIDIA driver registers it); for a MIG
         device also its GPU and compute instance capability nodes, with the ``nvidia-caps``
         major from /proc/devices and the minors from /proc/driver/nvidia/capabilities. The
@@ -301,15 +338,22 @@ class NvmlBackend:
             return
         info = self._state.info[device]
         if "mig_index" in info:
-            raise BackendError(f"sharing.strategy {sharing['strategy']}: MIG devices cannot be shared or made "
-                               "exclusive through NVML compute modes; leave sharing out for MIG devices")
+            raise BackendError(
+                f"sharing.strategy {sharing['strategy']}: MIG devices cannot be shared or made "
+                "exclusive through NVML compute modes; leave sharing out for MIG devices"
+            )
         interval = (sharing.get("timeSlicingConfig") or {}).get("interval", "Default")
         if interval != "Default":
-            raise BackendError(f"sharing.timeSlicingConfig.interval {interval}: NVML has no call for the "
-                               "time-slice length (nvidia-smi compute-policy --set-timeslice); use Default")
+            raise BackendError(
+                f"sharing.timeSlicingConfig.interval {interval}: NVML has no call for the "
+                "time-slice length (nvidia-smi compute-policy --set-timeslice); use Default"
+            )
         nvml = self.nvml
-        mode = nvml.NVML_COMPUTEMODE_EXCLUSIVE_PROCESS if sharing["strategy"] == "Exclusive" \
+        mode = (
+            nvml.NVML_COMPUTEMODE_EXCLUSIVE_PROCESS
+            if sharing["strategy"] == "Exclusive"
             else nvml.NVML_COMPUTEMODE_DEFAULT
+        )
         try:
             nvml.nvmlDeviceSetComputeMode(nvml.nvmlDeviceGetHandleByUUID(info["uuid"]), mode)
         except nvml.NVMLError as e:
@@ -342,8 +386,11 @@ class NvmlBackend:
 
     def common_edits(self) -> dict[str, Any] | None:
         """The control device nodes present on the host."""
-        present = [name for name in ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset")
-                   if os.path.exists(os.path.join(self.dev_root, name))]
+        present = [
+            name
+            for name in ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset")
+            if os.path.exists(os.path.join(self.dev_root, name))
+        ]
         return {"deviceNodes": [{"path": f"/dev/{name}"} for name in present]} if present else None
 
     # -- events --------------------------------------------------------------------------------
@@ -352,11 +399,15 @@ class NvmlBackend:
         loop = asyncio.get_running_loop()
         self._stop.clear()
         monitor = EventMonitor(
-            self.nvml, gpus=lambda: self._state.gpus, fingerprint=self.fingerprint,
+            self.nvml,
+            gpus=lambda: self._state.gpus,
+            fingerprint=self.fingerprint,
             known_fingerprint=lambda: self._state.fingerprint,
             put=lambda event: loop.call_soon_threadsafe(events.put_nowait, event),
             changed=lambda: loop.call_soon_threadsafe(changed.set),
-            stop=self._stop, refresh_interval=self.refresh_interval)
+            stop=self._stop,
+            refresh_interval=self.refresh_interval,
+        )
         try:
             await asyncio.to_thread(monitor.run)
         finally:

@@ -28,8 +28,9 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import structlog
 
@@ -50,7 +51,7 @@ class GpuView:
     index: int
     minor: int
     mig: bool
-    devices: list[str]                                   # published names (the GPU, or its MIG devices)
+    devices: list[str]  # published names (the GPU, or its MIG devices)
     instances: dict[tuple[int, int], str] = field(default_factory=dict)  # (gi, ci) -> MIG device name
 
 
@@ -90,9 +91,17 @@ class Backoff:
 
 
 class EventMonitor:
-    def __init__(self, nvml: Any, gpus: Callable[[], dict[str, GpuView]], fingerprint: Callable[[], Any],
-                 known_fingerprint: Callable[[], Any], put: Callable[[HealthEvent], None],
-                 changed: Callable[[], None], stop: threading.Event, refresh_interval: float):
+    def __init__(
+        self,
+        nvml: Any,
+        gpus: Callable[[], dict[str, GpuView]],
+        fingerprint: Callable[[], Any],
+        known_fingerprint: Callable[[], Any],
+        put: Callable[[HealthEvent], None],
+        changed: Callable[[], None],
+        stop: threading.Event,
+        refresh_interval: float,
+    ):
         self.nvml = nvml
         self.gpus = gpus
         self.fingerprint = fingerprint
@@ -101,8 +110,11 @@ class EventMonitor:
         self.changed = changed
         self.stop = stop
         self.refresh_interval = refresh_interval
-        self.wanted = (nvml.nvmlEventTypeXidCriticalError | nvml.nvmlEventTypeDoubleBitEccError
-                       | nvml.nvmlEventTypeSingleBitEccError)
+        self.wanted = (
+            nvml.nvmlEventTypeXidCriticalError
+            | nvml.nvmlEventTypeDoubleBitEccError
+            | nvml.nvmlEventTypeSingleBitEccError
+        )
         self.registered: set[str] = set()
         self.unmonitored: set[str] = set()
         self.lost: set[str] = set()

@@ -44,19 +44,27 @@ ARCHITECTURES = {
     pynvml.NVML_DEVICE_ARCH_ADA: "Ada Lovelace",
     pynvml.NVML_DEVICE_ARCH_HOPPER: "Hopper",
     pynvml.NVML_DEVICE_ARCH_BLACKWELL: "Blackwell",
-    **{getattr(pynvml, f"NVML_DEVICE_ARCH_{key}"): label for key, label in (("T23X", "Orin"), ("RUBIN", "Rubin"))
-       if hasattr(pynvml, f"NVML_DEVICE_ARCH_{key}")},
+    **{
+        getattr(pynvml, f"NVML_DEVICE_ARCH_{key}"): label
+        for key, label in (("T23X", "Orin"), ("RUBIN", "Rubin"))
+        if hasattr(pynvml, f"NVML_DEVICE_ARCH_{key}")
+    },
 }
 
 # go-nvlib pkg/nvlib/device/mig_profile.go, NewMigProfile: GPU slices per profile index and the
 # "+me" (media extensions) attribute of the REV1 profiles.
 _P = pynvml
 PROFILE_SLICES = {
-    _P.NVML_GPU_INSTANCE_PROFILE_1_SLICE: 1, _P.NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV1: 1,
-    _P.NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV2: 1, _P.NVML_GPU_INSTANCE_PROFILE_2_SLICE: 2,
-    _P.NVML_GPU_INSTANCE_PROFILE_2_SLICE_REV1: 2, _P.NVML_GPU_INSTANCE_PROFILE_3_SLICE: 3,
-    _P.NVML_GPU_INSTANCE_PROFILE_4_SLICE: 4, _P.NVML_GPU_INSTANCE_PROFILE_6_SLICE: 6,
-    _P.NVML_GPU_INSTANCE_PROFILE_7_SLICE: 7, _P.NVML_GPU_INSTANCE_PROFILE_8_SLICE: 8,
+    _P.NVML_GPU_INSTANCE_PROFILE_1_SLICE: 1,
+    _P.NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV1: 1,
+    _P.NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV2: 1,
+    _P.NVML_GPU_INSTANCE_PROFILE_2_SLICE: 2,
+    _P.NVML_GPU_INSTANCE_PROFILE_2_SLICE_REV1: 2,
+    _P.NVML_GPU_INSTANCE_PROFILE_3_SLICE: 3,
+    _P.NVML_GPU_INSTANCE_PROFILE_4_SLICE: 4,
+    _P.NVML_GPU_INSTANCE_PROFILE_6_SLICE: 6,
+    _P.NVML_GPU_INSTANCE_PROFILE_7_SLICE: 7,
+    _P.NVML_GPU_INSTANCE_PROFILE_8_SLICE: 8,
 }
 MEDIA_EXTENSIONS = {_P.NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV1, _P.NVML_GPU_INSTANCE_PROFILE_2_SLICE_REV1}
 
@@ -74,7 +82,7 @@ def architecture(value: int) -> str:
 
 
 def semver(version: str) -> str:
-    """"550.54.15" -> "550.54.15", "12.4" -> "12.4.0", "9.0" -> "9.0.0" (NVIDIA normalises the same way)."""
+    """ "550.54.15" -> "550.54.15", "12.4" -> "12.4.0", "9.0" -> "9.0.0" (NVIDIA normalises the same way)."""
     parts = [str(int(p)) for p in re.findall(r"\d+", version)[:3]]
     return ".".join((parts + ["0", "0", "0"])[:3])
 

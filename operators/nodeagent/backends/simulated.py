@@ -48,8 +48,19 @@ from .base import BackendError, Inventory
 
 HEALTH_ANNOTATION = "nodeagent.dra-operators.dev/simulated-health"
 PREPARE_FAILURE_ANNOTATION = "nodeagent.dra-operators.dev/simulated-prepare-failure"
-_GROUP_KEYS = {"model", "memory", "count", "architecture", "partitions", "allowMultipleAllocations",
-               "memoryPolicy", "bindingConditions", "bindingFailureConditions", "bindsToNode", "attributes"}
+_GROUP_KEYS = {
+    "model",
+    "memory",
+    "count",
+    "architecture",
+    "partitions",
+    "allowMultipleAllocations",
+    "memoryPolicy",
+    "bindingConditions",
+    "bindingFailureConditions",
+    "bindsToNode",
+    "attributes",
+}
 _LIMITS = {"count": 4096, "partitions": 64}  # GPUs per group, partitions per GPU
 
 
@@ -83,12 +94,14 @@ def _group_problems(group: dict[str, Any], where: str) -> list[str]:
     """Fields of a ``gpus`` entry whose type is wrong: such a group is not published at all,
     since what it meant cannot be known."""
     problems = []
-    for key, kind, words in (("attributes", dict, "a mapping of attribute names to values"),
-                             ("memoryPolicy", dict, "a mapping with default, min, max and step"),
-                             ("bindingConditions", list, "a list of condition names"),
-                             ("bindingFailureConditions", list, "a list of condition names"),
-                             ("allowMultipleAllocations", bool, "true or false"),
-                             ("bindsToNode", bool, "true or false")):
+    for key, kind, words in (
+        ("attributes", dict, "a mapping of attribute names to values"),
+        ("memoryPolicy", dict, "a mapping with default, min, max and step"),
+        ("bindingConditions", list, "a list of condition names"),
+        ("bindingFailureConditions", list, "a list of condition names"),
+        ("allowMultipleAllocations", bool, "true or false"),
+        ("bindsToNode", bool, "true or false"),
+    ):
         if group.get(key) is not None and not isinstance(group[key], kind):
             problems.append(f"{where}.{key}: {group[key]!r} is not {words}")
     try:
@@ -109,8 +122,10 @@ def _gpu_devices(group: dict[str, Any], start: int, node: str, driver: str, wher
     memory = str(group.get("memory", "16Gi"))
     if not problems and partitions and parse_quantity(memory) % partitions:
         # Counters must add up: every partition's share of the GPU's memory counter is whole bytes.
-        problems.append(f"{where}.partitions: {memory} of memory does not split into {partitions} equal "
-                        f"partitions of whole bytes; choose a partition count that divides it")
+        problems.append(
+            f"{where}.partitions: {memory} of memory does not split into {partitions} equal "
+            f"partitions of whole bytes; choose a partition count that divides it"
+        )
     if problems:
         return [], [], errors + [f"{p} (its GPUs are not published)" for p in problems]
     for i in range(start, start + count):
@@ -149,14 +164,24 @@ def _gpu_devices(group: dict[str, Any], start: int, node: str, driver: str, wher
         if partitions:
             share_text = format_binary(parse_quantity(memory) / partitions)
             for j in range(partitions):
-                devices.append({
-                    "name": f"{name}-part-{j}",
-                    "attributes": {**attributes, "type": {"string": "partition"}, "partition": {"int": j},
-                                   "parentUUID": attributes["uuid"],
-                                   "uuid": {"string": "GPU-" + str(uuid.uuid5(uuid.NAMESPACE_DNS, f"{node}/{driver}/{name}/{j}"))}},
-                    "capacity": {"memory": {"value": share_text}},
-                    "consumesCounters": [{"counterSet": counter_set, "counters": {"memory": {"value": share_text}}}],
-                })
+                devices.append(
+                    {
+                        "name": f"{name}-part-{j}",
+                        "attributes": {
+                            **attributes,
+                            "type": {"string": "partition"},
+                            "partition": {"int": j},
+                            "parentUUID": attributes["uuid"],
+                            "uuid": {
+                                "string": "GPU-" + str(uuid.uuid5(uuid.NAMESPACE_DNS, f"{node}/{driver}/{name}/{j}"))
+                            },
+                        },
+                        "capacity": {"memory": {"value": share_text}},
+                        "consumesCounters": [
+                            {"counterSet": counter_set, "counters": {"memory": {"value": share_text}}}
+                        ],
+                    }
+                )
     return devices, counter_sets, errors
 
 
@@ -186,8 +211,9 @@ def build_inventory(document: Any, node: str, driver: str) -> Inventory:
         inventory.devices += devices
         inventory.counter_sets += counter_sets
         inventory.errors += errors
-    for d, device in enumerate(document.get("devices") or [] if isinstance(document.get("devices") or [], list)
-                               else []):
+    for d, device in enumerate(
+        document.get("devices") or [] if isinstance(document.get("devices") or [], list) else []
+    ):
         if not isinstance(device, dict) or "name" not in device:
             inventory.errors.append(f"devices[{d}]: must be a mapping with a name")
             continue
@@ -237,8 +263,11 @@ class SimulatedBackend:
             raise BackendError(f"inventory {self.path} is nested too deeply to be an inventory") from None
         inventory = build_inventory(document, self.node_name, self.driver)
         toolkit = isinstance(document, dict) and document.get("nvidiaContainerToolkit") is True
-        self._toolkit_names = {d["name"]: _toolkit_names(d) for d in inventory.devices
-                               if "uuid" in (d.get("attributes") or {})} if toolkit else None
+        self._toolkit_names = (
+            {d["name"]: _toolkit_names(d) for d in inventory.devices if "uuid" in (d.get("attributes") or {})}
+            if toolkit
+            else None
+        )
         return inventory
 
     def toolkit_names(self, device: str) -> list[str] | None:
@@ -251,19 +280,29 @@ class SimulatedBackend:
     def healthy(self, device: str) -> bool:
         return device not in self._failing
 
-    def container_edits(self, device: str, claim: dict[str, str], share_id: str | None,
-                        admin_access: bool, config: dict[str, Any] | None = None) -> dict[str, Any]:
+    def container_edits(
+        self,
+        device: str,
+        claim: dict[str, str],
+        share_id: str | None,
+        admin_access: bool,
+        config: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
         """Simulated devices have nothing to hand over: environment variables say which device
         and claim the container got, so a workload (and a test) can print them; a configuration
         shows as its own variables plus ``<key>_SHARING_STRATEGY`` and ``<key>_TIMESLICE_INTERVAL``
         (the example driver's names)."""
         if device in self._prepare_failures:
-            raise BackendError(f"simulated prepare failure of device {device} (Node annotation "
-                               f"{PREPARE_FAILURE_ANNOTATION})")
+            raise BackendError(
+                f"simulated prepare failure of device {device} (Node annotation {PREPARE_FAILURE_ANNOTATION})"
+            )
         key = "DRA_DEVICE_" + env_key(device)
-        env = [f"{key}={device}", f"{key}_RESOURCE_CLAIM={claim['uid']}",
-               f"{key}_CLAIM={claim['namespace']}/{claim['name']}",
-               f"{key}_ADMIN_ACCESS={'true' if admin_access else 'false'}"]
+        env = [
+            f"{key}={device}",
+            f"{key}_RESOURCE_CLAIM={claim['uid']}",
+            f"{key}_CLAIM={claim['namespace']}/{claim['name']}",
+            f"{key}_ADMIN_ACCESS={'true' if admin_access else 'false'}",
+        ]
         if share_id:
             env.append(f"{key}_SHARE_ID={share_id}")
         sharing = (config or {}).get("sharing")
@@ -279,8 +318,9 @@ class SimulatedBackend:
 
     def observe_node(self, node: dict[str, Any]) -> None:
         annotations = (node.get("metadata") or {}).get("annotations") or {}
-        self._prepare_failures = {d.strip() for d in annotations.get(PREPARE_FAILURE_ANNOTATION, "").split(",")
-                                  if d.strip()}
+        self._prepare_failures = {
+            d.strip() for d in annotations.get(PREPARE_FAILURE_ANNOTATION, "").split(",") if d.strip()
+        }
         annotation = annotations.get(HEALTH_ANNOTATION, "")
         failing = parse_health_annotation(annotation)
         for device, (kind, value) in failing.items():

@@ -52,15 +52,20 @@ def minimum_version(spec: dict[str, Any]) -> str:
 
     edits = [spec.get("containerEdits") or {}] + [d.get("containerEdits") or {} for d in spec.get("devices", [])]
     if any(e.get("netDevices") for e in edits) or any(
-            (e.get("intelRdt") or {}).get(k) for e in edits for k in ("schemata", "enableMonitoring")):
+        (e.get("intelRdt") or {}).get(k) for e in edits for k in ("schemata", "enableMonitoring")
+    ):
         need((1, 1, 0))
     if any(e.get("intelRdt") or e.get("additionalGids") for e in edits):
         need((0, 7, 0))
-    if spec.get("annotations") or any(d.get("annotations") for d in spec.get("devices", [])) \
-            or "." in spec["kind"].split("/", 1)[1]:
+    if (
+        spec.get("annotations")
+        or any(d.get("annotations") for d in spec.get("devices", []))
+        or "." in spec["kind"].split("/", 1)[1]
+    ):
         need((0, 6, 0))
     if any(d["name"][:1].isdigit() for d in spec.get("devices", [])) or any(
-            n.get("hostPath") for e in edits for n in e.get("deviceNodes") or []):
+        n.get("hostPath") for e in edits for n in e.get("deviceNodes") or []
+    ):
         need((0, 5, 0))
     if any(m.get("type") for e in edits for m in e.get("mounts") or []):
         need((0, 4, 0))
@@ -76,20 +81,25 @@ def merge_edits(*edits: dict[str, Any] | None) -> dict[str, Any] | None:
     return merged or None
 
 
-def build_claim_spec(driver: str, claim: dict[str, str], devices: list[dict[str, Any]],
-                     common_edits: dict[str, Any] | None = None) -> dict[str, Any]:
+def build_claim_spec(
+    driver: str, claim: dict[str, str], devices: list[dict[str, Any]], common_edits: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """``claim``: {uid, namespace, name}; ``devices``: {cdi_name, edits, record} where
     ``record`` is the allocation kept in the device annotation."""
     spec: dict[str, Any] = {
         "cdiVersion": "",
         "kind": kind(driver),
-        "annotations": {CLAIM_ANNOTATION: json.dumps(
-            {k: claim[k] for k in ("namespace", "name", "uid")}, sort_keys=True)},
-        "devices": [{
-            "name": d["cdi_name"],
-            "annotations": {DEVICE_ANNOTATION: json.dumps(d["record"], sort_keys=True)},
-            "containerEdits": d["edits"],
-        } for d in devices],
+        "annotations": {
+            CLAIM_ANNOTATION: json.dumps({k: claim[k] for k in ("namespace", "name", "uid")}, sort_keys=True)
+        },
+        "devices": [
+            {
+                "name": d["cdi_name"],
+                "annotations": {DEVICE_ANNOTATION: json.dumps(d["record"], sort_keys=True)},
+                "containerEdits": d["edits"],
+            }
+            for d in devices
+        ],
     }
     if common_edits:
         spec["containerEdits"] = common_edits
@@ -107,8 +117,10 @@ def write_spec(root: Path, file_name: str, spec: dict[str, Any]) -> Path:
 def spec_files(root: Path, driver: str) -> dict[str, Path]:
     """Our claim specs in ``root`` by claim UID (from the file name)."""
     prefix = f"k8s.{driver}-{CLASS}_"
-    return {path.name[len(prefix):-len(".json")]: path
-            for path in (sorted(root.glob(f"{prefix}*.json")) if root.is_dir() else [])}
+    return {
+        path.name[len(prefix) : -len(".json")]: path
+        for path in (sorted(root.glob(f"{prefix}*.json")) if root.is_dir() else [])
+    }
 
 
 def read_spec(path: Path) -> dict[str, Any] | None:

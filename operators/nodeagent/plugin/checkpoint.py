@@ -109,8 +109,12 @@ def decode(document: Any) -> dict[str, PreparedClaim]:
             devices = entry.get("devices") or []
             if not isinstance(devices, list):
                 raise TypeError(f"devices is a {type(devices).__name__}, not a list")
-            claims[uid] = PreparedClaim(uid=uid, namespace=_text(entry, "namespace", ""), name=_text(entry, "name", ""),
-                                        devices=[_device(d) for d in devices])
+            claims[uid] = PreparedClaim(
+                uid=uid,
+                namespace=_text(entry, "namespace", ""),
+                name=_text(entry, "name", ""),
+                devices=[_device(d) for d in devices],
+            )
         except TypeError as e:
             raise CheckpointCorrupt(f"malformed entry preparedClaims[{i}]: {e}") from None
     return claims
@@ -142,8 +146,9 @@ def rebuild_from_cdi(specs: list[dict[str, Any]]) -> dict[str, PreparedClaim]:
         try:
             claim = json.loads(spec["annotations"][CLAIM_ANNOTATION])
             devices = [_device(json.loads(d["annotations"][DEVICE_ANNOTATION])) for d in spec["devices"]]
-            prepared = PreparedClaim(uid=_text(claim, "uid"), namespace=_text(claim, "namespace"),
-                                     name=_text(claim, "name"), devices=devices)
+            prepared = PreparedClaim(
+                uid=_text(claim, "uid"), namespace=_text(claim, "namespace"), name=_text(claim, "name"), devices=devices
+            )
         except (KeyError, TypeError, ValueError, AttributeError, RecursionError):
             continue  # not one of ours, or damaged as well: nothing to rebuild from it
         claims[prepared.uid] = prepared

@@ -59,4 +59,5 @@ def check(driver: str, checkpoint_path: Path, sockets: list[Path]) -> None:
         raise ForeignPlugin(
             f"another DRA driver uses the driver name {driver} on this node: {'; '.join(problems)}. Run this agent "
             "instead of NVIDIA's DRA driver (remove its kubelet plugin from this node and delete its checkpoint), or "
-            "beside it under another name (DRA_NODEAGENT_DRIVER and DeviceClasses that select it)")
+            "beside it under another name (DRA_NODEAGENT_DRIVER and DeviceClasses that select it)"
+        )

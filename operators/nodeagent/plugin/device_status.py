@@ -21,8 +21,17 @@ from .checkpoint import PreparedDevice
 
 API_VERSION = "resource.k8s.io/v1"
 # Attributes worth a user's look (NVIDIA's and the simulated backend's names), as plain values.
-DATA_ATTRIBUTES = ("uuid", "productName", "type", "brand", "architecture", "driverVersion", "parentUUID", "profile",
-                   "index")
+DATA_ATTRIBUTES = (
+    "uuid",
+    "productName",
+    "type",
+    "brand",
+    "architecture",
+    "driverVersion",
+    "parentUUID",
+    "profile",
+    "index",
+)
 
 
 def device_data(device: dict[str, Any] | None) -> dict[str, Any]:
@@ -34,17 +43,25 @@ def device_data(device: dict[str, Any] | None) -> dict[str, Any]:
     return data
 
 
-def status_apply(claim: dict[str, Any], driver: str, devices: list[PreparedDevice],
-                 published: dict[str, dict[str, Any]]) -> dict[str, Any]:
+def status_apply(
+    claim: dict[str, Any], driver: str, devices: list[PreparedDevice], published: dict[str, dict[str, Any]]
+) -> dict[str, Any]:
     """The apply body: one entry per prepared device, with its data and CDI device IDs."""
     entries = []
     for d in devices:
-        entry: dict[str, Any] = {"driver": driver, "pool": d.pool, "device": d.device,
-                                 "data": {**device_data(published.get(d.device)), "cdiDeviceIDs": d.cdiDeviceIDs}}
+        entry: dict[str, Any] = {
+            "driver": driver,
+            "pool": d.pool,
+            "device": d.device,
+            "data": {**device_data(published.get(d.device)), "cdiDeviceIDs": d.cdiDeviceIDs},
+        }
         if d.shareID:
             entry["shareID"] = d.shareID
         entries.append(entry)
     meta = claim["metadata"]
-    return {"apiVersion": API_VERSION, "kind": "ResourceClaim",
-            "metadata": {"name": meta["name"], "namespace": meta["namespace"], "uid": meta["uid"]},
-            "status": {"devices": entries}}
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "ResourceClaim",
+        "metadata": {"name": meta["name"], "namespace": meta["namespace"], "uid": meta["uid"]},
+        "status": {"devices": entries},
+    }

@@ -17,8 +17,9 @@ can make the agent hold: every server is built here, on our own ``grpc_server``.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
-from typing import Any, Collection
+from typing import Any
 
 from .grpc_server import Server
 
@@ -71,7 +72,12 @@ class Limits:
         return Admission(self.max_calls, self.max_watches)
 
 
-def server(handlers: Collection[Any], *, max_message: int = MAX_RECEIVE_MESSAGE, max_calls: int = MAX_CALLS,
-           max_watches: int = MAX_WATCHES) -> Server:
+def server(
+    handlers: Collection[Any],
+    *,
+    max_message: int = MAX_RECEIVE_MESSAGE,
+    max_calls: int = MAX_CALLS,
+    max_watches: int = MAX_WATCHES,
+) -> Server:
     """A gRPC server for ``handlers`` (grpclib-generated service bases) with the limits above."""
     return Server(handlers, Limits(max_message, max_calls, max_watches, WINDOW))

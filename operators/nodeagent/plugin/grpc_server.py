@@ -32,7 +32,8 @@ import asyncio
 import re
 import socket
 import struct
-from typing import TYPE_CHECKING, Any, Collection, NamedTuple
+from collections.abc import Collection
+from typing import TYPE_CHECKING, Any, NamedTuple
 from urllib.parse import quote
 
 import h2.config
@@ -66,6 +67,7 @@ class StreamGone(Exception):
 
 
 # -- pure decisions ------------------------------------------------------------------------------
+
 
 def timeout_seconds(value: str) -> float:
     """A ``grpc-timeout`` value (1 to 8 digits and a unit) in seconds; ValueError if malformed."""
@@ -109,6 +111,7 @@ def status_headers(status: Status, message: str, http_status: int | None = None)
 
 # -- one call ------------------------------------------------------------------------------------
 
+
 class _Inbox:
     """A call's request bytes as they arrive. What arrived is acknowledged to the client (the
     stream and connection windows open again) only when a read needs more than it holds."""
@@ -149,7 +152,7 @@ class _Inbox:
 class Call:
     """What a servicer's method gets: grpclib's stream methods on one HTTP/2 stream."""
 
-    def __init__(self, connection: "_Connection", stream_id: int, method: Handler, limits: Limits):
+    def __init__(self, connection: _Connection, stream_id: int, method: Handler, limits: Limits):
         self.connection = connection
         self.stream_id = stream_id
         self.method = method
@@ -173,8 +176,9 @@ class Call:
             raise GRPCError(Status.RESOURCE_EXHAUSTED, refusal)
         body = await self.inbox.read(length)
         if len(body) < length:
-            raise GRPCError(Status.INTERNAL, f"grpc: the request ended inside a message ({len(body)} of {length} "
-                                             "bytes)")
+            raise GRPCError(
+                Status.INTERNAL, f"grpc: the request ended inside a message ({len(body)} of {length} bytes)"
+            )
         try:
             return self.method.request_type.FromString(body)
         except DecodeError as e:
@@ -200,8 +204,9 @@ class Call:
         if self.finished:
             return
         self.finished = True
-        self.connection.send_status(self.stream_id, status_headers(
-            status, message, http_status=None if self._headers_sent else 200))
+        self.connection.send_status(
+            self.stream_id, status_headers(status, message, http_status=None if self._headers_sent else 200)
+        )
 
 
 class _Running(NamedTuple):
@@ -212,10 +217,11 @@ class _Running(NamedTuple):
 
 # -- one connection ------------------------------------------------------------------------------
 
+
 class _Connection(asyncio.Protocol):
     """One client's HTTP/2 connection: h2's events to calls, calls' answers to h2."""
 
-    def __init__(self, server: "Server"):
+    def __init__(self, server: Server):
         self._server = server
         self._h2 = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False, header_encoding=None))
         self._transport: asyncio.Transport | None = None
@@ -306,8 +312,9 @@ class _Connection(asyncio.Protocol):
             return
         call = Call(self, stream_id, method, self._server.limits)
         timeout = timeout_seconds(headers["grpc-timeout"]) if "grpc-timeout" in headers else None
-        task = asyncio.get_running_loop().create_task(self._server.serve(call, method, timeout),
-                                                      name=f"grpc {headers[':path']}")
+        task = asyncio.get_running_loop().create_task(
+            self._server.serve(call, method, timeout), name=f"grpc {headers[':path']}"
+        )
         self._calls[stream_id] = _Running(call, task, streaming)
         self._server.tasks.add(task)
         task.add_done_callback(self._server.tasks.discard)
@@ -337,7 +344,7 @@ class _Connection(asyncio.Protocol):
             self._forget(running)
         self._flush()
 
-    def _forget(self, running: "_Running") -> None:
+    def _forget(self, running: _Running) -> None:
         self._server.admission.leave(running.streaming)
         running.call.inbox.release()  # what it left unread counts against the connection's window
 
@@ -404,6 +411,7 @@ class _Connection(asyncio.Protocol):
 
 # -- the server ----------------------------------------------------------------------------------
 
+
 class Server:
     """gRPC on a Unix socket (``path``) or a listening socket (``sock``), with ``limits``."""
 
@@ -462,7 +470,7 @@ class Server:
             return None
         except GRPCError as e:
             return e.status, e.message or ""
-        except Exception as e:  # noqa: BLE001 - a servicer's bug answers UNKNOWN, as grpclib did
+        except Exception as e:  # a servicer's bug answers UNKNOWN, as grpclib did
             if isinstance(e, TimeoutError) and deadline.expired():
                 return Status.DEADLINE_EXCEEDED, "Deadline Exceeded"
             log.exception("gRPC method failed", method=method.func.__qualname__)

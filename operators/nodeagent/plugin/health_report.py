@@ -11,8 +11,8 @@ when a report is older than the device's timeout).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 HEALTHY, UNHEALTHY = "HEALTHY", "UNHEALTHY"
 MAX_MESSAGE = 1024  # kubelet cuts longer messages (dra-health api.proto, DeviceHealth.message)
@@ -22,7 +22,7 @@ MAX_MESSAGE = 1024  # kubelet cuts longer messages (dra-health api.proto, Device
 class DeviceReport:
     pool: str
     device: str
-    health: str      # HEALTHY or UNHEALTHY
+    health: str  # HEALTHY or UNHEALTHY
     message: str = ""
 
 

@@ -94,10 +94,18 @@ class _HealthStream:
 
     def _message(self, reports: list[health_report.DeviceReport]):
         now = int(time.time())
-        return self.pb2.NodeWatchResourcesResponse(devices=[self.pb2.DeviceHealth(
-            device=self.pb2.DeviceIdentifier(pool_name=r.pool, device_name=r.device),
-            health=getattr(self.pb2, r.health), last_updated_time=now,
-            health_check_timeout_seconds=self.timeout, message=r.message) for r in reports])
+        return self.pb2.NodeWatchResourcesResponse(
+            devices=[
+                self.pb2.DeviceHealth(
+                    device=self.pb2.DeviceIdentifier(pool_name=r.pool, device_name=r.device),
+                    health=getattr(self.pb2, r.health),
+                    last_updated_time=now,
+                    health_check_timeout_seconds=self.timeout,
+                    message=r.message,
+                )
+                for r in reports
+            ]
+        )
 
     async def NodeWatchResources(self, stream) -> None:
         await stream.recv_message()  # empty; kubelet sends it once
@@ -111,13 +119,15 @@ class _HealthStream:
                 reports = self._snapshot()
                 if reports != last or time.monotonic() - sent >= self.resend:
                     if reports != last:
-                        log.info("device health reported",
-                                 unhealthy=[r.device for r in reports if r.health != health_report.HEALTHY])
+                        log.info(
+                            "device health reported",
+                            unhealthy=[r.device for r in reports if r.health != health_report.HEALTHY],
+                        )
                     await stream.send_message(self._message(reports))
                     last, sent = reports, time.monotonic()
                 try:
                     await asyncio.wait_for(changed.wait(), timeout=max(0.0, self.resend - (time.monotonic() - sent)))
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     pass
                 changed.clear()
         finally:

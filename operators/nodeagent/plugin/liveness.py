@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import socket
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from grpclib.client import Channel
 from grpclib.const import Status
@@ -39,12 +39,22 @@ SERVICE_UNKNOWN = health_pb2.HealthCheckResponse.SERVICE_UNKNOWN
 
 
 async def call_sockets(registration: Path, dra: Path, timeout: float) -> str:
-    """"" when both sockets answer kubelet's calls, else what failed."""
+    """ "" when both sockets answer kubelet's calls, else what failed."""
     calls = (
-        (registration, "GetInfo", lambda ch: pluginregistration_v1_grpc.RegistrationStub(ch).GetInfo(
-            pluginregistration_v1_pb2.InfoRequest(), timeout=timeout)),
-        (dra, "NodePrepareResources", lambda ch: dra_v1_grpc.DRAPluginStub(ch).NodePrepareResources(
-            dra_v1_pb2.NodePrepareResourcesRequest(), timeout=timeout)),
+        (
+            registration,
+            "GetInfo",
+            lambda ch: pluginregistration_v1_grpc.RegistrationStub(ch).GetInfo(
+                pluginregistration_v1_pb2.InfoRequest(), timeout=timeout
+            ),
+        ),
+        (
+            dra,
+            "NodePrepareResources",
+            lambda ch: dra_v1_grpc.DRAPluginStub(ch).NodePrepareResources(
+                dra_v1_pb2.NodePrepareResourcesRequest(), timeout=timeout
+            ),
+        ),
     )
     for path, method, call in calls:
         channel = Channel(path=str(path))
@@ -53,7 +63,7 @@ async def call_sockets(registration: Path, dra: Path, timeout: float) -> str:
             await asyncio.wait_for(call(channel), timeout)
         except GRPCError as e:
             return f"{method} on {path} failed: {e.status.name}: {e.message}"
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return f"{method} on {path} failed: DEADLINE_EXCEEDED: no answer within {timeout}s"
         except (OSError, ProtocolError, StreamTerminatedError) as e:
             return f"{method} on {path} failed: UNAVAILABLE: {type(e).__name__}: {e}"
@@ -65,9 +75,16 @@ async def call_sockets(registration: Path, dra: Path, timeout: float) -> str:
 class SelfCheck:
     """Calls the plugin's sockets periodically; a supervisor check and the gRPC health status."""
 
-    def __init__(self, sockets: Callable[[], tuple[Path, Path]] | None, other_problems: Callable[[], list[str]], *,
-                 period: float = 10.0, timeout: float = 5.0, failures: int = 3,
-                 registered: Callable[[], bool] = lambda: True):
+    def __init__(
+        self,
+        sockets: Callable[[], tuple[Path, Path]] | None,
+        other_problems: Callable[[], list[str]],
+        *,
+        period: float = 10.0,
+        timeout: float = 5.0,
+        failures: int = 3,
+        registered: Callable[[], bool] = lambda: True,
+    ):
         self.sockets = sockets
         self.other_problems = other_problems
         self.registered = registered
@@ -123,8 +140,10 @@ class SelfCheck:
             else:
                 sock = socket.create_server(("0.0.0.0", port))
         except OSError as e:
-            raise OSError(f"cannot listen on port {port} for gRPC health checking "
-                          f"(DRA_NODEAGENT_GRPC_HEALTH_PORT): {e.strerror}; is another process using it?") from e
+            raise OSError(
+                f"cannot listen on port {port} for gRPC health checking "
+                f"(DRA_NODEAGENT_GRPC_HEALTH_PORT): {e.strerror}; is another process using it?"
+            ) from e
         bound = sock.getsockname()[1]
         await self._publish()
         server = grpc_limits.server([self.servicer])

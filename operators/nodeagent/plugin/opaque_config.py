@@ -55,9 +55,9 @@ class ConfigError(Exception):
 
 @dataclass(frozen=True)
 class Config:
-    requests: tuple[str, ...]   # empty: every request
+    requests: tuple[str, ...]  # empty: every request
     parameters: dict[str, Any]  # decoded: {"env": {...}, "sharing": {...}} (only what was set)
-    where: str                  # "the claim's config[0]" / "DeviceClass gpu's config (config[1] of the allocation)"
+    where: str  # "the claim's config[0]" / "DeviceClass gpu's config (config[1] of the allocation)"
 
 
 def _check_fields(value: Any, allowed: set[str], path: str) -> dict[str, Any]:
@@ -65,8 +65,10 @@ def _check_fields(value: Any, allowed: set[str], path: str) -> dict[str, Any]:
         raise ConfigError(f"{path or 'parameters'}: must be an object, not {type(value).__name__}")
     unknown = sorted(set(value) - allowed)
     if unknown:
-        raise ConfigError(f"unknown field {', '.join(f'{path}.{u}' if path else u for u in unknown)!s} "
-                          f"(known: {', '.join(sorted(allowed))})")
+        raise ConfigError(
+            f"unknown field {', '.join(f'{path}.{u}' if path else u for u in unknown)!s} "
+            f"(known: {', '.join(sorted(allowed))})"
+        )
     return value
 
 
@@ -77,8 +79,10 @@ def _sharing(value: Any, path: str, strategies: tuple[str, ...]) -> dict[str, An
     if strategy not in strategies:
         raise ConfigError(f"{path}.strategy: {strategy!r} is not one of {', '.join(strategies)}")
     if strategy == "MPS":
-        raise ConfigError(f"{path}.strategy: MPS is not supported by this driver (use TimeSlicing or, with "
-                          f"{API_VERSION} {KIND}, Exclusive)")
+        raise ConfigError(
+            f"{path}.strategy: MPS is not supported by this driver (use TimeSlicing or, with "
+            f"{API_VERSION} {KIND}, Exclusive)"
+        )
     out: dict[str, Any] = {"strategy": strategy}
     if "timeSlicingConfig" in sharing:
         if strategy != "TimeSlicing":
@@ -123,7 +127,8 @@ def decode(parameters: Any) -> dict[str, Any]:
                         "NVIDIA_VISIBLE_DEVICES to the claim's own devices, and the NVIDIA Container Toolkit reads "
                         f"{RESERVED_ENV_PREFIX}* to choose which GPUs and driver capabilities a container gets, so a "
                         "configuration could hand out devices the claim was not allocated; remove "
-                        f"env.{name} from the configuration")
+                        f"env.{name} from the configuration"
+                    )
                 if not isinstance(value, str):
                     raise ConfigError(f"env.{name}: {value!r} is not a string (quote it)")
                 if "\0" in value:  # the container's environment cannot hold it: its start would fail
@@ -135,8 +140,10 @@ def decode(parameters: Any) -> dict[str, Any]:
     if kind == (NVIDIA_API_VERSION, NVIDIA_KIND):
         body = _check_fields(parameters, {"apiVersion", "kind", "sharing"}, "")
         return {"sharing": _sharing(body["sharing"], "sharing", ("TimeSlicing", "MPS"))} if "sharing" in body else {}
-    raise ConfigError(f"apiVersion {kind[0]!r} kind {kind[1]!r} is not a configuration this driver understands "
-                      f"({API_VERSION} {KIND}, or NVIDIA's {NVIDIA_API_VERSION} {NVIDIA_KIND})")
+    raise ConfigError(
+        f"apiVersion {kind[0]!r} kind {kind[1]!r} is not a configuration this driver understands "
+        f"({API_VERSION} {KIND}, or NVIDIA's {NVIDIA_API_VERSION} {NVIDIA_KIND})"
+    )
 
 
 def _class_of(claim: dict[str, Any], requests: list[str]) -> str:
@@ -156,8 +163,9 @@ def claim_configs(claim: dict[str, Any], driver: str) -> list[Config]:
     naming the field and the object a bad one came from."""
     ref = f"ResourceClaim {claim['metadata'].get('namespace')}/{claim['metadata'].get('name')}"
     entries = ((claim.get("status") or {}).get("allocation") or {}).get("devices", {}).get("config") or []
-    ordered = [(i, e) for i, e in enumerate(entries) if e.get("source") == "FromClass"] + \
-              [(i, e) for i, e in enumerate(entries) if e.get("source") != "FromClass"]
+    ordered = [(i, e) for i, e in enumerate(entries) if e.get("source") == "FromClass"] + [
+        (i, e) for i, e in enumerate(entries) if e.get("source") != "FromClass"
+    ]
     claim_index = 0
     configs = []
     for i, entry in ordered:

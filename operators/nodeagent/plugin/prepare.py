@@ -13,7 +13,7 @@ from .checkpoint import PreparedClaim
 
 @dataclass(frozen=True)
 class Allocation:
-    request: str          # the top-level request name
+    request: str  # the top-level request name
     pool: str
     device: str
     share_id: str | None
@@ -35,8 +35,15 @@ def allocated_node(claim: dict[str, Any]) -> str | None:
     return None
 
 
-def plan_claim(claim: dict[str, Any] | None, requested: dict[str, str], *, driver: str, node: str,
-               known_devices: set[str], prepared: dict[str, PreparedClaim]) -> list[Allocation]:
+def plan_claim(
+    claim: dict[str, Any] | None,
+    requested: dict[str, str],
+    *,
+    driver: str,
+    node: str,
+    known_devices: set[str],
+    prepared: dict[str, PreparedClaim],
+) -> list[Allocation]:
     ref = f"{requested['namespace']}/{requested['name']}"
     if claim is None:
         raise PrepareError(f"ResourceClaim {ref} does not exist")
@@ -55,21 +62,37 @@ def plan_claim(claim: dict[str, Any] | None, requested: dict[str, str], *, drive
         configs = opaque_config.claim_configs(claim, driver)
     except opaque_config.ConfigError as e:
         raise PrepareError(str(e)) from None
-    in_use = {(d.pool, d.device): c for c in prepared.values() if c.uid != uid
-              for d in c.devices if not d.adminAccess and not d.shareID}
+    in_use = {
+        (d.pool, d.device): c
+        for c in prepared.values()
+        if c.uid != uid
+        for d in c.devices
+        if not d.adminAccess and not d.shareID
+    }
     allocations = []
     for result in results:
         if result.get("pool") != node or result.get("device") not in known_devices:
-            raise PrepareError(f"ResourceClaim {ref}: device {result.get('pool')}/{result.get('device')} "
-                               f"is not a device of driver {driver} on node {node}")
+            raise PrepareError(
+                f"ResourceClaim {ref}: device {result.get('pool')}/{result.get('device')} "
+                f"is not a device of driver {driver} on node {node}"
+            )
         admin = bool(result.get("adminAccess"))
         share = result.get("shareID")
         other = in_use.get((result["pool"], result["device"]))
         # The last line of defence against double use: exclusive devices belong to one claim.
         if other is not None and not admin and not share:
-            raise PrepareError(f"ResourceClaim {ref}: device {result['device']} is already prepared for "
-                               f"ResourceClaim {other.namespace}/{other.name} ({other.uid})")
-        allocations.append(Allocation(request=result["request"].split("/", 1)[0], pool=result["pool"],
-                                      device=result["device"], share_id=share, admin_access=admin,
-                                      config=opaque_config.for_request(configs, result["request"])))
+            raise PrepareError(
+                f"ResourceClaim {ref}: device {result['device']} is already prepared for "
+                f"ResourceClaim {other.namespace}/{other.name} ({other.uid})"
+            )
+        allocations.append(
+            Allocation(
+                request=result["request"].split("/", 1)[0],
+                pool=result["pool"],
+                device=result["device"],
+                share_id=share,
+                admin_access=admin,
+                config=opaque_config.for_request(configs, result["request"]),
+            )
+        )
     return allocations

@@ -17,14 +17,15 @@ MISSING, UNREADABLE, DIFFERS = "missing", "unreadable", "differs from the checkp
 @dataclass(frozen=True)
 class SpecPlan:
     write: dict[str, str] = field(default_factory=dict)  # claim UID -> why its spec is (re)written
-    orphans: list[str] = field(default_factory=list)     # claim UIDs of specs to undo and remove
+    orphans: list[str] = field(default_factory=list)  # claim UIDs of specs to undo and remove
 
     def __bool__(self) -> bool:
         return bool(self.write or self.orphans)
 
 
-def plan_specs(expected: Mapping[str, dict[str, Any]], on_disk: Mapping[str, dict[str, Any] | None],
-               prepared: Collection[str]) -> SpecPlan:
+def plan_specs(
+    expected: Mapping[str, dict[str, Any]], on_disk: Mapping[str, dict[str, Any] | None], prepared: Collection[str]
+) -> SpecPlan:
     """``expected``: the spec each prepared claim should have (claims whose spec cannot be built
     are left out: they are neither written nor removed); ``on_disk``: our specs as read, None for
     one that does not parse; ``prepared``: every claim UID of the checkpoint."""

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import functools
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from ...core.logging import get_logger
 from . import coexistence, grpc_limits, health_service, servicers, sockets
@@ -38,15 +39,30 @@ class PluginAgent(Agent, health_service.HealthSource, Protocol):
 
 
 class KubeletPlugin:
-    def __init__(self, agent: PluginAgent, kube: Kube | None, *, registry_dir: str, plugins_dir: str,
-                 cdi_root: str, toolkit_cdi_dirs: tuple[str, ...] = ("/etc/cdi", "/var/run/cdi"),
-                 nvidia_runtime: bool = False, pod_uid: str = ""):
+    def __init__(
+        self,
+        agent: PluginAgent,
+        kube: Kube | None,
+        *,
+        registry_dir: str,
+        plugins_dir: str,
+        cdi_root: str,
+        toolkit_cdi_dirs: tuple[str, ...] = ("/etc/cdi", "/var/run/cdi"),
+        nvidia_runtime: bool = False,
+        pod_uid: str = "",
+    ):
         self.agent = agent
         self.driver = agent.driver
         self.node = agent.node_name
         self.data_dir = Path(plugins_dir) / self.driver
-        self.state = DeviceState(agent, kube, data_dir=self.data_dir, cdi_root=Path(cdi_root),
-                                 toolkit_cdi_dirs=toolkit_cdi_dirs, nvidia_runtime=nvidia_runtime)
+        self.state = DeviceState(
+            agent,
+            kube,
+            data_dir=self.data_dir,
+            cdi_root=Path(cdi_root),
+            toolkit_cdi_dirs=toolkit_cdi_dirs,
+            nvidia_runtime=nvidia_runtime,
+        )
         # Unique per instance with a Pod UID, so two instances can run during a rolling update.
         self.pod_uid = pod_uid
         self.dra_socket = self.data_dir / sockets.dra_name(str(self.data_dir), pod_uid)
@@ -58,7 +74,7 @@ class KubeletPlugin:
 
     # -- lifecycle ---------------------------------------------------------------------------
 
-    async def start(self, supervisor: "Supervisor | None" = None) -> None:
+    async def start(self, supervisor: Supervisor | None = None) -> None:
         self._check_socket_paths()
         # Never take over another driver's directory (NVIDIA's uses the same name by default).
         coexistence.check(self.driver, self.state.checkpoint_path, [self.dra_socket, self.registration_socket])
@@ -67,26 +83,38 @@ class KubeletPlugin:
         self._remove_stale_sockets()
         await self.state.recover()
         # The DRA service first: kubelet may call it right after registration.
-        dra = grpc_limits.server([servicers.DraV1(self.state), servicers.DraV1beta1(self.state),
-                                  *health_service.services(self.agent, self.health_feed)])
+        dra = grpc_limits.server(
+            [
+                servicers.DraV1(self.state),
+                servicers.DraV1beta1(self.state),
+                *health_service.services(self.agent, self.health_feed),
+            ]
+        )
         self.agent.health_listeners.append(self.health_feed.changed)
         await self._listen(dra, self.dra_socket)
         await self._serve_registration()
-        self.log.info("kubelet plugin serving", registration=str(self.registration_socket),
-                      endpoint=str(self.dra_socket), prepared_claims=len(self.state.prepared))
+        self.log.info(
+            "kubelet plugin serving",
+            registration=str(self.registration_socket),
+            endpoint=str(self.dra_socket),
+            prepared_claims=len(self.state.prepared),
+        )
         if supervisor is not None:
             # A gRPC server that ends by itself is not restarted in place: the process exits and
             # kubelet re-registers the fresh one.
-            supervisor.spawn("kubelet-plugin-dra", functools.partial(self._serve_until_stopped, self._servers[0]),
-                             restart=False)
+            supervisor.spawn(
+                "kubelet-plugin-dra", functools.partial(self._serve_until_stopped, self._servers[0]), restart=False
+            )
             supervisor.spawn("kubelet-plugin-registration", self._keep_registered)
             supervisor.spawn("kubelet-plugin-cdi-specs", self.state.keep_specs)
 
     def _check_socket_paths(self) -> None:
         for path in (self.dra_socket, self.registration_socket):
             if len(str(path)) > MAX_SOCKET_PATH:
-                raise ValueError(f"socket path {path} is longer than {MAX_SOCKET_PATH} characters; "
-                                 "choose shorter kubelet directories or a shorter driver name")
+                raise ValueError(
+                    f"socket path {path} is longer than {MAX_SOCKET_PATH} characters; "
+                    "choose shorter kubelet directories or a shorter driver name"
+                )
 
     async def stop(self) -> None:
         await self.health_feed.close(grace=STOP_GRACE)
@@ -157,4 +185,3 @@ class KubeletPlugin:
             self.log.warning("a kubelet call did not finish before the stop", grace=grace)
         server.close()
         await server.wait_closed()
-

@@ -4,15 +4,22 @@ data, asks ``DeviceState`` (or the plugin, for its registration) and turns the a
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 
 from . import health_service
 from .checkpoint import PreparedDevice
-from .kubeletapi import (dra_v1_grpc, dra_v1_pb2, dra_v1beta1_grpc, dra_v1beta1_pb2, pluginregistration_v1_grpc,
-                         pluginregistration_v1_pb2)
+from .kubeletapi import (
+    dra_v1_grpc,
+    dra_v1_pb2,
+    dra_v1beta1_grpc,
+    dra_v1beta1_pb2,
+    pluginregistration_v1_grpc,
+    pluginregistration_v1_pb2,
+)
 from .state import ClaimRef, DeviceState
 
 PLUGIN_TYPE = "DRAPlugin"
@@ -35,8 +42,9 @@ class _Dra:
         self.state = state
 
     def _device(self, d: PreparedDevice):
-        device = self.pb2.Device(request_names=d.requestNames, pool_name=d.pool, device_name=d.device,
-                                 cdi_device_ids=d.cdiDeviceIDs)
+        device = self.pb2.Device(
+            request_names=d.requestNames, pool_name=d.pool, device_name=d.device, cdi_device_ids=d.cdiDeviceIDs
+        )
         if d.shareID:
             device.share_id = d.shareID
         return device
@@ -70,8 +78,9 @@ class DraV1beta1(_Dra, dra_v1beta1_grpc.DRAPluginBase):
     pb2 = dra_v1beta1_pb2
 
     def _device(self, d: PreparedDevice):
-        return self.pb2.Device(request_names=d.requestNames, pool_name=d.pool, device_name=d.device,
-                               cdi_device_ids=d.cdiDeviceIDs)
+        return self.pb2.Device(
+            request_names=d.requestNames, pool_name=d.pool, device_name=d.device, cdi_device_ids=d.cdiDeviceIDs
+        )
 
 
 class Registration(pluginregistration_v1_grpc.RegistrationBase):
@@ -83,8 +92,11 @@ class Registration(pluginregistration_v1_grpc.RegistrationBase):
 
     async def GetInfo(self, stream) -> None:
         await stream.recv_message()
-        await stream.send_message(pluginregistration_v1_pb2.PluginInfo(
-            type=PLUGIN_TYPE, name=self.driver, endpoint=self.endpoint, supported_versions=SUPPORTED_SERVICES))
+        await stream.send_message(
+            pluginregistration_v1_pb2.PluginInfo(
+                type=PLUGIN_TYPE, name=self.driver, endpoint=self.endpoint, supported_versions=SUPPORTED_SERVICES
+            )
+        )
 
     async def NotifyRegistrationStatus(self, stream) -> None:
         request = await stream.recv_message()

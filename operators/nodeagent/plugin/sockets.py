@@ -26,8 +26,11 @@ def _b64(data: str, size: int) -> str:
 def registration_name(registry_dir: str, driver: str, pod_uid: str) -> str:
     if not pod_uid:
         return f"{driver}-reg.sock"
-    candidates = [f"{driver}-{pod_uid}-reg.sock", f"{driver}-{_b64(pod_uid, 8)}-reg.sock",
-                  f"dra-{_b64(driver + chr(0) + pod_uid, 16)}-reg.sock"]
+    candidates = [
+        f"{driver}-{pod_uid}-reg.sock",
+        f"{driver}-{_b64(pod_uid, 8)}-reg.sock",
+        f"dra-{_b64(driver + chr(0) + pod_uid, 16)}-reg.sock",
+    ]
     for name in candidates:
         if len(os.path.join(registry_dir, name)) <= MAX_SOCKET_PATH:
             return name

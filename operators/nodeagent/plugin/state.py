@@ -126,7 +126,7 @@ class CallLock:
             return True
         try:
             await asyncio.wait_for(self._local.acquire(), timeout=timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return False
         self._local.release()
         return True
@@ -135,8 +135,16 @@ class CallLock:
 class DeviceState:
     """Prepared claims, their CDI specs and the checkpoint, in ``data_dir`` and ``cdi_root``."""
 
-    def __init__(self, agent: Agent, kube: Kube | None, *, data_dir: Path, cdi_root: Path,
-                 toolkit_cdi_dirs: tuple[str, ...] = ("/etc/cdi", "/var/run/cdi"), nvidia_runtime: bool = False):
+    def __init__(
+        self,
+        agent: Agent,
+        kube: Kube | None,
+        *,
+        data_dir: Path,
+        cdi_root: Path,
+        toolkit_cdi_dirs: tuple[str, ...] = ("/etc/cdi", "/var/run/cdi"),
+        nvidia_runtime: bool = False,
+    ):
         self.agent = agent
         self.kube = kube
         self.driver = agent.driver
@@ -184,8 +192,10 @@ class DeviceState:
         """From our CDI specs' annotations, which record every prepared claim and device."""
         self.prepared = checkpoint.rebuild_from_cdi(cdi.read_claim_specs(self.cdi_root, self.driver))
         checkpoint.save(self.checkpoint_path, self.prepared)
-        message = (f"checkpoint {self.checkpoint_path} is corrupt ({error}); rebuilt {len(self.prepared)} "
-                   f"prepared claim(s) from the CDI specs in {self.cdi_root}")
+        message = (
+            f"checkpoint {self.checkpoint_path} is corrupt ({error}); rebuilt {len(self.prepared)} "
+            f"prepared claim(s) from the CDI specs in {self.cdi_root}"
+        )
         self.log.error("checkpoint corrupt, rebuilt", error=str(error), claims=len(self.prepared))
         if self.agent.node:
             await self.events.event(self.agent.node, WARNING, "CheckpointCorrupt", message)
@@ -209,6 +219,7 @@ class DeviceState:
     def _observe(self) -> tuple:
         """What the spec check compares: the identity (inode, size, mtime) of the checkpoint and
         of each of our specs."""
+
         def identity(path: Path) -> tuple[int, int, int] | None:
             try:
                 st = path.stat()
@@ -248,8 +259,9 @@ class DeviceState:
             try:
                 self._remove_orphan(files[uid], on_disk[uid])
             except OSError as e:  # tried again at the next check; never a reason not to start
-                self.log.error("cannot remove the CDI spec of a claim that is not prepared", spec=str(files[uid]),
-                               error=str(e))
+                self.log.error(
+                    "cannot remove the CDI spec of a claim that is not prepared", spec=str(files[uid]), error=str(e)
+                )
         for uid, why in plan.write.items():
             self._restore_spec(self.prepared[uid], expected[uid], why)
         if start or plan:
@@ -268,8 +280,12 @@ class DeviceState:
                 self._rebuild_failures.pop(record.uid, None)
             except PrepareError as e:
                 if self._rebuild_failures.get(record.uid) != str(e):
-                    self.log.warning("cannot build the CDI spec of a prepared claim", uid=record.uid,
-                                     claim=f"{record.namespace}/{record.name}", error=str(e))
+                    self.log.warning(
+                        "cannot build the CDI spec of a prepared claim",
+                        uid=record.uid,
+                        claim=f"{record.namespace}/{record.name}",
+                        error=str(e),
+                    )
                 self._rebuild_failures[record.uid] = str(e)
         return expected
 
@@ -279,10 +295,17 @@ class DeviceState:
         except OSError as e:
             self.log.error("cannot write the CDI spec of a prepared claim again", uid=record.uid, error=str(e))
             return
-        message = (f"the CDI spec {path} of this prepared claim {why}: written again from the node agent's "
-                   f"checkpoint, so its containers can start (something removed or changed it)")
-        self.log.warning("restored the CDI spec of a prepared claim", claim=f"{record.namespace}/{record.name}",
-                         uid=record.uid, spec=str(path), reason=why)
+        message = (
+            f"the CDI spec {path} of this prepared claim {why}: written again from the node agent's "
+            f"checkpoint, so its containers can start (something removed or changed it)"
+        )
+        self.log.warning(
+            "restored the CDI spec of a prepared claim",
+            claim=f"{record.namespace}/{record.name}",
+            uid=record.uid,
+            spec=str(path),
+            reason=why,
+        )
         if record.namespace and record.name:
             self.events.post(_claim_reference(record), WARNING, SPEC_RESTORED, message)
 
@@ -291,8 +314,7 @@ class DeviceState:
             try:
                 self._apply_configs(record)
             except PrepareError as e:
-                self.log.warning("configuration of a prepared claim not applied again", uid=record.uid,
-                                 error=str(e))
+                self.log.warning("configuration of a prepared claim not applied again", uid=record.uid, error=str(e))
 
     def _remove_orphan(self, path: Path, spec: dict[str, Any] | None) -> None:
         """A spec of ours whose claim is not prepared: undo the configuration it records (prepare
@@ -328,16 +350,18 @@ class DeviceState:
             await self._write_device_status(claim, record)
         return results
 
-    def _prepare_timed(self, requested: ClaimRef, claim: dict | None | Exception
-                       ) -> tuple[ClaimResult, PreparedClaim | None]:
+    def _prepare_timed(
+        self, requested: ClaimRef, claim: dict | None | Exception
+    ) -> tuple[ClaimResult, PreparedClaim | None]:
         started = time.monotonic()
         try:
             return self._prepare_or_reuse(requested, claim)
         finally:
             self.agent.metrics.prepare_duration.labels(self.driver).observe(time.monotonic() - started)
 
-    def _prepare_or_reuse(self, requested: ClaimRef, claim: dict | None | Exception
-                          ) -> tuple[ClaimResult, PreparedClaim | None]:
+    def _prepare_or_reuse(
+        self, requested: ClaimRef, claim: dict | None | Exception
+    ) -> tuple[ClaimResult, PreparedClaim | None]:
         """The claim's result, and its record when this call prepared it (a claim prepared
         before answers what it got then: kubelet repeats prepares, after its own restarts too)."""
         ref = f"{requested['namespace']}/{requested['name']}"
@@ -377,19 +401,29 @@ class DeviceState:
     def _prepare_claim(self, requested: ClaimRef, claim: dict | None) -> PreparedClaim:
         """One claim on disk and on its devices, up to (not including) the checkpoint."""
         known = {d["name"] for d in self.agent.published_devices()}
-        allocations = plan_claim(claim, requested, driver=self.driver, node=self.node, known_devices=known,
-                                 prepared=self.prepared)
+        allocations = plan_claim(
+            claim, requested, driver=self.driver, node=self.node, known_devices=known, prepared=self.prepared
+        )
         devices = []
         for a in allocations:
             name = cdi.device_name(requested["uid"], a.device, a.share_id)
             # The toolkit's device first, ours last: CDI applies edits in this order and the last
             # value of a variable wins, so the claim's NVIDIA_VISIBLE_DEVICES overrides the toolkit's.
             ids = [*self._toolkit_ids(a.device), cdi.qualified_id(self.driver, name)]
-            devices.append(PreparedDevice(pool=a.pool, device=a.device, requestNames=[a.request],
-                                          shareID=a.share_id, adminAccess=a.admin_access, cdiDeviceIDs=ids,
-                                          config=a.config))
-        record = PreparedClaim(uid=requested["uid"], namespace=requested["namespace"], name=requested["name"],
-                               devices=devices)
+            devices.append(
+                PreparedDevice(
+                    pool=a.pool,
+                    device=a.device,
+                    requestNames=[a.request],
+                    shareID=a.share_id,
+                    adminAccess=a.admin_access,
+                    cdiDeviceIDs=ids,
+                    config=a.config,
+                )
+            )
+        record = PreparedClaim(
+            uid=requested["uid"], namespace=requested["namespace"], name=requested["name"], devices=devices
+        )
         # The spec first: it records each device's configuration, so a crash from here until the
         # checkpoint is saved leaves an orphan spec, undone by the next start (_reconcile_specs).
         path = cdi.write_spec(self.cdi_root, cdi.spec_file_name(self.driver, record.uid), self._build_spec(record))
@@ -414,12 +448,14 @@ class DeviceState:
             except BackendError as e:
                 raise PrepareError(f"ResourceClaim {record.namespace}/{record.name}: device {d.device}: {e}") from e
             except KeyError as e:  # gone since it was prepared (a GPU lost): nothing to configure
-                raise PrepareError(f"ResourceClaim {record.namespace}/{record.name}: device {d.device} is not "
-                                   f"known to the {self.agent.backend.name} backend") from e
+                raise PrepareError(
+                    f"ResourceClaim {record.namespace}/{record.name}: device {d.device} is not "
+                    f"known to the {self.agent.backend.name} backend"
+                ) from e
 
     def _release_configs(self, record: PreparedClaim | None) -> None:
         release = getattr(self.agent.backend, "release_config", None)
-        for d in (record.devices if record and release else []):
+        for d in record.devices if record and release else []:
             try:
                 release(d.device, d.config)
             except BackendError as e:  # the device may be gone; unprepare must still succeed
@@ -454,19 +490,33 @@ class DeviceState:
         claim = {"uid": record.uid, "namespace": record.namespace, "name": record.name}
         backend = self.agent.backend
         try:
-            devices = [{
-                # Ours, not the toolkit's ID that comes first.
-                "cdi_name": cdi.device_name(record.uid, d.device, d.shareID),
-                "edits": backend.container_edits(d.device, claim, d.shareID, d.adminAccess, d.config),
-                "record": {"pool": d.pool, "device": d.device, "requestNames": d.requestNames, "shareID": d.shareID,
-                           "adminAccess": d.adminAccess, "cdiDeviceIDs": d.cdiDeviceIDs, "config": d.config},
-            } for d in record.devices]
+            devices = [
+                {
+                    # Ours, not the toolkit's ID that comes first.
+                    "cdi_name": cdi.device_name(record.uid, d.device, d.shareID),
+                    "edits": backend.container_edits(d.device, claim, d.shareID, d.adminAccess, d.config),
+                    "record": {
+                        "pool": d.pool,
+                        "device": d.device,
+                        "requestNames": d.requestNames,
+                        "shareID": d.shareID,
+                        "adminAccess": d.adminAccess,
+                        "cdiDeviceIDs": d.cdiDeviceIDs,
+                        "config": d.config,
+                    },
+                }
+                for d in record.devices
+            ]
         except KeyError as e:
             raise PrepareError(f"device {e} is not known to the {backend.name} backend") from e
         except BackendError as e:
             raise PrepareError(f"the {backend.name} backend cannot prepare: {e}") from e
-        return cdi.build_claim_spec(self.driver, claim, devices, cdi.merge_edits(
-            backend.common_edits(), self._claim_edits([d.device for d in record.devices])))
+        return cdi.build_claim_spec(
+            self.driver,
+            claim,
+            devices,
+            cdi.merge_edits(backend.common_edits(), self._claim_edits([d.device for d in record.devices])),
+        )
 
     def _claim_edits(self, devices: list[str]) -> dict[str, Any] | None:
         """What the backend sets once per claim (NVIDIA_VISIBLE_DEVICES with all its devices)."""
@@ -505,5 +555,8 @@ class DeviceState:
 
 def _claim_reference(record: PreparedClaim) -> dict[str, Any]:
     """A prepared claim as the involved object of an Event."""
-    return {"apiVersion": RESOURCE_CLAIMS.group_version, "kind": "ResourceClaim",
-            "metadata": {"name": record.name, "namespace": record.namespace, "uid": record.uid}}
+    return {
+        "apiVersion": RESOURCE_CLAIMS.group_version,
+        "kind": "ResourceClaim",
+        "metadata": {"name": record.name, "namespace": record.namespace, "uid": record.uid},
+    }

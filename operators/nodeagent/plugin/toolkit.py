@@ -36,16 +36,20 @@ def device_names(dirs: list[str]) -> set[str] | None:
             except (OSError, yaml.YAMLError, UnicodeDecodeError):
                 continue
             if isinstance(spec, dict) and spec.get("kind") == KIND:
-                names = (names or set()) | {str(d.get("name")) for d in spec.get("devices") or [] if isinstance(d, dict)}
+                names = (names or set()) | {
+                    str(d.get("name")) for d in spec.get("devices") or [] if isinstance(d, dict)
+                }
     return names
 
 
 def missing_message(dirs: list[str]) -> str:
-    return (f"the NVIDIA Container Toolkit's CDI spec (kind {KIND}) is in none of {', '.join(dirs)}: containers "
-            "would get the GPU's device nodes but no driver libraries, nvidia-smi or hooks. Install the NVIDIA "
-            "Container Toolkit on the node and generate the spec (nvidia-ctk cdi generate "
-            "--output=/var/run/cdi/nvidia.yaml, or enable its nvidia-cdi-refresh service), or, where "
-            "nvidia-container-runtime is the node's runtime, set DRA_NODEAGENT_NVIDIA_CONTAINER_RUNTIME=true")
+    return (
+        f"the NVIDIA Container Toolkit's CDI spec (kind {KIND}) is in none of {', '.join(dirs)}: containers "
+        "would get the GPU's device nodes but no driver libraries, nvidia-smi or hooks. Install the NVIDIA "
+        "Container Toolkit on the node and generate the spec (nvidia-ctk cdi generate "
+        "--output=/var/run/cdi/nvidia.yaml, or enable its nvidia-cdi-refresh service), or, where "
+        "nvidia-container-runtime is the node's runtime, set DRA_NODEAGENT_NVIDIA_CONTAINER_RUNTIME=true"
+    )
 
 
 def toolkit_id(candidates: list[str], names: set[str], device: str) -> str:
@@ -53,5 +57,7 @@ def toolkit_id(candidates: list[str], names: set[str], device: str) -> str:
     for name in candidates:
         if name in names:
             return f"{KIND}={name}"
-    raise ToolkitMissing(f"the NVIDIA Container Toolkit's CDI spec has no device {' or '.join(candidates)} "
-                         f"(device {device}): regenerate it after GPU or MIG changes (nvidia-ctk cdi generate)")
+    raise ToolkitMissing(
+        f"the NVIDIA Container Toolkit's CDI spec has no device {' or '.join(candidates)} "
+        f"(device {device}): regenerate it after GPU or MIG changes (nvidia-ctk cdi generate)"
+    )

@@ -14,8 +14,14 @@ def at(seconds: float) -> datetime.datetime:
     return T0 + datetime.timedelta(seconds=seconds)
 
 
-def result(device="gpu-0", driver=DRIVER, pool="node-a", conditions=("gpu.example.com/attached",),
-           failures=("gpu.example.com/failed",), share=None):
+def result(
+    device="gpu-0",
+    driver=DRIVER,
+    pool="node-a",
+    conditions=("gpu.example.com/attached",),
+    failures=("gpu.example.com/failed",),
+    share=None,
+):
     r = {"request": "gpu", "driver": driver, "pool": pool, "device": device}
     if conditions:
         r["bindingConditions"] = list(conditions)
@@ -36,8 +42,9 @@ def claim(*results, uid="u1", allocated="2026-01-01T12:00:00Z", devices=None, no
         if allocated:
             status["allocation"]["allocationTimestamp"] = allocated
         if node:
-            status["allocation"]["nodeSelector"] = {"nodeSelectorTerms": [{"matchFields": [
-                {"key": "metadata.name", "operator": "In", "values": [node]}]}]}
+            status["allocation"]["nodeSelector"] = {
+                "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]
+            }
     if devices is not None:
         status["devices"] = devices
     return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": meta, "status": status}
@@ -56,6 +63,7 @@ def entry(device="gpu-0", *conditions, pool="node-a", driver=DRIVER, share=None)
 
 # -- drivers -----------------------------------------------------------------------------------
 
+
 def test_driver_filter_names_and_patterns():
     f = d.DriverFilter.parse(" a.example.com , *.fabric.io ,")
     assert f.patterns == ("a.example.com", "*.fabric.io")
@@ -69,9 +77,14 @@ def test_driver_filter_names_and_patterns():
 
 # -- devices -----------------------------------------------------------------------------------
 
+
 def test_binding_devices_only_served_drivers_with_conditions():
-    c = claim(result("gpu-0"), result("gpu-1", conditions=(), failures=()), result("x", driver="other.io"),
-              result("gpu-2", share="6f1c3c5e-0000-4000-8000-000000000000"))
+    c = claim(
+        result("gpu-0"),
+        result("gpu-1", conditions=(), failures=()),
+        result("x", driver="other.io"),
+        result("gpu-2", share="6f1c3c5e-0000-4000-8000-000000000000"),
+    )
     devices = d.binding_devices(c, SERVES)
     assert [dev.ref.device for dev in devices] == ["gpu-0", "gpu-2"]
     assert devices[0].conditions == ("gpu.example.com/attached",)
@@ -91,14 +104,34 @@ def test_device_refs_have_distinct_managers_and_annotations():
     assert len(name) <= 63 and a.record_annotation.startswith(d.DOMAIN + "/")
 
 
-@pytest.mark.parametrize("selector,expected", [
-    ({"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}]}, "n1"),
-    ({"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1", "n2"]}]}]}, None),
-    ({"nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}]}, None),
-    ({"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]},
-                            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n2"]}]}]}, None),
-    (None, None),
-])
+@pytest.mark.parametrize(
+    "selector,expected",
+    [
+        (
+            {"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}]},
+            "n1",
+        ),
+        (
+            {
+                "nodeSelectorTerms": [
+                    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1", "n2"]}]}
+                ]
+            },
+            None,
+        ),
+        ({"nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}]}, None),
+        (
+            {
+                "nodeSelectorTerms": [
+                    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]},
+                    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n2"]}]},
+                ]
+            },
+            None,
+        ),
+        (None, None),
+    ],
+)
 def test_node_of(selector, expected):
     c = claim(result(), node=None)
     if selector is not None:
@@ -108,15 +141,18 @@ def test_node_of(selector, expected):
 
 def test_binding_state_follows_the_scheduler():
     dev = d.binding_devices(claim(result(conditions=("a/x", "a/y"), failures=("a/f",))), SERVES)[0]
+
     def state(*conditions):
-        return d.binding_state(claim(result(conditions=("a/x", "a/y"), failures=("a/f",)),
-                                     devices=[entry("gpu-0", *conditions)]), dev)
-    assert d.binding_state(claim(result()), dev) == claimstate.PENDING              # no entry: not ready yet
+        return d.binding_state(
+            claim(result(conditions=("a/x", "a/y"), failures=("a/f",)), devices=[entry("gpu-0", *conditions)]), dev
+        )
+
+    assert d.binding_state(claim(result()), dev) == claimstate.PENDING  # no entry: not ready yet
     assert state() == claimstate.PENDING
-    assert state(cond("a/x")) == claimstate.PENDING                                  # every condition must be True
+    assert state(cond("a/x")) == claimstate.PENDING  # every condition must be True
     assert state(cond("a/x"), cond("a/y", "False")) == claimstate.PENDING
     assert state(cond("a/x"), cond("a/y")) == claimstate.READY
-    assert state(cond("a/x"), cond("a/y"), cond("a/f")) == claimstate.FAILED          # failure wins
+    assert state(cond("a/x"), cond("a/y"), cond("a/f")) == claimstate.FAILED  # failure wins
     assert state(cond("a/f", "False"), cond("a/x"), cond("a/y")) == claimstate.READY
     # The scheduler matches driver, pool and device, ignoring shareID.
     other = claim(result(), devices=[entry("gpu-0", cond("gpu.example.com/attached"), share="s1")])
@@ -130,10 +166,18 @@ def test_deadline_is_anchored_at_the_allocation():
 
 # -- conditions --------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("text,expected", [
-    ("AttachFailed", "AttachFailed"), ("link down", "LinkDown"), ("503 busy!", "Busy"), ("", "Default"),
-    ("!!!", "Default"), ("fabric-port_7", "FabricPort7"),
-])
+
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("AttachFailed", "AttachFailed"),
+        ("link down", "LinkDown"),
+        ("503 busy!", "Busy"),
+        ("", "Default"),
+        ("!!!", "Default"),
+        ("fabric-port_7", "FabricPort7"),
+    ],
+)
 def test_condition_reason(text, expected):
     assert d.condition_reason(text, "Default") == expected
 
@@ -142,8 +186,10 @@ def test_outcome_conditions_ready_and_failed():
     dev = d.BindingDevice(d.DeviceRef(DRIVER, "p", "gpu-0"), "gpu", ("a/x", "a/y"), ("a/f", "a/g"))
     ready = d.outcome_conditions(dev, True, "Attached", "ok", None, at(5))
     assert [(c["type"], c["status"]) for c in ready] == [("a/x", "True"), ("a/y", "True")]
-    assert all(c["reason"] == "Attached" and c["message"] == "ok" and c["lastTransitionTime"] == "2026-01-01T12:00:05Z"
-               for c in ready)
+    assert all(
+        c["reason"] == "Attached" and c["message"] == "ok" and c["lastTransitionTime"] == "2026-01-01T12:00:05Z"
+        for c in ready
+    )
     failed = d.outcome_conditions(dev, False, "LinkDown", "port 7", None, at(5))
     assert [(c["type"], c["status"]) for c in failed] == [("a/x", "False"), ("a/y", "False"), ("a/f", "True")]
     # An unchanged status keeps its transition time.
@@ -159,20 +205,35 @@ def test_status_apply_carries_only_one_device_entry_and_the_uid():
     body = d.status_apply(c, dev, [cond("gpu.example.com/attached")], {"port": 7})
     assert body["metadata"] == {"name": "c", "namespace": "ns", "uid": "u1"}
     assert body["apiVersion"] == "resource.k8s.io/v1" and body["kind"] == "ResourceClaim"
-    assert body["status"] == {"devices": [{"driver": DRIVER, "pool": "node-a", "device": "gpu-0", "shareID": "s-1",
-                                           "conditions": [cond("gpu.example.com/attached")], "data": {"port": 7}}]}
+    assert body["status"] == {
+        "devices": [
+            {
+                "driver": DRIVER,
+                "pool": "node-a",
+                "device": "gpu-0",
+                "shareID": "s-1",
+                "conditions": [cond("gpu.example.com/attached")],
+                "data": {"port": 7},
+            }
+        ]
+    }
     assert "spec" not in body
 
 
 # -- records -----------------------------------------------------------------------------------
 
+
 def test_records_round_trip_and_filtering():
     ref = d.DeviceRef(DRIVER, "pool/with/slashes", "gpu-0")
     record = d.Record(ref, "node-a", "2026-01-01T12:00:00Z", "2026-01-01T11:59:59Z")
     other = d.Record(d.DeviceRef("other.io", "p", "x"), None, "2026-01-01T12:00:00Z", None)
-    annotations = {ref.record_annotation: record.to_json(), other.ref.record_annotation: other.to_json(),
-                   d.RECORD_ANNOTATION_PREFIX + "000000000000": record.to_json(),   # key does not match: edited
-                   d.RECORD_ANNOTATION_PREFIX + "bad": "not json", "unrelated": "x"}
+    annotations = {
+        ref.record_annotation: record.to_json(),
+        other.ref.record_annotation: other.to_json(),
+        d.RECORD_ANNOTATION_PREFIX + "000000000000": record.to_json(),  # key does not match: edited
+        d.RECORD_ANNOTATION_PREFIX + "bad": "not json",
+        "unrelated": "x",
+    }
     c = claim(annotations=annotations)
     assert d.records(c, SERVES) == [record]
     assert d.records(c, d.DriverFilter.parse("*")) == sorted([record, other], key=lambda r: r.ref.record_annotation)
@@ -185,7 +246,7 @@ def test_records_round_trip_and_filtering():
     assert body["metadata"]["annotations"] == {ref.record_annotation: record.to_json()}
     assert body["metadata"]["finalizers"] == [d.FINALIZER]
     removed = d.record_apply(c, ref, None)["metadata"]
-    assert "annotations" not in removed and "finalizers" not in removed   # apply without them: removed
+    assert "annotations" not in removed and "finalizers" not in removed  # apply without them: removed
     assert d.has_record(claim(), ref, None)
     deleting = claim(annotations=annotations)
     deleting["metadata"]["deletionTimestamp"] = "2026-01-01T12:00:00Z"
@@ -229,11 +290,14 @@ def test_plan_expires_devices_past_the_deadline():
     assert d.keys(d.plan(c, {KEY: known(running=True)}, SERVES, 10, at(11)).waiting) == [KEY]
 
 
-@pytest.mark.parametrize("current", [
-    claim(),                                                    # allocation cleared
-    None,                                                       # claim deleted
-    claim(result("gpu-1")),                                     # another device
-])
+@pytest.mark.parametrize(
+    "current",
+    [
+        claim(),  # allocation cleared
+        None,  # claim deleted
+        claim(result("gpu-1")),  # another device
+    ],
+)
 def test_plan_undoes_preparations_whose_allocation_went_away(current):
     p = d.plan(current, {KEY: known()}, SERVES, 600, at(1))
     assert p.undo == [KEY]
@@ -260,10 +324,12 @@ def test_undo_means_timeout_only_without_outcome_after_the_deadline():
 
 # -- cool-off ----------------------------------------------------------------------------------
 
+
 def test_cool_off_rule():
     ref = d.DeviceRef(DRIVER, "node-a", "gpu-0")
-    rule = d.cool_off_rule(ref, "resource.k8s.io/v1", "k.io/failed", "NoSchedule", "Link down: port 7!", at(60),
-                           "ns/c", "port 7 down")
+    rule = d.cool_off_rule(
+        ref, "resource.k8s.io/v1", "k.io/failed", "NoSchedule", "Link down: port 7!", at(60), "ns/c", "port 7 down"
+    )
     assert rule["apiVersion"] == "resource.k8s.io/v1" and rule["kind"] == "DeviceTaintRule"
     assert rule["metadata"]["name"] == f"dra-binding-gpu-0-{ref.digest}"
     assert rule["spec"]["deviceSelector"] == {"driver": DRIVER, "pool": "node-a", "device": "gpu-0"}
@@ -280,12 +346,17 @@ def test_record_problems_name_unusable_record_annotations():
     ref = d.DeviceRef(DRIVER, "pool", "gpu-0")
     record = d.Record(ref, None, "2026-01-01T12:00:00Z", None)
     wrong_types = '{"driver": 5, "pool": "p", "device": "d", "started": "x"}'
-    annotations = {ref.record_annotation: record.to_json(),
-                   d.RECORD_ANNOTATION_PREFIX + "000000000000": record.to_json(),
-                   d.RECORD_ANNOTATION_PREFIX + "bad": "not json",
-                   d.RECORD_ANNOTATION_PREFIX + "types": wrong_types, "unrelated": "x"}
+    annotations = {
+        ref.record_annotation: record.to_json(),
+        d.RECORD_ANNOTATION_PREFIX + "000000000000": record.to_json(),
+        d.RECORD_ANNOTATION_PREFIX + "bad": "not json",
+        d.RECORD_ANNOTATION_PREFIX + "types": wrong_types,
+        "unrelated": "x",
+    }
     problems = dict(d.record_problems(claim(annotations=annotations)))
     assert set(problems) == {d.RECORD_ANNOTATION_PREFIX + k for k in ("000000000000", "bad", "types")}
-    assert "whose record annotation is " + ref.record_annotation in problems[d.RECORD_ANNOTATION_PREFIX + "000000000000"]
+    assert (
+        "whose record annotation is " + ref.record_annotation in problems[d.RECORD_ANNOTATION_PREFIX + "000000000000"]
+    )
     assert "is not a preparation record" in problems[d.RECORD_ANNOTATION_PREFIX + "bad"]
     assert d.Record.from_json(wrong_types) is None and d.records(claim(annotations=annotations), SERVES) == [record]

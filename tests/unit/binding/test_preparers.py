@@ -21,15 +21,26 @@ from operators.binding.preparers.simulated import SimulatedPreparer
 
 
 def prep(device="gpu-0", pool="node-a", started_ago=0.0, uid="uid-1", node="node-a") -> Preparation:
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     return Preparation(
-        driver="gpu.example.com", pool=pool, device=device, share_id=None, node=node, claim_namespace="ns",
-        claim_name="claim", claim_uid=uid, request="gpu", binding_conditions=("gpu.example.com/attached",),
+        driver="gpu.example.com",
+        pool=pool,
+        device=device,
+        share_id=None,
+        node=node,
+        claim_namespace="ns",
+        claim_name="claim",
+        claim_uid=uid,
+        request="gpu",
+        binding_conditions=("gpu.example.com/attached",),
         binding_failure_conditions=("gpu.example.com/failed",),
-        started=now - datetime.timedelta(seconds=started_ago), deadline=now + datetime.timedelta(seconds=600))
+        started=now - datetime.timedelta(seconds=started_ago),
+        deadline=now + datetime.timedelta(seconds=600),
+    )
 
 
 # -- a real attach service ---------------------------------------------------------------------
+
 
 class AttachServer:
     """An attach service on 127.0.0.1 whose answers are scripted per device.
@@ -64,16 +75,18 @@ class AttachServer:
         if kind == "slow":
             await asyncio.sleep(arg)
         elif kind == "failed":
-            return web.json_response({"status": "failed", "reason": "FabricPortDown",
-                                      "message": f"port of {body['device']} is down"})
+            return web.json_response(
+                {"status": "failed", "reason": "FabricPortDown", "message": f"port of {body['device']} is down"}
+            )
         elif kind == "reject":
             return web.json_response({"error": "unknown device"}, status=400)
         elif kind == "error" and count <= arg:
             return web.Response(status=500, text="attach backend busy")
         elif kind == "pending" and count <= arg:
             return web.json_response({"status": "pending"}, headers={"Retry-After": "0.05"})
-        return web.json_response({"status": "ready", "message": f"{body['device']} attached to {body['node']}",
-                                  "data": {"fabricPort": 7}})
+        return web.json_response(
+            {"status": "ready", "message": f"{body['device']} attached to {body['node']}", "data": {"fabricPort": 7}}
+        )
 
     async def start(self) -> str:
         app = web.Application()
@@ -91,7 +104,7 @@ class AttachServer:
             runner, self._runner = self._runner, None
             await runner.cleanup()
 
-    async def __aenter__(self) -> "AttachServer":
+    async def __aenter__(self) -> AttachServer:
         await self.start()
         return self
 
@@ -107,6 +120,7 @@ def closed_port() -> int:
 
 # -- http --------------------------------------------------------------------------------------
 
+
 async def test_http_ready_sends_the_preparation_and_returns_data():
     async with AttachServer() as server:
         preparer = HttpPreparer({"url": server.url})
@@ -117,7 +131,12 @@ async def test_http_ready_sends_the_preparation_and_returns_data():
     assert outcome == Outcome(True, "DevicePrepared", "gpu-0 attached to node-a", {"fabricPort": 7})
     [body] = server.prepares()
     assert body["claim"] == {"namespace": "ns", "name": "claim", "uid": "uid-1"}
-    assert (body["driver"], body["pool"], body["device"], body["node"]) == ("gpu.example.com", "node-a", "gpu-0", "node-a")
+    assert (body["driver"], body["pool"], body["device"], body["node"]) == (
+        "gpu.example.com",
+        "node-a",
+        "gpu-0",
+        "node-a",
+    )
     assert body["bindingConditions"] == ["gpu.example.com/attached"] and body["deadline"].endswith("Z")
 
 
@@ -194,15 +213,24 @@ async def test_http_undo():
     await down.close()
 
 
-@pytest.mark.parametrize("config", [{}, {"url": "ftp://x"}, {"url": "http://x", "timeout": 0},
-                                    {"url": "http://x", "retries": -1}, {"url": "http://x", "colour": "red"},
-                                    {"url": "http://x", "timeout": "soon"}])
+@pytest.mark.parametrize(
+    "config",
+    [
+        {},
+        {"url": "ftp://x"},
+        {"url": "http://x", "timeout": 0},
+        {"url": "http://x", "retries": -1},
+        {"url": "http://x", "colour": "red"},
+        {"url": "http://x", "timeout": "soon"},
+    ],
+)
 def test_http_config_errors(config):
     with pytest.raises(ConfigError):
         HttpPreparer(config)
 
 
 # -- simulated ---------------------------------------------------------------------------------
+
 
 async def test_simulated_delays_fails_and_resumes():
     sim = SimulatedPreparer({"delay": 0.2, "delays": {"node-b/*": 0.0}, "fail": ["gpu-3"], "reason": "Broken"})
@@ -228,14 +256,17 @@ async def test_simulated_failure_probability_is_a_stable_fraction():
     assert [not (await other_seed.prepare(prep(f"gpu-{i}", started_ago=1))).ready for i in range(2000)] != outcomes
 
 
-@pytest.mark.parametrize("config", [{"delay": -1}, {"delay": "1"}, {"failProbability": 2}, {"fail": "gpu-0"},
-                                    {"delays": ["gpu-0"]}, {"speed": 1}])
+@pytest.mark.parametrize(
+    "config",
+    [{"delay": -1}, {"delay": "1"}, {"failProbability": 2}, {"fail": "gpu-0"}, {"delays": ["gpu-0"]}, {"speed": 1}],
+)
 def test_simulated_config_errors(config):
     with pytest.raises(ConfigError):
         SimulatedPreparer(config)
 
 
 # -- loading -----------------------------------------------------------------------------------
+
 
 def test_load_builtin_and_unknown():
     assert isinstance(preparers.load("simulated", {"delay": 0}), SimulatedPreparer)
@@ -258,7 +289,8 @@ def test_parse_config(tmp_path):
 
 def test_third_party_preparer_through_its_entry_point(tmp_path, monkeypatch):
     """A package installed next to ours (a dist-info on sys.path) adds the preparer ``acme``."""
-    (tmp_path / "acme_preparer.py").write_text(textwrap.dedent("""
+    (tmp_path / "acme_preparer.py").write_text(
+        textwrap.dedent("""
         from operators.binding.preparers import Outcome, Preparer
 
         class AcmePreparer(Preparer):
@@ -272,13 +304,15 @@ def test_third_party_preparer_through_its_entry_point(tmp_path, monkeypatch):
 
         def not_a_preparer(config):
             return object()
-    """))
+    """)
+    )
     dist = tmp_path / "acme_preparer-1.0.dist-info"
     dist.mkdir()
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: acme-preparer\nVersion: 1.0\n")
     (dist / "entry_points.txt").write_text(
         f"[{preparers.ENTRY_POINT_GROUP}]\nacme = acme_preparer:AcmePreparer\nbroken = acme_preparer:not_a_preparer\n"
-        "missing = acme_preparer_gone:Nothing\n")
+        "missing = acme_preparer_gone:Nothing\n"
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     importlib.invalidate_caches()
     assert {"acme", "broken", "http", "simulated"} <= set(preparers.available())
@@ -346,8 +380,9 @@ async def test_http_credentials_never_reach_an_outcome(form, status):
     in it, even when the service quotes the request back; the URL is shown with ``***``."""
     async with EchoServer({"prepare": (status, form), "undo": (status, form)}) as host:
         with_user = HttpPreparer({"url": f"http://attach:{PASSWORD}@{host}/v1", "retries": 0})
-        with_header = HttpPreparer({"url": f"http://{host}/v1", "retries": 0,
-                                    "headers": {"Authorization": f"Bearer {HEADER_TOKEN}"}})
+        with_header = HttpPreparer(
+            {"url": f"http://{host}/v1", "retries": 0, "headers": {"Authorization": f"Bearer {HEADER_TOKEN}"}}
+        )
         try:
             for preparer in (with_user, with_header):
                 outcome = await preparer.prepare(prep())
@@ -372,13 +407,18 @@ async def test_http_unreachable_service_message_has_no_credentials():
     assert_no_secret(outcome.message)
 
 
-@pytest.mark.parametrize("config", [
-    {"url": f"ftp://attach:{PASSWORD}@x"}, {"url": f"http://attach:{PASSWORD}@x:99999/v1"},
-    {"url": f"http://attach:{PASSWORD}@[::1/v1"}, {"url": f"http://attach:{PASSWORD}@/v1"},
-    {"url": f"http://x/v1?token={QUERY_TOKEN}"},
-    {"url": f"http://attach:{PASSWORD}@x", "headers": {"Authorization": f"Bearer {HEADER_TOKEN}"}},
-    {"url": "http://x", "headers": {"X-Key": f"{HEADER_TOKEN}\r\nX-Injected: 1"}},
-])
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"url": f"ftp://attach:{PASSWORD}@x"},
+        {"url": f"http://attach:{PASSWORD}@x:99999/v1"},
+        {"url": f"http://attach:{PASSWORD}@[::1/v1"},
+        {"url": f"http://attach:{PASSWORD}@/v1"},
+        {"url": f"http://x/v1?token={QUERY_TOKEN}"},
+        {"url": f"http://attach:{PASSWORD}@x", "headers": {"Authorization": f"Bearer {HEADER_TOKEN}"}},
+        {"url": "http://x", "headers": {"X-Key": f"{HEADER_TOKEN}\r\nX-Injected: 1"}},
+    ],
+)
 def test_http_config_errors_name_the_url_without_credentials(config):
     with pytest.raises(ConfigError) as error:
         HttpPreparer(config)

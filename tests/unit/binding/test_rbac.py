@@ -11,8 +11,11 @@ def test_printed_manifests(capsys):
     assert docs == rbac.manifests(DriverFilter.parse("fabric-gpu.example.com"), "ops")
     sa, role, binding, lease_role, lease_binding = docs
     assert sa["metadata"] == {"name": "dra-binding", "namespace": "ops"}
-    assert binding["subjects"] == lease_binding["subjects"] == [
-        {"kind": "ServiceAccount", "name": "dra-binding", "namespace": "ops"}]
+    assert (
+        binding["subjects"]
+        == lease_binding["subjects"]
+        == [{"kind": "ServiceAccount", "name": "dra-binding", "namespace": "ops"}]
+    )
     assert binding["roleRef"]["name"] == role["metadata"]["name"] == "dra-operators:binding"
     assert lease_role["metadata"]["namespace"] == "ops"
     assert lease_role["rules"][0]["resources"] == ["leases"]
@@ -23,7 +26,11 @@ def test_printed_manifests(capsys):
 def test_driver_subresource_is_limited_to_served_drivers_when_it_can_be():
     def driver_rule(text):
         return next(r for r in rbac.rules(DriverFilter.parse(text)) if r["resources"] == ["resourceclaims/driver"])
-    assert driver_rule("b.io,a.io") == {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims/driver"],
-                                         "verbs": ["arbitrary-node:patch", "arbitrary-node:update"],
-                                         "resourceNames": ["a.io", "b.io"]}
+
+    assert driver_rule("b.io,a.io") == {
+        "apiGroups": ["resource.k8s.io"],
+        "resources": ["resourceclaims/driver"],
+        "verbs": ["arbitrary-node:patch", "arbitrary-node:update"],
+        "resourceNames": ["a.io", "b.io"],
+    }
     assert "resourceNames" not in driver_rule("*.fabric.io")

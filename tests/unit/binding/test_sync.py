@@ -27,17 +27,34 @@ DRIVER, POOL, DEVICE = "gpu.example.com", "node-1", "gpu-0"
 
 
 def claim(driver=DRIVER, conditions=("example.com/ready",), allocated=True):
-    c = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
-         "metadata": {"name": "c", "namespace": "default", "uid": "u-c"},
-         "spec": {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": "gpu"}}]}}, "status": {}}
+    c = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "c", "namespace": "default", "uid": "u-c"},
+        "spec": {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": "gpu"}}]}},
+        "status": {},
+    }
     if allocated:
         c["status"]["allocation"] = {
             "allocationTimestamp": format_time(utcnow()),
-            "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
-                {"key": "metadata.name", "operator": "In", "values": ["node-1"]}]}]},
-            "devices": {"results": [{"request": "r", "driver": driver, "pool": POOL, "device": DEVICE,
-                                     "bindingConditions": list(conditions),
-                                     "bindingFailureConditions": ["example.com/failed"]}]}}
+            "nodeSelector": {
+                "nodeSelectorTerms": [
+                    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["node-1"]}]}
+                ]
+            },
+            "devices": {
+                "results": [
+                    {
+                        "request": "r",
+                        "driver": driver,
+                        "pool": POOL,
+                        "device": DEVICE,
+                        "bindingConditions": list(conditions),
+                        "bindingFailureConditions": ["example.com/failed"],
+                    }
+                ]
+            },
+        }
         c["status"]["reservedFor"] = [{"resource": "pods", "name": "p", "uid": "u-p"}]
     return c
 
@@ -66,9 +83,9 @@ class Case:
     drivers: str = DRIVER
     reactors: list = field(default_factory=list)
     prepared: list = field(default_factory=list)
-    writes: list = field(default_factory=list)      # (subresource or "", what the apply sets)
+    writes: list = field(default_factory=list)  # (subresource or "", what the apply sets)
     conditions: dict = field(default_factory=dict)  # condition type -> status, in status.devices
-    events: list = field(default_factory=list)      # reasons
+    events: list = field(default_factory=list)  # reasons
     error: str = ""
 
 
@@ -79,19 +96,49 @@ CASES = [
     Case("claim-without-binding-conditions", claim(conditions=())),
     Case("claim-of-another-driver", claim(driver="other.example.com")),
     Case("unallocated-claim", claim(allocated=False)),
-    Case("prepared", claim(), prepared=[DEVICE], writes=[("", "record"), ("status", "conditions")],
-         conditions=READY, events=["PreparingDevice", "DevicePrepared"]),
-    Case("prepared-driver-pattern", claim(), drivers="*.example.com", prepared=[DEVICE],
-         writes=[("", "record"), ("status", "conditions")], conditions=READY,
-         events=["PreparingDevice", "DevicePrepared"]),
-    Case("preparation-failed", claim(), outcome=Outcome.failed("AttachFailed", "no path"), prepared=[DEVICE],
-         writes=[("", "record"), ("status", "conditions")], conditions=FAILED,
-         events=["PreparingDevice", "DevicePreparationFailed"]),
-    Case("preparer-raised", claim(), outcome=RuntimeError("boom"), prepared=[DEVICE],
-         writes=[("", "record"), ("status", "conditions")], conditions=FAILED,
-         events=["PreparingDevice", "DevicePreparationFailed"]),
-    Case("record-write-fails", claim(), reactors=[("patch", "resourceclaims", service_unavailable())],
-         writes=[("", "record")], events=["FailedDeviceStatusUpdate"], error="record for"),
+    Case(
+        "prepared",
+        claim(),
+        prepared=[DEVICE],
+        writes=[("", "record"), ("status", "conditions")],
+        conditions=READY,
+        events=["PreparingDevice", "DevicePrepared"],
+    ),
+    Case(
+        "prepared-driver-pattern",
+        claim(),
+        drivers="*.example.com",
+        prepared=[DEVICE],
+        writes=[("", "record"), ("status", "conditions")],
+        conditions=READY,
+        events=["PreparingDevice", "DevicePrepared"],
+    ),
+    Case(
+        "preparation-failed",
+        claim(),
+        outcome=Outcome.failed("AttachFailed", "no path"),
+        prepared=[DEVICE],
+        writes=[("", "record"), ("status", "conditions")],
+        conditions=FAILED,
+        events=["PreparingDevice", "DevicePreparationFailed"],
+    ),
+    Case(
+        "preparer-raised",
+        claim(),
+        outcome=RuntimeError("boom"),
+        prepared=[DEVICE],
+        writes=[("", "record"), ("status", "conditions")],
+        conditions=FAILED,
+        events=["PreparingDevice", "DevicePreparationFailed"],
+    ),
+    Case(
+        "record-write-fails",
+        claim(),
+        reactors=[("patch", "resourceclaims", service_unavailable())],
+        writes=[("", "record")],
+        events=["FailedDeviceStatusUpdate"],
+        error="record for",
+    ),
 ]
 
 

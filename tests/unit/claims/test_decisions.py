@@ -1,14 +1,15 @@
 import pytest
 
 from operators.claims import decisions as d
-
 from tests.unit.objects import pod
 
 
 def claim(name="c", owner_uid=None, annotation=None, reserved=(), allocated=False, finalizer=False, ns="ns"):
     meta = {"name": name, "namespace": ns, "uid": "cu"}
     if owner_uid:
-        meta["ownerReferences"] = [{"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": owner_uid, "controller": True}]
+        meta["ownerReferences"] = [
+            {"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": owner_uid, "controller": True}
+        ]
     if annotation:
         meta["annotations"] = {d.POD_CLAIM_ANNOTATION: annotation}
     if finalizer:
@@ -25,44 +26,64 @@ TEMPLATE_CLAIM = {"name": "gpu", "resourceClaimTemplateName": "t"}
 PLAIN_CLAIM = {"name": "shared", "resourceClaimName": "plain"}
 
 
-@pytest.mark.parametrize("pod_name,claim_name,expected", [
-    ("p", "gpu", "p-gpu-"),
-    ("a" * 52, "gpu", "a" * 52 + "-gpu-"),  # exactly 57
-    ("a" * 53, "gpu", "a" * 52 + "-gp"),     # 58: 53*57//58 = 52 and 3*57//58 = 2
-    ("a" * 60, "gpu", "a" * 52 + "-gp"),
-    ("a" * 63, "b" * 63, "a" * 28 + "-" + "b" * 28),
-])
+@pytest.mark.parametrize(
+    "pod_name,claim_name,expected",
+    [
+        ("p", "gpu", "p-gpu-"),
+        ("a" * 52, "gpu", "a" * 52 + "-gpu-"),  # exactly 57
+        ("a" * 53, "gpu", "a" * 52 + "-gp"),  # 58: 53*57//58 = 52 and 3*57//58 = 2
+        ("a" * 60, "gpu", "a" * 52 + "-gp"),
+        ("a" * 63, "b" * 63, "a" * 28 + "-" + "b" * 28),
+    ],
+)
 def test_generate_name_matches_upstream_truncation(pod_name, claim_name, expected):
     assert d.generate_name(pod_name, claim_name) == expected
     assert len(d.generate_name(pod_name, claim_name)) <= 57
 
 
 def test_build_claim_copies_template_and_owns_by_pod():
-    template = {"spec": {"metadata": {"labels": {"l": "1"}, "annotations": {"a": "2"}},
-                         "spec": {"devices": {"requests": [{"name": "r"}]}}}}
+    template = {
+        "spec": {
+            "metadata": {"labels": {"l": "1"}, "annotations": {"a": "2"}},
+            "spec": {"devices": {"requests": [{"name": "r"}]}},
+        }
+    }
     p = pod(name="worker", uid="uid-1")
     built = d.build_claim(p, TEMPLATE_CLAIM, template)
     assert built["metadata"] == {
-        "generateName": "worker-gpu-", "namespace": "ns",
+        "generateName": "worker-gpu-",
+        "namespace": "ns",
         "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "worker", "uid": "uid-1", "controller": True}],
-        "annotations": {"a": "2", d.POD_CLAIM_ANNOTATION: "gpu"}, "labels": {"l": "1"}}
+        "annotations": {"a": "2", d.POD_CLAIM_ANNOTATION: "gpu"},
+        "labels": {"l": "1"},
+    }
     assert built["spec"] == template["spec"]["spec"] and built["spec"] is not template["spec"]["spec"]
     assert "labels" not in d.build_claim(p, TEMPLATE_CLAIM, {"spec": {"spec": {}}})["metadata"]
 
 
 def test_find_generated_claim_needs_annotation():
-    owned = [claim("no-annotation", owner_uid="u1"), claim("other", owner_uid="u1", annotation="other"),
-             claim("mine", owner_uid="u1", annotation="gpu")]
+    owned = [
+        claim("no-annotation", owner_uid="u1"),
+        claim("other", owner_uid="u1", annotation="other"),
+        claim("mine", owner_uid="u1", annotation="gpu"),
+    ]
     assert d.find_generated_claim(owned, "gpu")["metadata"]["name"] == "mine"
     assert d.find_generated_claim(owned[:2], "gpu") is None
 
 
 def test_merge_claim_statuses_drops_nil_names_and_sorts():
-    p = pod(statuses=[{"name": "z", "resourceClaimName": "old-z"}, {"name": "nil"},
-                      {"name": "a", "resourceClaimName": "old-a"}])
+    p = pod(
+        statuses=[
+            {"name": "z", "resourceClaimName": "old-z"},
+            {"name": "nil"},
+            {"name": "a", "resourceClaimName": "old-a"},
+        ]
+    )
     assert d.merge_claim_statuses(p, {"a": "new-a", "m": "new-m"}) == [
-        {"name": "a", "resourceClaimName": "new-a"}, {"name": "m", "resourceClaimName": "new-m"},
-        {"name": "z", "resourceClaimName": "old-z"}]
+        {"name": "a", "resourceClaimName": "new-a"},
+        {"name": "m", "resourceClaimName": "new-m"},
+        {"name": "z", "resourceClaimName": "old-z"},
+    ]
 
 
 def test_pod_needs_work():
@@ -123,11 +144,15 @@ def test_release_clears_allocation_only_when_empty_and_protected():
 def test_template_problems_use_upstream_messages():
     admin = {"spec": {"spec": {"devices": {"requests": [{"name": "r", "exactly": {"adminAccess": True}}]}}}}
     prioritized = {"spec": {"spec": {"devices": {"requests": [{"name": "r", "firstAvailable": [{"name": "a"}]}]}}}}
-    assert d.template_problem(admin, admin_access=False, prioritized_list=True) == \
-        "admin access is requested, but the feature is disabled"
+    assert (
+        d.template_problem(admin, admin_access=False, prioritized_list=True)
+        == "admin access is requested, but the feature is disabled"
+    )
     assert d.template_problem(admin, admin_access=True, prioritized_list=True) is None
-    assert d.template_problem(prioritized, admin_access=True, prioritized_list=False) == \
-        "template includes a prioritized list of subrequests, but the feature is disabled"
+    assert (
+        d.template_problem(prioritized, admin_access=True, prioritized_list=False)
+        == "template includes a prioritized list of subrequests, but the feature is disabled"
+    )
 
 
 def test_metric_labels():

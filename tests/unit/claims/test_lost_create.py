@@ -12,13 +12,24 @@ from operators.core.api.resources import PODS, RESOURCE_CLAIMS
 from operators.core.machinery.workqueue import RetryableError
 from tests.fakeapi import FakeApi
 
-TEMPLATE = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
-            "metadata": {"name": "t", "namespace": "ns", "uid": "u-t", "resourceVersion": "1"},
-            "spec": {"spec": {"devices": {"requests": []}}}}
-POD = {"apiVersion": "v1", "kind": "Pod",
-       "metadata": {"name": "p", "namespace": "ns", "uid": "u-p", "resourceVersion": "10"},
-       "spec": {"resourceClaims": [{"name": "a", "resourceClaimTemplateName": "t"},
-                                   {"name": "b", "resourceClaimTemplateName": "t"}]}, "status": {}}
+TEMPLATE = {
+    "apiVersion": "resource.k8s.io/v1",
+    "kind": "ResourceClaimTemplate",
+    "metadata": {"name": "t", "namespace": "ns", "uid": "u-t", "resourceVersion": "1"},
+    "spec": {"spec": {"devices": {"requests": []}}},
+}
+POD = {
+    "apiVersion": "v1",
+    "kind": "Pod",
+    "metadata": {"name": "p", "namespace": "ns", "uid": "u-p", "resourceVersion": "10"},
+    "spec": {
+        "resourceClaims": [
+            {"name": "a", "resourceClaimTemplateName": "t"},
+            {"name": "b", "resourceClaimTemplateName": "t"},
+        ]
+    },
+    "status": {},
+}
 
 
 class Kube:
@@ -37,8 +48,10 @@ class Kube:
 
     @property
     def created(self) -> list[str]:
-        return [a.obj["metadata"]["annotations"]["resource.kubernetes.io/pod-claim-name"]
-                for a in self.api.actions_of("create", "resourceclaims")]
+        return [
+            a.obj["metadata"]["annotations"]["resource.kubernetes.io/pod-claim-name"]
+            for a in self.api.actions_of("create", "resourceclaims")
+        ]
 
     @property
     def lists(self) -> int:

@@ -9,17 +9,22 @@ import pytest
 
 from operators.claims.controller import ClaimsController
 from operators.core.api.kube import ApiError
-from operators.core.api.resources import PODS, RESOURCE_CLAIM_TEMPLATES
 from operators.core.machinery.workqueue import RetryableError
 from tests.fakeapi import FakeApi
 
-POD = {"apiVersion": "v1", "kind": "Pod",
-       "metadata": {"name": "skipper", "namespace": "ns", "uid": "u-pod", "resourceVersion": "10"},
-       "spec": {"resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "later"}]},
-       "status": {}}
-TEMPLATE = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
-            "metadata": {"name": "later", "namespace": "ns", "uid": "u-t", "resourceVersion": "12"},
-            "spec": {"spec": {"devices": {"requests": []}}}}
+POD = {
+    "apiVersion": "v1",
+    "kind": "Pod",
+    "metadata": {"name": "skipper", "namespace": "ns", "uid": "u-pod", "resourceVersion": "10"},
+    "spec": {"resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "later"}]},
+    "status": {},
+}
+TEMPLATE = {
+    "apiVersion": "resource.k8s.io/v1",
+    "kind": "ResourceClaimTemplate",
+    "metadata": {"name": "later", "namespace": "ns", "uid": "u-t", "resourceVersion": "12"},
+    "spec": {"spec": {"devices": {"requests": []}}},
+}
 
 
 class Kube(FakeApi):
@@ -51,8 +56,13 @@ async def test_a_status_written_before_the_template_is_seen_although_the_templat
 
     # Then, in this order on the API server: the Pod's status says no claim is needed, the
     # template is created. Only the template's watch event has arrived.
-    kube.add({**POD, "metadata": {**POD["metadata"], "resourceVersion": "11"},
-              "status": {"resourceClaimStatuses": [{"name": "gpu"}]}})
+    kube.add(
+        {
+            **POD,
+            "metadata": {**POD["metadata"], "resourceVersion": "11"},
+            "status": {"resourceClaimStatuses": [{"name": "gpu"}]},
+        }
+    )
     kube.add(TEMPLATE)
     controller.on_template(copy.deepcopy(TEMPLATE), False)
     await controller.sync_pod("ns", "skipper")

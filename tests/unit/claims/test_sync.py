@@ -45,8 +45,13 @@ ADMIN_OFF = "admin access is requested, but the feature is disabled"
 
 
 def make_pod(name, ns, uid, *claims):
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": ns, "uid": uid},
-            "spec": {"resourceClaims": [copy.deepcopy(c) for c in claims]}, "status": {}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": ns, "uid": uid},
+        "spec": {"resourceClaims": [copy.deepcopy(c) for c in claims]},
+        "status": {},
+    }
 
 
 def pod_claim(name, template):
@@ -60,20 +65,33 @@ def in_group(pod, group=GROUP_NAME):
 
 
 def make_group(name, ns, uid, *claims):
-    return {"apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup",
-            "metadata": {"name": name, "namespace": ns, "uid": uid},
-            "spec": {"resourceClaims": [copy.deepcopy(c) for c in claims]}, "status": {}}
+    return {
+        "apiVersion": "scheduling.k8s.io/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {"name": name, "namespace": ns, "uid": uid},
+        "spec": {"resourceClaims": [copy.deepcopy(c) for c in claims]},
+        "status": {},
+    }
 
 
 def owner(obj, controller=True):
     pod = obj["kind"] == "Pod"
-    return {"apiVersion": "v1" if pod else "scheduling.k8s.io/v1beta1", "kind": obj["kind"],
-            "name": obj["metadata"]["name"], "uid": obj["metadata"]["uid"], "controller": controller}
+    return {
+        "apiVersion": "v1" if pod else "scheduling.k8s.io/v1beta1",
+        "kind": obj["kind"],
+        "name": obj["metadata"]["name"],
+        "uid": obj["metadata"]["uid"],
+        "controller": controller,
+    }
 
 
 def make_claim(name, ns, owner_ref=None):
-    claim = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
-             "metadata": {"name": name, "namespace": ns}, "spec": {"devices": {}}}
+    claim = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"devices": {}},
+    }
     if owner_ref:
         claim["metadata"]["ownerReferences"] = [owner_ref]
     return claim
@@ -93,8 +111,12 @@ def make_templated_claim(claim_name, generate_name, ns, counter, owner_ref, admi
 
 
 def make_template(name, ns, admin=None):
-    template = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
-                "metadata": {"name": name, "namespace": ns}, "spec": {"spec": {"devices": {}}}}
+    template = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"spec": {"devices": {}}},
+    }
     if admin is not None:
         template["spec"]["spec"] = admin_request(admin)
     return template
@@ -117,8 +139,7 @@ def structured(claim):
 def reserve(claim, obj):
     claim = copy.deepcopy(claim)
     pod = obj["kind"] == "Pod"
-    entry = {"resource": "pods" if pod else "podgroups", "name": obj["metadata"]["name"],
-             "uid": obj["metadata"]["uid"]}
+    entry = {"resource": "pods" if pod else "podgroups", "name": obj["metadata"]["name"], "uid": obj["metadata"]["uid"]}
     if not pod:
         entry["apiGroup"] = "scheduling.k8s.io"
     claim.setdefault("status", {}).setdefault("reservedFor", []).append(entry)
@@ -155,8 +176,9 @@ templated_allocated = allocate(templated)
 templated_reserved = reserve(templated_allocated, pod_with_resource)
 templated_reserved_for_group = reserve(templated_allocated, group_with_resource)
 templated_group = make_templated_claim(CLAIM_NAME, f"{GROUP_NAME}-{CLAIM_NAME}-", NS, 1, owner(group_with_resource))
-templated_with_admin = make_templated_claim(CLAIM_NAME, f"{POD_NAME}-{CLAIM_NAME}-", NS, 1,
-                                            owner(pod_with_resource), admin=True)
+templated_with_admin = make_templated_claim(
+    CLAIM_NAME, f"{POD_NAME}-{CLAIM_NAME}-", NS, 1, owner(pod_with_resource), admin=True
+)
 
 conflicting_claim = make_claim(f"{POD_NAME}-{CLAIM_NAME}", NS)
 conflicting_group_claim = make_claim(f"{GROUP_NAME}-{CLAIM_NAME}", NS)
@@ -164,8 +186,10 @@ other_namespace_claim = make_claim(f"{POD_NAME}-{CLAIM_NAME}", OTHER_NS)
 template = make_template(TEMPLATE_NAME, NS)
 template_with_admin = make_template(TEMPLATE_NAME, NS, admin=True)
 
-pod_with_node_name = changed(with_statuses(pod_with_resource, **{CLAIM_NAME: templated["metadata"]["name"]}),
-                             lambda p: p["spec"].update(nodeName=NODE))
+pod_with_node_name = changed(
+    with_statuses(pod_with_resource, **{CLAIM_NAME: templated["metadata"]["name"]}),
+    lambda p: p["spec"].update(nodeName=NODE),
+)
 pod_with_group_and_node_name = in_group(pod_with_node_name)
 group_with_resource_in_status = with_statuses(group_with_resource, **{CLAIM_NAME: templated_group["metadata"]["name"]})
 
@@ -177,8 +201,11 @@ def claim_key(claim):
 
 
 # Upstream's feature combinations (WorkloadResourceClaims needs GenericWorkload).
-ALL = [Features(admin_access=a, prioritized_list=p, generic_workload=g, workload_claims=w)
-       for a, g, p, w in itertools.product((False, True), repeat=4) if g or not w]
+ALL = [
+    Features(admin_access=a, prioritized_list=p, generic_workload=g, workload_claims=w)
+    for a, g, p, w in itertools.product((False, True), repeat=4)
+    if g or not w
+]
 ADMIN_OFF_FEATURES = [f for f in ALL if not f.admin_access]
 ADMIN_ON_FEATURES = [f for f in ALL if f.admin_access]
 GENERIC_OFF = [f for f in ALL if not f.generic_workload]
@@ -207,7 +234,7 @@ class Case:
     expected_statuses: dict = field(default_factory=dict)
     expected_group_statuses: dict = field(default_factory=dict)
     expected_error: str = ""
-    expected_event: str = ""   # the Warning Event a not-retried failure leaves instead
+    expected_event: str = ""  # the Warning Event a not-retried failure leaves instead
     expected_metrics: dict = field(default_factory=dict)
     expected_patches: int | None = None  # Pod status applies, where upstream counts them
 
@@ -220,166 +247,514 @@ def group_statuses(**names):
     return {GROUP_NAME: [{"name": k, "resourceClaimName": v} for k, v in names.items()]}
 
 
-T = templated["metadata"]["name"]          # test-pod-acme-resource--1
-TG = templated_group["metadata"]["name"]   # test-podgroup-acme-resource--1
-MISSING_TEMPLATE = 'resource claim template "my-template": resourceclaimtemplates.resource.k8s.io "my-template" not found'
-CONFLICT = 'create ResourceClaim : Operation cannot be fulfilled on resourceclaims.resource.k8s.io "fake name": fake conflict'
+T = templated["metadata"]["name"]  # test-pod-acme-resource--1
+TG = templated_group["metadata"]["name"]  # test-podgroup-acme-resource--1
+MISSING_TEMPLATE = (
+    'resource claim template "my-template": resourceclaimtemplates.resource.k8s.io "my-template" not found'
+)
+CONFLICT = (
+    'create ResourceClaim : Operation cannot be fulfilled on resourceclaims.resource.k8s.io "fake name": fake conflict'
+)
 
 CASES = [
-    Case("create", POD_KEY, pods=[pod_with_resource], templates=[template], expected_claims=[templated],
-         expected_statuses=statuses(**{CLAIM_NAME: T}), expected_metrics=SUCCESS_POD),
-    Case("create-adminaccess-feature-disabled", POD_KEY, ADMIN_OFF_FEATURES, pods=[pod_with_resource],
-         templates=[template_with_admin], expected_error=ADMIN_OFF),
-    Case("create-adminaccess-feature-enabled", POD_KEY, ADMIN_ON_FEATURES, pods=[pod_with_resource],
-         templates=[template_with_admin], expected_claims=[templated_with_admin],
-         expected_statuses=statuses(**{CLAIM_NAME: T}), expected_metrics={("success", "true", "", "Pod"): 1}),
-    Case("create-for-grouped-pod", POD_KEY, WORKLOAD_ON, pods=[in_group(pod_with_resource)], pod_groups=[test_group],
-         templates=[template], expected_claims=[templated], expected_statuses=statuses(**{CLAIM_NAME: T}),
-         expected_metrics=SUCCESS_POD),
-    Case("skip-create-for-pod-podgroup-does-not-exist", POD_KEY, GENERIC_ON, pods=[in_group(pod_with_resource)],
-         templates=[template], expected_error='podgroup.scheduling.k8s.io "test-podgroup" not found'),
-    Case("create-for-podgroup", GROUP_KEY, WORKLOAD_ON, pod_groups=[group_with_resource], templates=[template],
-         expected_claims=[templated_group], expected_group_statuses=group_statuses(**{CLAIM_NAME: TG}),
-         expected_metrics=SUCCESS_GROUP),
-    Case("skip-create-podgroup-claim-for-pod", POD_KEY, WORKLOAD_ON, pods=[pod_with_group_resource],
-         pod_groups=[group_with_resource], templates=[template]),
-    Case("update-pod-status-with-podgroup-claim", POD_KEY, WORKLOAD_ON, pods=[pod_with_group_resource],
-         pod_groups=[group_with_resource], claims=[templated_group], templates=[template],
-         expected_claims=[templated_group], expected_statuses=statuses(**{CLAIM_NAME: TG})),
+    Case(
+        "create",
+        POD_KEY,
+        pods=[pod_with_resource],
+        templates=[template],
+        expected_claims=[templated],
+        expected_statuses=statuses(**{CLAIM_NAME: T}),
+        expected_metrics=SUCCESS_POD,
+    ),
+    Case(
+        "create-adminaccess-feature-disabled",
+        POD_KEY,
+        ADMIN_OFF_FEATURES,
+        pods=[pod_with_resource],
+        templates=[template_with_admin],
+        expected_error=ADMIN_OFF,
+    ),
+    Case(
+        "create-adminaccess-feature-enabled",
+        POD_KEY,
+        ADMIN_ON_FEATURES,
+        pods=[pod_with_resource],
+        templates=[template_with_admin],
+        expected_claims=[templated_with_admin],
+        expected_statuses=statuses(**{CLAIM_NAME: T}),
+        expected_metrics={("success", "true", "", "Pod"): 1},
+    ),
+    Case(
+        "create-for-grouped-pod",
+        POD_KEY,
+        WORKLOAD_ON,
+        pods=[in_group(pod_with_resource)],
+        pod_groups=[test_group],
+        templates=[template],
+        expected_claims=[templated],
+        expected_statuses=statuses(**{CLAIM_NAME: T}),
+        expected_metrics=SUCCESS_POD,
+    ),
+    Case(
+        "skip-create-for-pod-podgroup-does-not-exist",
+        POD_KEY,
+        GENERIC_ON,
+        pods=[in_group(pod_with_resource)],
+        templates=[template],
+        expected_error='podgroup.scheduling.k8s.io "test-podgroup" not found',
+    ),
+    Case(
+        "create-for-podgroup",
+        GROUP_KEY,
+        WORKLOAD_ON,
+        pod_groups=[group_with_resource],
+        templates=[template],
+        expected_claims=[templated_group],
+        expected_group_statuses=group_statuses(**{CLAIM_NAME: TG}),
+        expected_metrics=SUCCESS_GROUP,
+    ),
+    Case(
+        "skip-create-podgroup-claim-for-pod",
+        POD_KEY,
+        WORKLOAD_ON,
+        pods=[pod_with_group_resource],
+        pod_groups=[group_with_resource],
+        templates=[template],
+    ),
+    Case(
+        "update-pod-status-with-podgroup-claim",
+        POD_KEY,
+        WORKLOAD_ON,
+        pods=[pod_with_group_resource],
+        pod_groups=[group_with_resource],
+        claims=[templated_group],
+        templates=[template],
+        expected_claims=[templated_group],
+        expected_statuses=statuses(**{CLAIM_NAME: TG}),
+    ),
     # Upstream returns the error; here it is not retried: logged, no Event (the PodGroup lookup
     # comes before any claim).
-    Case("skip-create-for-pod-with-podgroup-claim-genericworkload-disabled", POD_KEY, GENERIC_OFF,
-         pods=[pod_with_group_resource], pod_groups=[group_with_resource], templates=[template]),
-    Case("skip-create-for-pod-with-podgroup-claim-workloadresourceclaims-disabled", POD_KEY,
-         WORKLOAD_OFF_GENERIC_ON, pods=[pod_with_group_resource], pod_groups=[group_with_resource],
-         templates=[template], expected_event="DRAWorkloadResourceClaims feature is disabled"),
-    Case("create-for-grouped-pod-with-claim-workloadresourceclaims-disabled", POD_KEY, WORKLOAD_OFF_GENERIC_ON,
-         pods=[in_group(pod_with_resource)], pod_groups=[test_group], templates=[template],
-         expected_claims=[templated], expected_statuses=statuses(**{CLAIM_NAME: T}), expected_metrics=SUCCESS_POD),
-    Case("nop", POD_KEY, pods=[with_statuses(pod_with_resource, **{CLAIM_NAME: T})], templates=[template],
-         claims=[templated], expected_claims=[templated], expected_statuses=statuses(**{CLAIM_NAME: T})),
-    Case("nop-podgroup", GROUP_KEY, WORKLOAD_ON, pod_groups=[group_with_resource_in_status], templates=[template],
-         claims=[templated_group], expected_claims=[templated_group],
-         expected_group_statuses=group_statuses(**{CLAIM_NAME: TG})),
-    Case("nop-claim-in-mutation-cache-only", POD_KEY, pods=[with_statuses(pod_with_resource, **{CLAIM_NAME: T})],
-         templates=[template], claims_in_cache=[templated], expected_statuses=statuses(**{CLAIM_NAME: T})),
-    Case("nop-claim-in-mutation-cache-only-for-podgroup", GROUP_KEY, WORKLOAD_ON,
-         pod_groups=[group_with_resource_in_status], templates=[template], claims_in_cache=[templated_group],
-         expected_group_statuses=group_statuses(**{CLAIM_NAME: TG})),
-    Case("nop-claim-in-apiserver-only", POD_KEY, pods=[with_statuses(pod_with_resource, **{CLAIM_NAME: T})],
-         templates=[template], claims_later=[templated], expected_claims=[templated],
-         expected_statuses=statuses(**{CLAIM_NAME: T})),
-    Case("nop-claim-in-apiserver-only-for-podgroup", GROUP_KEY, WORKLOAD_ON,
-         pod_groups=[group_with_resource_in_status], templates=[template], claims_later=[templated_group],
-         expected_claims=[templated_group], expected_group_statuses=group_statuses(**{CLAIM_NAME: TG})),
-    Case("recreate", POD_KEY, pods=[with_statuses(pod_with_resource, **{CLAIM_NAME: T})], templates=[template],
-         expected_claims=[templated], expected_statuses=statuses(**{CLAIM_NAME: T}), expected_metrics=SUCCESS_POD),
-    Case("recreate-for-podgroup", GROUP_KEY, WORKLOAD_ON, pod_groups=[group_with_resource_in_status],
-         templates=[template], expected_claims=[templated_group],
-         expected_group_statuses=group_statuses(**{CLAIM_NAME: TG}), expected_metrics=SUCCESS_GROUP),
+    Case(
+        "skip-create-for-pod-with-podgroup-claim-genericworkload-disabled",
+        POD_KEY,
+        GENERIC_OFF,
+        pods=[pod_with_group_resource],
+        pod_groups=[group_with_resource],
+        templates=[template],
+    ),
+    Case(
+        "skip-create-for-pod-with-podgroup-claim-workloadresourceclaims-disabled",
+        POD_KEY,
+        WORKLOAD_OFF_GENERIC_ON,
+        pods=[pod_with_group_resource],
+        pod_groups=[group_with_resource],
+        templates=[template],
+        expected_event="DRAWorkloadResourceClaims feature is disabled",
+    ),
+    Case(
+        "create-for-grouped-pod-with-claim-workloadresourceclaims-disabled",
+        POD_KEY,
+        WORKLOAD_OFF_GENERIC_ON,
+        pods=[in_group(pod_with_resource)],
+        pod_groups=[test_group],
+        templates=[template],
+        expected_claims=[templated],
+        expected_statuses=statuses(**{CLAIM_NAME: T}),
+        expected_metrics=SUCCESS_POD,
+    ),
+    Case(
+        "nop",
+        POD_KEY,
+        pods=[with_statuses(pod_with_resource, **{CLAIM_NAME: T})],
+        templates=[template],
+        claims=[templated],
+        expected_claims=[templated],
+        expected_statuses=statuses(**{CLAIM_NAME: T}),
+    ),
+    Case(
+        "nop-podgroup",
+        GROUP_KEY,
+        WORKLOAD_ON,
+        pod_groups=[group_with_resource_in_status],
+        templates=[template],
+        claims=[templated_group],
+        expected_claims=[templated_group],
+        expected_group_statuses=group_statuses(**{CLAIM_NAME: TG}),
+    ),
+    Case(
+        "nop-claim-in-mutation-cache-only",
+        POD_KEY,
+        pods=[with_statuses(pod_with_resource, **{CLAIM_NAME: T})],
+        templates=[template],
+        claims_in_cache=[templated],
+        expected_statuses=statuses(**{CLAIM_NAME: T}),
+    ),
+    Case(
+        "nop-claim-in-mutation-cache-only-for-podgroup",
+        GROUP_KEY,
+        WORKLOAD_ON,
+        pod_groups=[group_with_resource_in_status],
+        templates=[template],
+        claims_in_cache=[templated_group],
+        expected_group_statuses=group_statuses(**{CLAIM_NAME: TG}),
+    ),
+    Case(
+        "nop-claim-in-apiserver-only",
+        POD_KEY,
+        pods=[with_statuses(pod_with_resource, **{CLAIM_NAME: T})],
+        templates=[template],
+        claims_later=[templated],
+        expected_claims=[templated],
+        expected_statuses=statuses(**{CLAIM_NAME: T}),
+    ),
+    Case(
+        "nop-claim-in-apiserver-only-for-podgroup",
+        GROUP_KEY,
+        WORKLOAD_ON,
+        pod_groups=[group_with_resource_in_status],
+        templates=[template],
+        claims_later=[templated_group],
+        expected_claims=[templated_group],
+        expected_group_statuses=group_statuses(**{CLAIM_NAME: TG}),
+    ),
+    Case(
+        "recreate",
+        POD_KEY,
+        pods=[with_statuses(pod_with_resource, **{CLAIM_NAME: T})],
+        templates=[template],
+        expected_claims=[templated],
+        expected_statuses=statuses(**{CLAIM_NAME: T}),
+        expected_metrics=SUCCESS_POD,
+    ),
+    Case(
+        "recreate-for-podgroup",
+        GROUP_KEY,
+        WORKLOAD_ON,
+        pod_groups=[group_with_resource_in_status],
+        templates=[template],
+        expected_claims=[templated_group],
+        expected_group_statuses=group_statuses(**{CLAIM_NAME: TG}),
+        expected_metrics=SUCCESS_GROUP,
+    ),
     Case("missing-template", POD_KEY, pods=[pod_with_resource], expected_error=MISSING_TEMPLATE),
-    Case("missing-template-podgroup", GROUP_KEY, WORKLOAD_ON, pod_groups=[group_with_resource],
-         expected_error=MISSING_TEMPLATE),
-    Case("find-existing-claim-by-label", POD_KEY, pods=[pod_with_resource], claims=[templated],
-         expected_claims=[templated], expected_statuses=statuses(**{CLAIM_NAME: T})),
-    Case("find-existing-claim-by-label-podgroup", GROUP_KEY, WORKLOAD_ON, pod_groups=[group_with_resource],
-         claims=[templated_group], expected_claims=[templated_group],
-         expected_group_statuses=group_statuses(**{CLAIM_NAME: TG})),
-    Case("find-created-claim-in-cache", POD_KEY, pods=[pod_with_resource], claims_in_cache=[templated],
-         expected_statuses=statuses(**{CLAIM_NAME: T})),
-    Case("find-created-claim-in-cache-podgroup", GROUP_KEY, WORKLOAD_ON, pod_groups=[group_with_resource],
-         claims_in_cache=[templated_group], expected_group_statuses=group_statuses(**{CLAIM_NAME: TG})),
-    Case("recreate-wrong-owner", POD_KEY,
-         pods=[with_statuses(pod_with_resource, **{CLAIM_NAME: conflicting_claim["metadata"]["name"]})],
-         templates=[template], claims=[conflicting_claim], expected_claims=[conflicting_claim, templated],
-         expected_statuses=statuses(**{CLAIM_NAME: T}), expected_metrics=SUCCESS_POD),
-    Case("recreate-wrong-owner-podgroup", GROUP_KEY, WORKLOAD_ON,
-         pod_groups=[with_statuses(group_with_resource, **{CLAIM_NAME: conflicting_group_claim["metadata"]["name"]})],
-         templates=[template], claims=[conflicting_group_claim], expected_claims=[conflicting_group_claim, templated_group],
-         expected_group_statuses=group_statuses(**{CLAIM_NAME: TG}), expected_metrics=SUCCESS_GROUP),
+    Case(
+        "missing-template-podgroup",
+        GROUP_KEY,
+        WORKLOAD_ON,
+        pod_groups=[group_with_resource],
+        expected_error=MISSING_TEMPLATE,
+    ),
+    Case(
+        "find-existing-claim-by-label",
+        POD_KEY,
+        pods=[pod_with_resource],
+        claims=[templated],
+        expected_claims=[templated],
+        expected_statuses=statuses(**{CLAIM_NAME: T}),
+    ),
+    Case(
+        "find-existing-claim-by-label-podgroup",
+        GROUP_KEY,
+        WORKLOAD_ON,
+        pod_groups=[group_with_resource],
+        claims=[templated_group],
+        expected_claims=[templated_group],
+        expected_group_statuses=group_statuses(**{CLAIM_NAME: TG}),
+    ),
+    Case(
+        "find-created-claim-in-cache",
+        POD_KEY,
+        pods=[pod_with_resource],
+        claims_in_cache=[templated],
+        expected_statuses=statuses(**{CLAIM_NAME: T}),
+    ),
+    Case(
+        "find-created-claim-in-cache-podgroup",
+        GROUP_KEY,
+        WORKLOAD_ON,
+        pod_groups=[group_with_resource],
+        claims_in_cache=[templated_group],
+        expected_group_statuses=group_statuses(**{CLAIM_NAME: TG}),
+    ),
+    Case(
+        "recreate-wrong-owner",
+        POD_KEY,
+        pods=[with_statuses(pod_with_resource, **{CLAIM_NAME: conflicting_claim["metadata"]["name"]})],
+        templates=[template],
+        claims=[conflicting_claim],
+        expected_claims=[conflicting_claim, templated],
+        expected_statuses=statuses(**{CLAIM_NAME: T}),
+        expected_metrics=SUCCESS_POD,
+    ),
+    Case(
+        "recreate-wrong-owner-podgroup",
+        GROUP_KEY,
+        WORKLOAD_ON,
+        pod_groups=[with_statuses(group_with_resource, **{CLAIM_NAME: conflicting_group_claim["metadata"]["name"]})],
+        templates=[template],
+        claims=[conflicting_group_claim],
+        expected_claims=[conflicting_group_claim, templated_group],
+        expected_group_statuses=group_statuses(**{CLAIM_NAME: TG}),
+        expected_metrics=SUCCESS_GROUP,
+    ),
     Case("no-such-pod", POD_KEY),
     Case("no-such-podgroup", GROUP_KEY, WORKLOAD_ON),
-    Case("pod-deleted", POD_KEY,
-         pods=[changed(pod_with_resource, lambda p: p["metadata"].update(deletionTimestamp="2026-01-01T00:00:00Z",
-                                                                          finalizers=["keep"]))]),
-    Case("podgroup-deleted", GROUP_KEY, WORKLOAD_ON,
-         pod_groups=[changed(group_with_resource, lambda g: g["metadata"].update(
-             deletionTimestamp="2026-01-01T00:00:00Z", finalizers=["keep"]))]),
+    Case(
+        "pod-deleted",
+        POD_KEY,
+        pods=[
+            changed(
+                pod_with_resource,
+                lambda p: p["metadata"].update(deletionTimestamp="2026-01-01T00:00:00Z", finalizers=["keep"]),
+            )
+        ],
+    ),
+    Case(
+        "podgroup-deleted",
+        GROUP_KEY,
+        WORKLOAD_ON,
+        pod_groups=[
+            changed(
+                group_with_resource,
+                lambda g: g["metadata"].update(deletionTimestamp="2026-01-01T00:00:00Z", finalizers=["keep"]),
+            )
+        ],
+    ),
     Case("no-volumes", f"pod:{NS}/{POD_NAME}", pods=[test_pod]),
-    Case("create-with-other-claim", POD_KEY, pods=[pod_with_resource], templates=[template],
-         claims=[other_namespace_claim], expected_claims=[other_namespace_claim, templated],
-         expected_statuses=statuses(**{CLAIM_NAME: T}), expected_metrics=SUCCESS_POD),
-    Case("create-with-other-claim-podgroup", GROUP_KEY, WORKLOAD_ON, pod_groups=[group_with_resource],
-         templates=[template], claims=[other_namespace_claim], expected_claims=[other_namespace_claim, templated_group],
-         expected_group_statuses=group_statuses(**{CLAIM_NAME: TG}), expected_metrics=SUCCESS_GROUP),
-    Case("wrong-claim-owner", POD_KEY, pods=[pod_with_resource], claims=[conflicting_claim],
-         expected_claims=[conflicting_claim], expected_error=MISSING_TEMPLATE),
-    Case("wrong-claim-owner-podgroup", GROUP_KEY, WORKLOAD_ON, pod_groups=[group_with_resource],
-         claims=[conflicting_group_claim], expected_claims=[conflicting_group_claim], expected_error=MISSING_TEMPLATE),
-    Case("create-conflict", POD_KEY, pods=[pod_with_resource], templates=[template], expected_error=CONFLICT,
-         expected_metrics={("failure", "false", "", "Pod"): 1}),
-    Case("create-conflict-admin-access", POD_KEY, ADMIN_ON_FEATURES, pods=[pod_with_resource],
-         templates=[template_with_admin], expected_error=CONFLICT, expected_metrics={("failure", "true", "", "Pod"): 1}),
-    Case("create-conflict-podgroup", GROUP_KEY, WORKLOAD_ON, pod_groups=[group_with_resource], templates=[template],
-         expected_error=CONFLICT, expected_metrics={("failure", "false", "scheduling.k8s.io", "PodGroup"): 1}),
-    Case("stay-reserved-seen", claim_key(test_claim_reserved), pods=[pod_with_resource], claims=[test_claim_reserved],
-         expected_claims=[test_claim_reserved]),
-    Case("stay-reserved-not-seen", claim_key(test_claim_reserved), pods_later=[pod_with_resource],
-         claims=[test_claim_reserved], expected_claims=[test_claim_reserved]),
-    Case("clear-reserved-structured", claim_key(test_claim_reserved), claims=[structured(test_claim_reserved)],
-         expected_claims=[changed(test_claim_allocated, lambda c: c.pop("status"))]),
-    Case("clear-reserved-podgroup", claim_key(test_claim_reserved_for_group), WORKLOAD_ON,
-         claims=[structured(test_claim_reserved_for_group)],
-         expected_claims=[changed(test_claim_allocated, lambda c: c.pop("status"))]),
-    Case("dont-clear-reserved-podgroup-feature-disabled", claim_key(test_claim_reserved_for_group), WORKLOAD_OFF,
-         claims=[structured(test_claim_reserved_for_group)], expected_claims=[structured(test_claim_reserved_for_group)]),
-    Case("dont-clear-reserved-structured", claim_key(test_claim_reserved), pods=[pod_with_resource],
-         claims=[reserve(structured(test_claim_reserved), other_test_pod)],
-         expected_claims=[structured(test_claim_reserved)]),
+    Case(
+        "create-with-other-claim",
+        POD_KEY,
+        pods=[pod_with_resource],
+        templates=[template],
+        claims=[other_namespace_claim],
+        expected_claims=[other_namespace_claim, templated],
+        expected_statuses=statuses(**{CLAIM_NAME: T}),
+        expected_metrics=SUCCESS_POD,
+    ),
+    Case(
+        "create-with-other-claim-podgroup",
+        GROUP_KEY,
+        WORKLOAD_ON,
+        pod_groups=[group_with_resource],
+        templates=[template],
+        claims=[other_namespace_claim],
+        expected_claims=[other_namespace_claim, templated_group],
+        expected_group_statuses=group_statuses(**{CLAIM_NAME: TG}),
+        expected_metrics=SUCCESS_GROUP,
+    ),
+    Case(
+        "wrong-claim-owner",
+        POD_KEY,
+        pods=[pod_with_resource],
+        claims=[conflicting_claim],
+        expected_claims=[conflicting_claim],
+        expected_error=MISSING_TEMPLATE,
+    ),
+    Case(
+        "wrong-claim-owner-podgroup",
+        GROUP_KEY,
+        WORKLOAD_ON,
+        pod_groups=[group_with_resource],
+        claims=[conflicting_group_claim],
+        expected_claims=[conflicting_group_claim],
+        expected_error=MISSING_TEMPLATE,
+    ),
+    Case(
+        "create-conflict",
+        POD_KEY,
+        pods=[pod_with_resource],
+        templates=[template],
+        expected_error=CONFLICT,
+        expected_metrics={("failure", "false", "", "Pod"): 1},
+    ),
+    Case(
+        "create-conflict-admin-access",
+        POD_KEY,
+        ADMIN_ON_FEATURES,
+        pods=[pod_with_resource],
+        templates=[template_with_admin],
+        expected_error=CONFLICT,
+        expected_metrics={("failure", "true", "", "Pod"): 1},
+    ),
+    Case(
+        "create-conflict-podgroup",
+        GROUP_KEY,
+        WORKLOAD_ON,
+        pod_groups=[group_with_resource],
+        templates=[template],
+        expected_error=CONFLICT,
+        expected_metrics={("failure", "false", "scheduling.k8s.io", "PodGroup"): 1},
+    ),
+    Case(
+        "stay-reserved-seen",
+        claim_key(test_claim_reserved),
+        pods=[pod_with_resource],
+        claims=[test_claim_reserved],
+        expected_claims=[test_claim_reserved],
+    ),
+    Case(
+        "stay-reserved-not-seen",
+        claim_key(test_claim_reserved),
+        pods_later=[pod_with_resource],
+        claims=[test_claim_reserved],
+        expected_claims=[test_claim_reserved],
+    ),
+    Case(
+        "clear-reserved-structured",
+        claim_key(test_claim_reserved),
+        claims=[structured(test_claim_reserved)],
+        expected_claims=[changed(test_claim_allocated, lambda c: c.pop("status"))],
+    ),
+    Case(
+        "clear-reserved-podgroup",
+        claim_key(test_claim_reserved_for_group),
+        WORKLOAD_ON,
+        claims=[structured(test_claim_reserved_for_group)],
+        expected_claims=[changed(test_claim_allocated, lambda c: c.pop("status"))],
+    ),
+    Case(
+        "dont-clear-reserved-podgroup-feature-disabled",
+        claim_key(test_claim_reserved_for_group),
+        WORKLOAD_OFF,
+        claims=[structured(test_claim_reserved_for_group)],
+        expected_claims=[structured(test_claim_reserved_for_group)],
+    ),
+    Case(
+        "dont-clear-reserved-structured",
+        claim_key(test_claim_reserved),
+        pods=[pod_with_resource],
+        claims=[reserve(structured(test_claim_reserved), other_test_pod)],
+        expected_claims=[structured(test_claim_reserved)],
+    ),
     # Upstream's tracker keeps the claim, finalizer removed; an API server deletes it.
-    Case("clear-reserved-structured-deleted", claim_key(test_claim_reserved),
-         claims=[changed(structured(test_claim_reserved),
-                         lambda c: c["metadata"].update(deletionTimestamp="2026-01-01T00:00:00Z"))]),
-    Case("structured-deleted", claim_key(test_claim_reserved),
-         claims=[changed(structured(test_claim_allocated),
-                         lambda c: c["metadata"].update(deletionTimestamp="2026-01-01T00:00:00Z"))]),
-    Case("clear-reserved-when-done", claim_key(test_claim_reserved),
-         pods=[changed(pod_with_resource, lambda p: p["status"].update(phase="Succeeded"))],
-         claims=[changed(test_claim_reserved, lambda c: c["metadata"].pop("ownerReferences"))],
-         expected_claims=[changed(test_claim_allocated, lambda c: c["metadata"].pop("ownerReferences"))]),
-    Case("remove-reserved", claim_key(test_claim_reserved_twice), pods=[test_pod], claims=[test_claim_reserved_twice],
-         expected_claims=[test_claim_reserved]),
-    Case("delete-claim-when-done", claim_key(test_claim_reserved),
-         pods=[changed(pod_with_resource, lambda p: p["status"].update(phase="Succeeded"))],
-         claims=[test_claim_reserved]),
-    Case("add-reserved", f"pod:{NS}/{POD_NAME}", pods=[pod_with_node_name], templates=[template],
-         claims=[templated_allocated], expected_claims=[templated_reserved],
-         expected_statuses=statuses(**{CLAIM_NAME: T})),
-    Case("add-reserved-podgroup", POD_KEY, WORKLOAD_ON, pods=[pod_with_group_and_node_name],
-         pod_groups=[group_with_resource], templates=[template], claims=[templated_allocated],
-         expected_claims=[templated_reserved_for_group], expected_statuses=statuses(**{CLAIM_NAME: T})),
+    Case(
+        "clear-reserved-structured-deleted",
+        claim_key(test_claim_reserved),
+        claims=[
+            changed(
+                structured(test_claim_reserved),
+                lambda c: c["metadata"].update(deletionTimestamp="2026-01-01T00:00:00Z"),
+            )
+        ],
+    ),
+    Case(
+        "structured-deleted",
+        claim_key(test_claim_reserved),
+        claims=[
+            changed(
+                structured(test_claim_allocated),
+                lambda c: c["metadata"].update(deletionTimestamp="2026-01-01T00:00:00Z"),
+            )
+        ],
+    ),
+    Case(
+        "clear-reserved-when-done",
+        claim_key(test_claim_reserved),
+        pods=[changed(pod_with_resource, lambda p: p["status"].update(phase="Succeeded"))],
+        claims=[changed(test_claim_reserved, lambda c: c["metadata"].pop("ownerReferences"))],
+        expected_claims=[changed(test_claim_allocated, lambda c: c["metadata"].pop("ownerReferences"))],
+    ),
+    Case(
+        "remove-reserved",
+        claim_key(test_claim_reserved_twice),
+        pods=[test_pod],
+        claims=[test_claim_reserved_twice],
+        expected_claims=[test_claim_reserved],
+    ),
+    Case(
+        "delete-claim-when-done",
+        claim_key(test_claim_reserved),
+        pods=[changed(pod_with_resource, lambda p: p["status"].update(phase="Succeeded"))],
+        claims=[test_claim_reserved],
+    ),
+    Case(
+        "add-reserved",
+        f"pod:{NS}/{POD_NAME}",
+        pods=[pod_with_node_name],
+        templates=[template],
+        claims=[templated_allocated],
+        expected_claims=[templated_reserved],
+        expected_statuses=statuses(**{CLAIM_NAME: T}),
+    ),
+    Case(
+        "add-reserved-podgroup",
+        POD_KEY,
+        WORKLOAD_ON,
+        pods=[pod_with_group_and_node_name],
+        pod_groups=[group_with_resource],
+        templates=[template],
+        claims=[templated_allocated],
+        expected_claims=[templated_reserved_for_group],
+        expected_statuses=statuses(**{CLAIM_NAME: T}),
+    ),
     # Not retried here (as above): no error, the claim stays unreserved.
-    Case("skip-add-reserved-podgroup-genericworkload-disabled", POD_KEY, GENERIC_OFF,
-         pods=[pod_with_group_and_node_name], pod_groups=[group_with_resource], templates=[template],
-         claims=[templated_allocated], expected_claims=[templated_allocated], expected_statuses=statuses(**{CLAIM_NAME: T})),
-    Case("skip-add-reserved-podgroup-workloadresourceclaims-disabled", POD_KEY, WORKLOAD_OFF_GENERIC_ON,
-         pods=[pod_with_group_and_node_name], pod_groups=[group_with_resource], templates=[template],
-         claims=[templated_allocated], expected_claims=[templated_allocated], expected_statuses=statuses(**{CLAIM_NAME: T})),
-    Case("remove-pod-reservation-with-non-pod-reservation-present", claim_key(test_claim_reserved),
-         pods=[changed(pod_with_resource, lambda p: p["status"].update(phase="Succeeded"))],
-         claims=[changed(test_claim_reserved, lambda c: c["status"]["reservedFor"].append(
-             {"apiGroup": "foo.com", "resource": "foo", "name": "foo", "uid": "123"}))],
-         expected_claims=[changed(test_claim_reserved, lambda c: c["status"].update(reservedFor=[
-             {"apiGroup": "foo.com", "resource": "foo", "name": "foo", "uid": "123"}]))]),
-    Case("flapping-resourceclaim-statuses", POD_KEY,
-         pods=[with_statuses(make_pod(POD_NAME, NS, POD_UID, pod_claim("claimA", TEMPLATE_NAME),
-                                      pod_claim("claimB", TEMPLATE_NAME)), claimA="claimA-object")],
-         templates=[template], claims=[make_claim("claimA-object", NS, owner(test_pod))],
-         expected_statuses={POD_NAME: [{"name": "claimA", "resourceClaimName": "claimA-object"},
-                                       {"name": "claimB", "resourceClaimName": "test-pod-claimB--1"}]},
-         expected_claims=[make_claim("claimA-object", NS, owner(test_pod)),
-                          make_templated_claim("claimB", f"{POD_NAME}-claimB-", NS, 1, owner(test_pod))],
-         expected_metrics=SUCCESS_POD, expected_patches=1),
+    Case(
+        "skip-add-reserved-podgroup-genericworkload-disabled",
+        POD_KEY,
+        GENERIC_OFF,
+        pods=[pod_with_group_and_node_name],
+        pod_groups=[group_with_resource],
+        templates=[template],
+        claims=[templated_allocated],
+        expected_claims=[templated_allocated],
+        expected_statuses=statuses(**{CLAIM_NAME: T}),
+    ),
+    Case(
+        "skip-add-reserved-podgroup-workloadresourceclaims-disabled",
+        POD_KEY,
+        WORKLOAD_OFF_GENERIC_ON,
+        pods=[pod_with_group_and_node_name],
+        pod_groups=[group_with_resource],
+        templates=[template],
+        claims=[templated_allocated],
+        expected_claims=[templated_allocated],
+        expected_statuses=statuses(**{CLAIM_NAME: T}),
+    ),
+    Case(
+        "remove-pod-reservation-with-non-pod-reservation-present",
+        claim_key(test_claim_reserved),
+        pods=[changed(pod_with_resource, lambda p: p["status"].update(phase="Succeeded"))],
+        claims=[
+            changed(
+                test_claim_reserved,
+                lambda c: c["status"]["reservedFor"].append(
+                    {"apiGroup": "foo.com", "resource": "foo", "name": "foo", "uid": "123"}
+                ),
+            )
+        ],
+        expected_claims=[
+            changed(
+                test_claim_reserved,
+                lambda c: c["status"].update(
+                    reservedFor=[{"apiGroup": "foo.com", "resource": "foo", "name": "foo", "uid": "123"}]
+                ),
+            )
+        ],
+    ),
+    Case(
+        "flapping-resourceclaim-statuses",
+        POD_KEY,
+        pods=[
+            with_statuses(
+                make_pod(POD_NAME, NS, POD_UID, pod_claim("claimA", TEMPLATE_NAME), pod_claim("claimB", TEMPLATE_NAME)),
+                claimA="claimA-object",
+            )
+        ],
+        templates=[template],
+        claims=[make_claim("claimA-object", NS, owner(test_pod))],
+        expected_statuses={
+            POD_NAME: [
+                {"name": "claimA", "resourceClaimName": "claimA-object"},
+                {"name": "claimB", "resourceClaimName": "test-pod-claimB--1"},
+            ]
+        },
+        expected_claims=[
+            make_claim("claimA-object", NS, owner(test_pod)),
+            make_templated_claim("claimB", f"{POD_NAME}-claimB-", NS, 1, owner(test_pod)),
+        ],
+        expected_metrics=SUCCESS_POD,
+        expected_patches=1,
+    ),
 ]
 
 
@@ -392,6 +767,7 @@ def generate_name_reactor():
         meta = action.obj["metadata"]
         if not meta.get("name") and meta.get("generateName"):
             meta["name"] = f"{meta['generateName']}-{n}"
+
     return reactor
 
 
@@ -406,21 +782,32 @@ def normalized(claims):
     for c in sorted(claims, key=lambda c: (c["metadata"]["namespace"], c["metadata"]["name"])):
         meta = c["metadata"]
         status = c.get("status") or {}
-        out.append({
-            "name": meta["name"], "namespace": meta["namespace"],
-            "annotations": meta.get("annotations") or {},
-            "owners": [(o["kind"], o["name"], o["uid"], o.get("controller")) for o in meta.get("ownerReferences") or []],
-            "finalizers": meta.get("finalizers") or [], "deleting": bool(meta.get("deletionTimestamp")),
-            "requests": ((c.get("spec") or {}).get("devices") or {}).get("requests") or [],
-            "allocated": bool(status.get("allocation")),
-            "reservedFor": [(e.get("resource"), e.get("name"), e.get("uid")) for e in status.get("reservedFor") or []],
-        })
+        out.append(
+            {
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "annotations": meta.get("annotations") or {},
+                "owners": [
+                    (o["kind"], o["name"], o["uid"], o.get("controller")) for o in meta.get("ownerReferences") or []
+                ],
+                "finalizers": meta.get("finalizers") or [],
+                "deleting": bool(meta.get("deletionTimestamp")),
+                "requests": ((c.get("spec") or {}).get("devices") or {}).get("requests") or [],
+                "allocated": bool(status.get("allocation")),
+                "reservedFor": [
+                    (e.get("resource"), e.get("name"), e.get("uid")) for e in status.get("reservedFor") or []
+                ],
+            }
+        )
     return out
 
 
 def resource_claim_statuses(objects):
-    return {o["metadata"]["name"]: o["status"]["resourceClaimStatuses"]
-            for o in objects if (o.get("status") or {}).get("resourceClaimStatuses")}
+    return {
+        o["metadata"]["name"]: o["status"]["resourceClaimStatuses"]
+        for o in objects
+        if (o.get("status") or {}).get("resourceClaimStatuses")
+    }
 
 
 def creates(controller):
@@ -430,8 +817,9 @@ def creates(controller):
         for s in metric.samples:
             if s.name == "dynamic_resource_allocation_resourceclaim_creates_total" and s.value:
                 labels = s.labels
-                found[(labels["status"], labels["admin_access"], labels["owner_api_group"],
-                       labels["owner_api_kind"])] = s.value
+                found[
+                    (labels["status"], labels["admin_access"], labels["owner_api_group"], labels["owner_api_kind"])
+                ] = s.value
     return found
 
 
@@ -453,7 +841,9 @@ async def run(case: Case, features: Features):
     for p in api.objects(PODS):
         controller.on_pod(p, False)
     for c in case.claims_in_cache:
-        controller.claims.upsert({**copy.deepcopy(c), "metadata": {**c["metadata"], "uid": f"uid-cache-{c['metadata']['name']}"}})
+        controller.claims.upsert(
+            {**copy.deepcopy(c), "metadata": {**c["metadata"], "uid": f"uid-cache-{c['metadata']['name']}"}}
+        )
     for obj in case.claims_later + case.pods_later:
         api.add(obj)
     api.clear_actions()
@@ -475,8 +865,7 @@ async def test_sync_handler(case: Case):
             assert error is not None and case.expected_error in error, (where, error)
             continue  # upstream stops checking here too
         assert error is None, (where, error)
-        events = [e["message"] for e in api.objects(EVENTS)
-                  if e["type"] == "Warning"]
+        events = [e["message"] for e in api.objects(EVENTS) if e["type"] == "Warning"]
         if case.expected_event:
             assert any(case.expected_event in m for m in events), (where, events)
         else:

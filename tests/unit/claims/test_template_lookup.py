@@ -10,9 +10,12 @@ from operators.core.api.resources import RESOURCE_CLAIM_TEMPLATES
 from operators.core.machinery.workqueue import RetryableError
 from tests.fakeapi import FakeApi
 
-TEMPLATE = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
-            "metadata": {"name": "t", "namespace": "ns", "uid": "u-t", "resourceVersion": "7"},
-            "spec": {"spec": {"devices": {"requests": []}}}}
+TEMPLATE = {
+    "apiVersion": "resource.k8s.io/v1",
+    "kind": "ResourceClaimTemplate",
+    "metadata": {"name": "t", "namespace": "ns", "uid": "u-t", "resourceVersion": "7"},
+    "spec": {"spec": {"devices": {"requests": []}}},
+}
 
 
 def api(answer) -> FakeApi:

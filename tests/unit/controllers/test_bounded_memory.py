@@ -7,27 +7,33 @@ import copy
 import pytest
 
 from operators.claims.controller import ClaimsController
-from operators.core.machinery import store as stores
-from operators.core.machinery.events import NORMAL, EventRecorder
 from operators.core.api.kube import ApiError
 from operators.core.api.resources import PODS
+from operators.core.machinery import store as stores
+from operators.core.machinery.events import NORMAL, EventRecorder
 from operators.core.machinery.workqueue import RetryableError
 from operators.taints.controller import TaintsController
-
 from tests.fakeapi import FakeApi
 from tests.unit.fakeclock import Clock
 
 CYCLES = 10_000
 UNAVAILABLE = {"reason": "ServiceUnavailable", "message": "etcd leader changed"}
-TEMPLATE = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
-            "metadata": {"name": "t", "namespace": "ns", "uid": "u-t", "resourceVersion": "1"},
-            "spec": {"spec": {"devices": {"requests": []}}}}
+TEMPLATE = {
+    "apiVersion": "resource.k8s.io/v1",
+    "kind": "ResourceClaimTemplate",
+    "metadata": {"name": "t", "namespace": "ns", "uid": "u-t", "resourceVersion": "1"},
+    "spec": {"spec": {"devices": {"requests": []}}},
+}
 
 
 def claims_pod(i: int) -> dict:
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": f"p{i}", "namespace": "ns", "uid": f"u-p{i}", "resourceVersion": "10"},
-            "spec": {"resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "t"}]}, "status": {}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": f"p{i}", "namespace": "ns", "uid": f"u-p{i}", "resourceVersion": "10"},
+        "spec": {"resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "t"}]},
+        "status": {},
+    }
 
 
 def claims_api() -> FakeApi:
@@ -40,12 +46,21 @@ def claims_api() -> FakeApi:
 
 def generated_claim(pod: dict) -> dict:
     name = pod["metadata"]["name"]
-    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
-            "metadata": {"name": f"{name}-gpu-x", "namespace": "ns", "uid": f"u-c-{name}", "resourceVersion": "12",
-                         "annotations": {"resource.kubernetes.io/pod-claim-name": "gpu"},
-                         "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": name,
-                                              "uid": pod["metadata"]["uid"], "controller": True}]},
-            "spec": {"devices": {"requests": []}}}
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {
+            "name": f"{name}-gpu-x",
+            "namespace": "ns",
+            "uid": f"u-c-{name}",
+            "resourceVersion": "12",
+            "annotations": {"resource.kubernetes.io/pod-claim-name": "gpu"},
+            "ownerReferences": [
+                {"apiVersion": "v1", "kind": "Pod", "name": name, "uid": pod["metadata"]["uid"], "controller": True}
+            ],
+        },
+        "spec": {"devices": {"requests": []}},
+    }
 
 
 async def test_lost_claim_creates_are_forgotten_once_settled_or_their_pod_is_gone():
@@ -70,24 +85,38 @@ async def test_lost_claim_creates_are_forgotten_once_settled_or_their_pod_is_gon
 
 
 def tainted_slice() -> dict:
-    return {"metadata": {"name": "s", "resourceVersion": "1"},
-            "spec": {"driver": "drv", "pool": {"name": "n0", "generation": 1}, "devices": [
-                {"name": "gpu-0", "taints": [{"key": "k", "effect": "NoExecute",
-                                              "timeAdded": "2026-01-01T00:00:00Z"}]}]}}
+    return {
+        "metadata": {"name": "s", "resourceVersion": "1"},
+        "spec": {
+            "driver": "drv",
+            "pool": {"name": "n0", "generation": 1},
+            "devices": [
+                {"name": "gpu-0", "taints": [{"key": "k", "effect": "NoExecute", "timeAdded": "2026-01-01T00:00:00Z"}]}
+            ],
+        },
+    }
 
 
 def taints_claim(i: int) -> dict:
-    return {"metadata": {"name": f"c{i}", "namespace": "ns", "uid": f"u-c{i}", "resourceVersion": "1"},
-            "status": {"allocation": {"devices": {"results": [{"request": "r", "driver": "drv", "pool": "n0",
-                                                               "device": "gpu-0"}]}},
-                       "reservedFor": [{"resource": "pods", "name": f"p{i}", "uid": f"u-p{i}"}]}}
+    return {
+        "metadata": {"name": f"c{i}", "namespace": "ns", "uid": f"u-c{i}", "resourceVersion": "1"},
+        "status": {
+            "allocation": {
+                "devices": {"results": [{"request": "r", "driver": "drv", "pool": "n0", "device": "gpu-0"}]}
+            },
+            "reservedFor": [{"resource": "pods", "name": f"p{i}", "uid": f"u-p{i}"}],
+        },
+    }
 
 
 def taints_pod(i: int) -> dict:
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": f"p{i}", "namespace": "ns", "uid": f"u-p{i}", "resourceVersion": "1"},
-            "spec": {"nodeName": "n0", "resourceClaims": [{"name": "gpu", "resourceClaimName": f"c{i}"}]},
-            "status": {"phase": "Running"}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": f"p{i}", "namespace": "ns", "uid": f"u-p{i}", "resourceVersion": "1"},
+        "spec": {"nodeName": "n0", "resourceClaims": [{"name": "gpu", "resourceClaimName": f"c{i}"}]},
+        "status": {"phase": "Running"},
+    }
 
 
 def taints_api() -> FakeApi:
@@ -105,7 +134,9 @@ async def test_a_failed_eviction_of_a_pod_someone_else_deleted_leaves_nothing_be
 
     def sizes() -> dict[str, int]:
         return {name: len(getattr(controller, name)) for name in per_pod} | {
-            "pods": len(controller.pods), "claims": len(controller.claims)}
+            "pods": len(controller.pods),
+            "claims": len(controller.claims),
+        }
 
     baseline = sizes()
     for i in range(CYCLES):
@@ -145,8 +176,9 @@ async def test_the_event_repeat_cache_forgets_what_can_no_longer_repeat():
     await recorder.event(standing, NORMAL, "Reason", "message")
     baseline = recorder.remembered
     for i in range(CYCLES):  # far below the count limit per ten minutes, as a calm cluster's hours
-        await recorder.event({"metadata": {"name": f"p{i}", "namespace": "ns", "uid": f"u{i}"}},
-                             NORMAL, "Reason", "message")
+        await recorder.event(
+            {"metadata": {"name": f"p{i}", "namespace": "ns", "uid": f"u{i}"}}, NORMAL, "Reason", "message"
+        )
         clock.now += 0.5
     await recorder.event(standing, NORMAL, "Reason", "message")  # a repeat keeps its own entry
     clock.now += 600

@@ -24,8 +24,8 @@ print(json.dumps({"base": base, "before": before, "after": rss(), "trimmed": tri
 
 def test_trim_returns_freed_pages_to_the_system():
     import json
-    out = json.loads(subprocess.run([sys.executable, "-c", _BURST], capture_output=True, text=True,
-                                    check=True).stdout)
+
+    out = json.loads(subprocess.run([sys.executable, "-c", _BURST], capture_output=True, text=True, check=True).stdout)
     assert out["trimmed"] is True, out
     assert out["after"] < out["before"] - 5, out  # MiB: without the trim RSS stays where it was
 

@@ -2,7 +2,6 @@
 
 import re
 import tomllib
-from pathlib import Path
 
 import yaml
 
@@ -10,10 +9,12 @@ from operators.lab.components import REPLACED_CONTROLLERS, RESOURCE_API_VERSIONS
 from tests.paths import ROOT
 
 
-
 def _versions() -> dict[str, str]:
-    return dict(line.split("=", 1) for line in (ROOT / "lab" / "versions.env").read_text().splitlines()
-                if line and not line.startswith("#"))
+    return dict(
+        line.split("=", 1)
+        for line in (ROOT / "lab" / "versions.env").read_text().splitlines()
+        if line and not line.startswith("#")
+    )
 
 
 def test_kind_config_matches_the_lab():
@@ -33,8 +34,11 @@ def test_kind_config_matches_the_lab():
 
 def _instructions(text: str) -> list[tuple[str, str]]:
     joined = re.sub(r"\\\n\s*", " ", text)
-    return [tuple(line.strip().split(None, 1)) for line in joined.splitlines()
-            if line.strip() and not line.strip().startswith("#")]
+    return [
+        tuple(line.strip().split(None, 1))
+        for line in joined.splitlines()
+        if line.strip() and not line.strip().startswith("#")
+    ]
 
 
 def test_dockerfile_is_multistage_locked_and_non_root():
@@ -43,7 +47,7 @@ def test_dockerfile_is_multistage_locked_and_non_root():
     assert all(op in known for op, _ in instructions), instructions
     froms = [i for i, (op, _) in enumerate(instructions) if op == "FROM"]
     assert len(froms) >= 2, "multi-stage: a build stage and a slim runtime stage"
-    final = instructions[froms[-1]:]
+    final = instructions[froms[-1] :]
     [user] = [arg for op, arg in final if op == "USER"]
     assert user.split(":")[0].isdigit() and int(user.split(":")[0]) != 0
     assert ("ENTRYPOINT", '["dra-operators", "run"]') in final
@@ -66,10 +70,23 @@ def test_binding_rbac_in_the_base_is_what_the_operator_needs():
 
     base = yaml.safe_load((ROOT / "kustomize" / "base" / "binding.yaml").read_text())
     env = {e["name"]: e.get("value") for e in base["spec"]["template"]["spec"]["containers"][0]["env"]}
-    printed = subprocess.run([sys.executable, "-m", "operators.binding.rbac", "--drivers", env["DRA_BINDING_DRIVERS"],
-                              "--namespace", "dra-operators"], capture_output=True, text=True, check=True).stdout
+    printed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "operators.binding.rbac",
+            "--drivers",
+            env["DRA_BINDING_DRIVERS"],
+            "--namespace",
+            "dra-operators",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert list(yaml.safe_load_all(printed)) == list(
-        yaml.safe_load_all((ROOT / "kustomize" / "base" / "binding-rbac.yaml").read_text()))
+        yaml.safe_load_all((ROOT / "kustomize" / "base" / "binding-rbac.yaml").read_text())
+    )
 
 
 def test_only_the_node_reaches_the_node_agents_probe_ports():

@@ -19,23 +19,36 @@ from operators.core.api import wirejson
 from operators.core.redact import Redactor
 from operators.core.settings import Settings, SettingsError, parse_value
 from operators.taints import decisions as td
-
 from tests.unit.fuzzing import bounded, deep_json, fuzz, json_values, objects_like, texts_around
 
 SECRET = "s3cret-token"
 REDACT = Redactor.of(f"http://attach:{SECRET}@attach.example:8000/v1", {"Authorization": f"Bearer {SECRET}"})
 
-answers = st.fixed_dictionaries({}, optional={
-    "status": st.sampled_from(["ready", "failed", "pending", "READY", ""]) | json_values,
-    "reason": st.text(max_size=300) | json_values, "message": texts_around(SECRET, "x") | json_values,
-    "data": objects_like("x", "blob", values=json_values | st.just(float("nan")) | st.text(min_size=0, max_size=12000))
-    | json_values})
-answer_bytes = (answers.map(lambda a: json.dumps(a).encode()) | st.binary(max_size=400) | deep_json.map(str.encode)
-                | st.text(max_size=300).map(lambda t: t.encode("utf-8", "surrogatepass")))
+answers = st.fixed_dictionaries(
+    {},
+    optional={
+        "status": st.sampled_from(["ready", "failed", "pending", "READY", ""]) | json_values,
+        "reason": st.text(max_size=300) | json_values,
+        "message": texts_around(SECRET, "x") | json_values,
+        "data": objects_like(
+            "x", "blob", values=json_values | st.just(float("nan")) | st.text(min_size=0, max_size=12000)
+        )
+        | json_values,
+    },
+)
+answer_bytes = (
+    answers.map(lambda a: json.dumps(a).encode())
+    | st.binary(max_size=400)
+    | deep_json.map(str.encode)
+    | st.text(max_size=300).map(lambda t: t.encode("utf-8", "surrogatepass"))
+)
 
 
-@fuzz(raw=answer_bytes, status=st.sampled_from([200, 201, 202, 204, 400, 404, 409]) | st.integers(100, 599),
-      retry_after=st.none() | st.text(max_size=20) | st.sampled_from(["inf", "nan", "1e999", "-1", "5"]))
+@fuzz(
+    raw=answer_bytes,
+    status=st.sampled_from([200, 201, 202, 204, 400, 404, 409]) | st.integers(100, 599),
+    retry_after=st.none() | st.text(max_size=20) | st.sampled_from(["inf", "nan", "1e999", "-1", "5"]),
+)
 def test_fuzz_http_preparer_answer(raw, status, retry_after):
     body, text = bounded(lambda: decode_answer(raw))
     assert isinstance(body, dict) and isinstance(text, str)
@@ -49,10 +62,27 @@ def test_fuzz_http_preparer_answer(raw, status, retry_after):
     assert 0 <= _seconds(retry_after, 2.0) <= 60
 
 
-http_configs = objects_like("url", "timeout", "retries", "backoff", "pollInterval", "headers", values=json_values
-                            | st.sampled_from([f"http://u:{SECRET}@h/v1", f"http://h:99999/{SECRET}", "https://h",
-                                               f"http://u:{SECRET}@[::1/v1", "1e999", "nan", -1])
-                            | st.dictionaries(st.text(max_size=10), st.text(max_size=20) | st.just(SECRET)))
+http_configs = objects_like(
+    "url",
+    "timeout",
+    "retries",
+    "backoff",
+    "pollInterval",
+    "headers",
+    values=json_values
+    | st.sampled_from(
+        [
+            f"http://u:{SECRET}@h/v1",
+            f"http://h:99999/{SECRET}",
+            "https://h",
+            f"http://u:{SECRET}@[::1/v1",
+            "1e999",
+            "nan",
+            -1,
+        ]
+    )
+    | st.dictionaries(st.text(max_size=10), st.text(max_size=20) | st.just(SECRET)),
+)
 
 
 @fuzz(config=http_configs)
@@ -66,8 +96,12 @@ def test_fuzz_http_preparer_config(config):
         assert preparer.timeout > 0 and preparer.retries >= 0
 
 
-@fuzz(text=st.text(max_size=300) | deep_json | http_configs.map(json.dumps)
-      | texts_around("{", '"url"', ":", f'"{SECRET}"', "}", ","))
+@fuzz(
+    text=st.text(max_size=300)
+    | deep_json
+    | http_configs.map(json.dumps)
+    | texts_around("{", '"url"', ":", f'"{SECRET}"', "}", ",")
+)
 def test_fuzz_preparer_config_text(text):
     try:
         config = bounded(lambda: preparers.parse_config(text))
@@ -80,8 +114,10 @@ def test_fuzz_preparer_config_text(text):
 records = objects_like("driver", "pool", "device", "shareID", "node", "started", "allocated")
 
 
-@fuzz(value=records.map(json.dumps) | st.text(max_size=200) | deep_json,
-      key=st.sampled_from([bd.RECORD_ANNOTATION_PREFIX + "x", bd.RECORD_ANNOTATION_PREFIX, "other"]))
+@fuzz(
+    value=records.map(json.dumps) | st.text(max_size=200) | deep_json,
+    key=st.sampled_from([bd.RECORD_ANNOTATION_PREFIX + "x", bd.RECORD_ANNOTATION_PREFIX, "other"]),
+)
 def test_fuzz_binding_record_annotation(value, key):
     record = bounded(lambda: bd.Record.from_json(value))
     if record is not None:
@@ -92,13 +128,15 @@ def test_fuzz_binding_record_annotation(value, key):
     bd.records(claim, bd.DriverFilter.parse("*"))
 
 
-@fuzz(value=st.text(max_size=40) | st.sampled_from(["1e999", "nan", "-0", "inf", "0x10", "1_000", "true", " 5 "]),
-      which=st.sampled_from([td.RATE_ANNOTATION, td.EVICTION_API_ANNOTATION, td.MAX_WAIT_ANNOTATION]))
+@fuzz(
+    value=st.text(max_size=40) | st.sampled_from(["1e999", "nan", "-0", "inf", "0x10", "1_000", "true", " 5 "]),
+    which=st.sampled_from([td.RATE_ANNOTATION, td.EVICTION_API_ANNOTATION, td.MAX_WAIT_ANNOTATION]),
+)
 def test_fuzz_taint_rule_annotations(value, which):
     rule = {"metadata": {"name": "r", "annotations": {which: value}}}
     for check in (td.rule_rate, td.uses_eviction_api, lambda r: td.eviction_api_max_wait(r, 0)):
         try:
-            result = bounded(lambda: check(rule))  # noqa: B023 - called at once
+            result = bounded(lambda: check(rule))  # called at once
         except td.BadAnnotation as e:
             assert which in str(e) or value in str(e), e
         else:
@@ -108,8 +146,10 @@ def test_fuzz_taint_rule_annotations(value, which):
 FIELDS = dataclasses.fields(Settings)
 
 
-@fuzz(index=st.integers(0, len(FIELDS) - 1),
-      raw=st.text(max_size=40) | st.sampled_from(["1e999", "nan", "-1", "0", "9" * 5000, "true", "None", " "]))
+@fuzz(
+    index=st.integers(0, len(FIELDS) - 1),
+    raw=st.text(max_size=40) | st.sampled_from(["1e999", "nan", "-1", "0", "9" * 5000, "true", "None", " "]),
+)
 def test_fuzz_settings(index, raw):
     f = FIELDS[index]
     try:

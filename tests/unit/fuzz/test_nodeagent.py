@@ -17,7 +17,6 @@ from operators.nodeagent.backends.simulated import SimulatedBackend, build_inven
 from operators.nodeagent.plugin import cdi, checkpoint, opaque_config
 from operators.nodeagent.plugin.kubeletapi import dra_v1_pb2, dra_v1beta1_pb2, pluginregistration_v1_pb2
 from operators.nodeagent.plugin.servicers import _claims
-
 from tests.unit.fuzzing import bounded, deep_json, fuzz, json_values, objects_like, scratch, texts_around
 
 DRIVER = "gpu.sim.dra-operators.dev"
@@ -25,6 +24,7 @@ ENV_NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 
 
 # -- opaque configs and DeviceConfig -------------------------------------------------------------
+
 
 def _check_decoded(decoded: dict) -> None:
     import re
@@ -37,20 +37,40 @@ def _check_decoded(decoded: dict) -> None:
         assert decoded["sharing"]["strategy"] in opaque_config.STRATEGIES + ("TimeSlicing",)
 
 
-device_configs = st.fixed_dictionaries({
-    "apiVersion": st.sampled_from([opaque_config.API_VERSION, opaque_config.NVIDIA_API_VERSION, "v1"]),
-    "kind": st.sampled_from([opaque_config.KIND, opaque_config.NVIDIA_KIND, "Other"]),
-}, optional={
-    "env": st.dictionaries(st.sampled_from(["A", "A\n", "DRA_X", "1A", "A=B", "NVIDIA_VISIBLE_DEVICES"])
-                           | texts_around("A", "DRA_", "_1", "\n", "=", "\0"),
-                           st.sampled_from(["x", "a\0b", ""]) | json_values | st.text(), max_size=4) | json_values,
-    "sharing": objects_like("strategy", "timeSlicingConfig", "mpsConfig", values=st.sampled_from(
-        ["TimeSlicing", "Exclusive", "MPS", "Short"]) | json_values | objects_like("interval")),
-    "extra": json_values})
+device_configs = st.fixed_dictionaries(
+    {
+        "apiVersion": st.sampled_from([opaque_config.API_VERSION, opaque_config.NVIDIA_API_VERSION, "v1"]),
+        "kind": st.sampled_from([opaque_config.KIND, opaque_config.NVIDIA_KIND, "Other"]),
+    },
+    optional={
+        "env": st.dictionaries(
+            st.sampled_from(["A", "A\n", "DRA_X", "1A", "A=B", "NVIDIA_VISIBLE_DEVICES"])
+            | texts_around("A", "DRA_", "_1", "\n", "=", "\0"),
+            st.sampled_from(["x", "a\0b", ""]) | json_values | st.text(),
+            max_size=4,
+        )
+        | json_values,
+        "sharing": objects_like(
+            "strategy",
+            "timeSlicingConfig",
+            "mpsConfig",
+            values=st.sampled_from(["TimeSlicing", "Exclusive", "MPS", "Short"])
+            | json_values
+            | objects_like("interval"),
+        ),
+        "extra": json_values,
+    },
+)
 
 
-@fuzz(parameters=device_configs | json_values | st.text(max_size=200) | st.binary(max_size=200)
-      | device_configs.map(json.dumps) | deep_json)
+@fuzz(
+    parameters=device_configs
+    | json_values
+    | st.text(max_size=200)
+    | st.binary(max_size=200)
+    | device_configs.map(json.dumps)
+    | deep_json
+)
 def test_fuzz_opaque_config(parameters):
     try:
         decoded = bounded(lambda: opaque_config.decode(parameters))
@@ -61,17 +81,25 @@ def test_fuzz_opaque_config(parameters):
 
 
 def _claim(entries: list) -> dict:
-    return {"metadata": {"namespace": "ns", "name": "c"},
-            "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu"}}]}},
-            "status": {"allocation": {"devices": {"config": entries}}}}
+    return {
+        "metadata": {"namespace": "ns", "name": "c"},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu"}}]}},
+        "status": {"allocation": {"devices": {"config": entries}}},
+    }
 
 
 # What the API server admits in status.allocation.devices.config: source, requests, opaque with a
 # driver and parameters that are any JSON (a RawExtension), or none.
-config_entries = st.fixed_dictionaries({"source": st.sampled_from(["FromClass", "FromClaim"])}, optional={
-    "requests": st.lists(st.sampled_from(["gpu", "gpu/a", "other"]), max_size=3),
-    "opaque": st.fixed_dictionaries({"driver": st.sampled_from([DRIVER, "other.example.com"])},
-                                    optional={"parameters": device_configs | json_values})})
+config_entries = st.fixed_dictionaries(
+    {"source": st.sampled_from(["FromClass", "FromClaim"])},
+    optional={
+        "requests": st.lists(st.sampled_from(["gpu", "gpu/a", "other"]), max_size=3),
+        "opaque": st.fixed_dictionaries(
+            {"driver": st.sampled_from([DRIVER, "other.example.com"])},
+            optional={"parameters": device_configs | json_values},
+        ),
+    },
+)
 
 
 @fuzz(entries=st.lists(config_entries, max_size=5), request=st.sampled_from(["gpu", "gpu/a", "other"]))
@@ -89,13 +117,34 @@ def test_fuzz_device_config(entries, request):
 
 # -- the simulated backend's inventory file ------------------------------------------------------
 
-groups = objects_like("model", "memory", "count", "architecture", "partitions", "allowMultipleAllocations",
-                      "memoryPolicy", "bindingConditions", "bindingFailureConditions", "bindsToNode", "attributes",
-                      values=json_values | st.integers(-5, 5000) | st.sampled_from(["16Gi", "1", "-1Gi", "1e3"]))
-inventories = objects_like("gpus", "devices", "nodes", "nvidiaContainerToolkit", values=st.lists(
-    groups | json_values, max_size=3) | json_values | st.just(True) | st.dictionaries(
-    st.sampled_from(["node-a", "node-b"]), objects_like("gpus", "devices", values=st.lists(groups, max_size=2)),
-    max_size=2))
+groups = objects_like(
+    "model",
+    "memory",
+    "count",
+    "architecture",
+    "partitions",
+    "allowMultipleAllocations",
+    "memoryPolicy",
+    "bindingConditions",
+    "bindingFailureConditions",
+    "bindsToNode",
+    "attributes",
+    values=json_values | st.integers(-5, 5000) | st.sampled_from(["16Gi", "1", "-1Gi", "1e3"]),
+)
+inventories = objects_like(
+    "gpus",
+    "devices",
+    "nodes",
+    "nvidiaContainerToolkit",
+    values=st.lists(groups | json_values, max_size=3)
+    | json_values
+    | st.just(True)
+    | st.dictionaries(
+        st.sampled_from(["node-a", "node-b"]),
+        objects_like("gpus", "devices", values=st.lists(groups, max_size=2)),
+        max_size=2,
+    ),
+)
 
 
 @fuzz(document=inventories | json_values)
@@ -107,8 +156,13 @@ def test_fuzz_inventory_document(document):
     json.dumps(inventory.devices + inventory.counter_sets)  # what goes to the API server is JSON
 
 
-@fuzz(text=inventories.map(json.dumps) | st.text(max_size=300) | st.binary(max_size=300) | deep_json
-      | texts_around("gpus:\n", "- count: ", "&a ", "*a", "[", "{", "!!python/object", "\t", "nodes:\n"))
+@fuzz(
+    text=inventories.map(json.dumps)
+    | st.text(max_size=300)
+    | st.binary(max_size=300)
+    | deep_json
+    | texts_around("gpus:\n", "- count: ", "&a ", "*a", "[", "{", "!!python/object", "\t", "nodes:\n")
+)
 def test_fuzz_inventory_file(text):
     path = _write(scratch() / "inventory.yaml", text)
     backend = SimulatedBackend(str(path), "node-a", DRIVER)
@@ -128,11 +182,16 @@ def _write(path: Path, content: str | bytes) -> Path:
 # -- the checkpoint ------------------------------------------------------------------------------
 
 prepared_devices = objects_like("pool", "device", "requestNames", "shareID", "adminAccess", "cdiDeviceIDs", "config")
-prepared_claims = objects_like("uid", "namespace", "name", "devices", values=json_values | st.lists(
-    prepared_devices, max_size=3))
-checkpoints = st.fixed_dictionaries({"kind": st.sampled_from(["Checkpoint", "Other"]),
-                                     "apiVersion": st.sampled_from([checkpoint.V1, checkpoint.V2, "v9"])},
-                                    optional={"preparedClaims": st.lists(prepared_claims, max_size=3) | json_values})
+prepared_claims = objects_like(
+    "uid", "namespace", "name", "devices", values=json_values | st.lists(prepared_devices, max_size=3)
+)
+checkpoints = st.fixed_dictionaries(
+    {
+        "kind": st.sampled_from(["Checkpoint", "Other"]),
+        "apiVersion": st.sampled_from([checkpoint.V1, checkpoint.V2, "v9"]),
+    },
+    optional={"preparedClaims": st.lists(prepared_claims, max_size=3) | json_values},
+)
 
 
 def _check_claims(claims: dict) -> None:
@@ -148,8 +207,13 @@ def _check_claims(claims: dict) -> None:
     checkpoint.encode(claims)  # what was read can be written back
 
 
-@fuzz(content=checkpoints.map(json.dumps) | st.binary(max_size=300) | st.text(max_size=300) | deep_json
-      | texts_around('{"kind": "Checkpoint", ', '"apiVersion": "' + checkpoint.V2 + '"', "[" * 50, "}", ","))
+@fuzz(
+    content=checkpoints.map(json.dumps)
+    | st.binary(max_size=300)
+    | st.text(max_size=300)
+    | deep_json
+    | texts_around('{"kind": "Checkpoint", ', '"apiVersion": "' + checkpoint.V2 + '"', "[" * 50, "}", ",")
+)
 def test_fuzz_checkpoint_file(content):
     path = _write(scratch() / "checkpoint.json", content)
     try:
@@ -173,10 +237,24 @@ def test_fuzz_checkpoint_document(document):
 # -- CDI specs read back (a lost checkpoint is rebuilt from them) ---------------------------------
 
 annotation_values = json_values.map(json.dumps) | st.text(max_size=50) | prepared_devices.map(json.dumps) | deep_json
-specs = objects_like("cdiVersion", "kind", "annotations", "devices", values=json_values | st.dictionaries(
-    st.sampled_from([cdi.CLAIM_ANNOTATION, "x"]), annotation_values, max_size=2) | st.lists(objects_like(
-        "name", "annotations", "containerEdits", values=json_values | st.dictionaries(
-            st.sampled_from([cdi.DEVICE_ANNOTATION, "x"]), annotation_values, max_size=2)), max_size=3))
+specs = objects_like(
+    "cdiVersion",
+    "kind",
+    "annotations",
+    "devices",
+    values=json_values
+    | st.dictionaries(st.sampled_from([cdi.CLAIM_ANNOTATION, "x"]), annotation_values, max_size=2)
+    | st.lists(
+        objects_like(
+            "name",
+            "annotations",
+            "containerEdits",
+            values=json_values
+            | st.dictionaries(st.sampled_from([cdi.DEVICE_ANNOTATION, "x"]), annotation_values, max_size=2),
+        ),
+        max_size=3,
+    ),
+)
 
 
 @fuzz(contents=st.lists(specs.map(json.dumps) | st.binary(max_size=200) | deep_json, max_size=3))
@@ -196,9 +274,14 @@ def test_fuzz_checkpoint_rebuilt_from_cdi(documents):
 
 # -- kubelet's gRPC requests ---------------------------------------------------------------------
 
-MESSAGES = [dra_v1_pb2.NodePrepareResourcesRequest, dra_v1_pb2.NodeUnprepareResourcesRequest,
-            dra_v1beta1_pb2.NodePrepareResourcesRequest, dra_v1beta1_pb2.NodeUnprepareResourcesRequest,
-            pluginregistration_v1_pb2.InfoRequest, pluginregistration_v1_pb2.RegistrationStatus]
+MESSAGES = [
+    dra_v1_pb2.NodePrepareResourcesRequest,
+    dra_v1_pb2.NodeUnprepareResourcesRequest,
+    dra_v1beta1_pb2.NodePrepareResourcesRequest,
+    dra_v1beta1_pb2.NodeUnprepareResourcesRequest,
+    pluginregistration_v1_pb2.InfoRequest,
+    pluginregistration_v1_pb2.RegistrationStatus,
+]
 
 
 def _valid_request(claims: list[tuple[str, str, str]]) -> bytes:
@@ -208,13 +291,14 @@ def _valid_request(claims: list[tuple[str, str, str]]) -> bytes:
     return request.SerializeToString()
 
 
-wire = st.binary(max_size=300) | st.lists(st.tuples(st.text(max_size=20), st.text(max_size=20),
-                                                    st.text(max_size=20)), max_size=4).map(_valid_request)
+wire = st.binary(max_size=300) | st.lists(
+    st.tuples(st.text(max_size=20), st.text(max_size=20), st.text(max_size=20)), max_size=4
+).map(_valid_request)
 
 
 @pytest.mark.parametrize("message", MESSAGES, ids=lambda m: f"{m.DESCRIPTOR.file.package}.{m.__name__}")
 def test_fuzz_grpc_requests(message):
-    @fuzz(data=wire | wire.map(lambda b: b[: len(b) // 2] + b"\xff" + b[len(b) // 2:]))
+    @fuzz(data=wire | wire.map(lambda b: b[: len(b) // 2] + b"\xff" + b[len(b) // 2 :]))
     def test_fuzz_grpc_request(data):
         try:
             request = bounded(lambda: message.FromString(data))

@@ -14,38 +14,59 @@ def pod(name, claims, statuses=(), node="n1", phase="Running", ns="ns", extended
     status = {"phase": phase, "resourceClaimStatuses": list(statuses)}
     if extended:
         status["extendedResourceClaimStatus"] = {"resourceClaimName": extended}
-    return {"metadata": {"name": name, "namespace": ns}, "spec": {"resourceClaims": claims, "nodeName": node},
-            "status": status}
+    return {
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"resourceClaims": claims, "nodeName": node},
+        "status": status,
+    }
 
 
 RESULT = {"driver": "d", "pool": "n1", "device": "gpu-0", "request": "gpu"}
 
 
 def test_rows_name_pod_claim_state_devices_and_node():
-    pods = [pod("a", [{"name": "gpu", "resourceClaimTemplateName": "t"}], [{"name": "gpu", "resourceClaimName": "a-gpu-x"}]),
-            pod("b", [{"name": "gpu", "resourceClaimTemplateName": "t"}], node="", phase="Pending"),
-            pod("c", [], extended="c-extended-resources-y"),
-            pod("plain", [])]
-    claims = [claim("a-gpu-x", [RESULT], [{"name": "a"}]), claim("c-extended-resources-y", [dict(RESULT, device="gpu-1", shareID="abcdef0123", adminAccess=True)])]
+    pods = [
+        pod(
+            "a", [{"name": "gpu", "resourceClaimTemplateName": "t"}], [{"name": "gpu", "resourceClaimName": "a-gpu-x"}]
+        ),
+        pod("b", [{"name": "gpu", "resourceClaimTemplateName": "t"}], node="", phase="Pending"),
+        pod("c", [], extended="c-extended-resources-y"),
+        pod("plain", []),
+    ]
+    claims = [
+        claim("a-gpu-x", [RESULT], [{"name": "a"}]),
+        claim("c-extended-resources-y", [dict(RESULT, device="gpu-1", shareID="abcdef0123", adminAccess=True)]),
+    ]
     rows = build_rows(pods, claims)
     assert [(r.pod, r.claim, r.state, r.devices, r.node) for r in rows] == [
         ("a", "a-gpu-x", "reserved", "d/n1/gpu-0", "n1"),
         ("b", "(gpu: not created yet)", "waiting", "-", "-"),
-        ("c", "c-extended-resources-y", "allocated", "d/n1/gpu-1 (share abcdef01) [admin]", "n1")]
+        ("c", "c-extended-resources-y", "allocated", "d/n1/gpu-1 (share abcdef01) [admin]", "n1"),
+    ]
     text = render(rows, {"n1": 3})
     assert text.splitlines()[0].split() == ["NAMESPACE", "POD", "PHASE", "CLAIM", "STATE", "DEVICES", "NODE"]
     assert text.endswith("free devices: n1 3")
 
 
 def slice_(name, devices, node="n1", generation=1, count=1, pool=None, **spec):
-    return {"metadata": {"name": name}, "spec": {"driver": "d", "nodeName": node, "pool": {
-        "name": pool or node, "generation": generation, "resourceSliceCount": count}, "devices": devices, **spec}}
+    return {
+        "metadata": {"name": name},
+        "spec": {
+            "driver": "d",
+            "nodeName": node,
+            "pool": {"name": pool or node, "generation": generation, "resourceSliceCount": count},
+            "devices": devices,
+            **spec,
+        },
+    }
 
 
 def test_states_and_free_devices():
     assert claim_state(None) == "missing" and claim_state(claim("x")) == "pending"
-    slices = [slice_("new", [{"name": "gpu-0"}, {"name": "gpu-1"}], generation=2),
-              slice_("old", [{"name": "old"}], generation=1)]
+    slices = [
+        slice_("new", [{"name": "gpu-0"}, {"name": "gpu-1"}], generation=2),
+        slice_("old", [{"name": "old"}], generation=1),
+    ]
     assert free_devices(slices, [claim("a", [RESULT])]) == {"n1": 1}
 
 
@@ -54,29 +75,43 @@ def test_binding_shows_while_conditions_pend_although_reserved():
     result = dict(RESULT, bindingConditions=["Attached"], bindingFailureConditions=["AttachFailed"])
     waiting = claim("w", [result], [{"name": "p", "resource": "pods"}])
     assert claim_state(waiting) == "binding"
-    waiting["status"]["devices"] = [{"driver": "d", "pool": "n1", "device": "gpu-0",
-                                     "conditions": [{"type": "Attached", "status": "False"}]}]
+    waiting["status"]["devices"] = [
+        {"driver": "d", "pool": "n1", "device": "gpu-0", "conditions": [{"type": "Attached", "status": "False"}]}
+    ]
     assert claim_state(waiting) == "binding"
     waiting["status"]["devices"][0]["conditions"] = [{"type": "Attached", "status": "True"}]
     assert claim_state(waiting) == "reserved"
     waiting["status"]["devices"][0]["conditions"].append({"type": "AttachFailed", "status": "True"})
     assert claim_state(waiting) == "binding-failed"
     done = claim("x", [result])
-    done["status"]["devices"] = [{"driver": "d", "pool": "n1", "device": "gpu-0",
-                                  "conditions": [{"type": "Attached", "status": "True"}]}]
+    done["status"]["devices"] = [
+        {"driver": "d", "pool": "n1", "device": "gpu-0", "conditions": [{"type": "Attached", "status": "True"}]}
+    ]
     assert claim_state(done) == "allocated"
 
 
 def partitioned():
     """One 80Gi GPU offered whole or as two halves (shared counters, as the node agent publishes)."""
-    counters = slice_("n1-counters", [], count=2, sharedCounters=[{"name": "gpu-0-counters", "counters": {"memory": {"value": "80Gi"}}}])
+    counters = slice_(
+        "n1-counters",
+        [],
+        count=2,
+        sharedCounters=[{"name": "gpu-0-counters", "counters": {"memory": {"value": "80Gi"}}}],
+    )
     del counters["spec"]["devices"]
 
     def consumes(amount):
         return [{"counterSet": "gpu-0-counters", "counters": {"memory": {"value": amount}}}]
-    devices = slice_("n1-devices", [{"name": "gpu-0", "consumesCounters": consumes("80Gi")},
-                                    {"name": "gpu-0-part-0", "consumesCounters": consumes("40Gi")},
-                                    {"name": "gpu-0-part-1", "consumesCounters": consumes("40Gi")}], count=2)
+
+    devices = slice_(
+        "n1-devices",
+        [
+            {"name": "gpu-0", "consumesCounters": consumes("80Gi")},
+            {"name": "gpu-0-part-0", "consumesCounters": consumes("40Gi")},
+            {"name": "gpu-0-part-1", "consumesCounters": consumes("40Gi")},
+        ],
+        count=2,
+    )
     return [counters, devices]
 
 
@@ -109,7 +144,9 @@ def test_free_counts_shared_capacity_taints_and_admin_access():
 
 
 def test_wide_rows_carry_model_and_uuid():
-    slices = [slice_("s", [{"name": "gpu-0", "attributes": {"model": {"string": "H100"}, "uuid": {"string": "GPU-1"}}}])]
+    slices = [
+        slice_("s", [{"name": "gpu-0", "attributes": {"model": {"string": "H100"}, "uuid": {"string": "GPU-1"}}}])
+    ]
     pods = [pod("a", [{"name": "gpu", "resourceClaimName": "c"}])]
     [row] = build_rows(pods, [claim("c", [RESULT])], slices)
     assert row.attributes == "model=H100 uuid=GPU-1"

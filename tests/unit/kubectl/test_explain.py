@@ -16,13 +16,25 @@ D = "gpu.example.com"
 
 
 def device(name, model="a", memory="16Gi", **extra):
-    return {"name": name, "attributes": {"model": {"string": model}, "numa": {"int": int(name[-1]) % 2},
-                                         "uuid": {"string": f"GPU-{name}"}},
-            "capacity": {"memory": {"value": memory}}, **extra}
+    return {
+        "name": name,
+        "attributes": {
+            "model": {"string": model},
+            "numa": {"int": int(name[-1]) % 2},
+            "uuid": {"string": f"GPU-{name}"},
+        },
+        "capacity": {"memory": {"value": memory}},
+        **extra,
+    }
 
 
 def node_slice(node, devices, pool=None, count=1, generation=1, name=None, **spec):
-    body = {"driver": D, "nodeName": node, "pool": {"name": pool or node, "generation": generation, "resourceSliceCount": count}, **spec}
+    body = {
+        "driver": D,
+        "nodeName": node,
+        "pool": {"name": pool or node, "generation": generation, "resourceSliceCount": count},
+        **spec,
+    }
     if devices is not None:
         body["devices"] = devices
     return {"metadata": {"name": name or f"{node}-{pool or 'gpus'}-{generation}"}, "spec": body}
@@ -42,24 +54,45 @@ def claim(name="c", requests=None, ns="ns", status=None, constraints=None, **exa
 
 
 def held(name, *devices, ns="other", **result):
-    return claim(name, ns=ns, status={"allocation": {"devices": {"results": [
-        {"request": "gpu", "driver": D, "pool": "n1", "device": d, **result} for d in devices]}}})
+    return claim(
+        name,
+        ns=ns,
+        status={
+            "allocation": {
+                "devices": {
+                    "results": [{"request": "gpu", "driver": D, "pool": "n1", "device": d, **result} for d in devices]
+                }
+            }
+        },
+    )
 
 
 def pod(claims=("c",), ns="ns", name="p", **spec):
-    return {"metadata": {"name": name, "namespace": ns, "uid": "u1"},
-            "spec": {"resourceClaims": [{"name": c, "resourceClaimName": c} if isinstance(c, str) else c for c in claims],
-                     **spec}, "status": {"phase": "Pending"}}
+    return {
+        "metadata": {"name": name, "namespace": ns, "uid": "u1"},
+        "spec": {
+            "resourceClaims": [{"name": c, "resourceClaimName": c} if isinstance(c, str) else c for c in claims],
+            **spec,
+        },
+        "status": {"phase": "Pending"},
+    }
 
 
 def node(name, labels=None, taints=None):
-    return {"metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **(labels or {})}},
-            "spec": {"taints": taints} if taints else {}}
+    return {
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **(labels or {})}},
+        "spec": {"taints": taints} if taints else {},
+    }
 
 
 def world(slices, claims, classes=None, nodes=None, **more):
-    return World(claims=claims, classes=[device_class()] if classes is None else classes, slices=slices,
-                 nodes=nodes or [node("n1"), node("n2")], **more)
+    return World(
+        claims=claims,
+        classes=[device_class()] if classes is None else classes,
+        slices=slices,
+        nodes=nodes or [node("n1"), node("n2")],
+        **more,
+    )
 
 
 def report(w, p=None):
@@ -78,8 +111,13 @@ def reasons(r, claim_index=0, request=0, alternative=0):
 
 def test_template_missing_with_the_event():
     p = pod([{"name": "gpu", "resourceClaimTemplateName": "tmpl"}])
-    event = {"metadata": {"namespace": "ns"}, "involvedObject": {"kind": "Pod", "name": "p"}, "type": "Warning",
-             "reason": "FailedResourceClaimCreation", "message": 'resource claim template "tmpl" not found'}
+    event = {
+        "metadata": {"namespace": "ns"},
+        "involvedObject": {"kind": "Pod", "name": "p"},
+        "type": "Warning",
+        "reason": "FailedResourceClaimCreation",
+        "message": 'resource claim template "tmpl" not found',
+    }
     r = report(world([], [], events=[event]), p)
     [story] = r["claims"]
     assert story["state"] == "template-missing" and "tmpl does not exist" in story["summary"]
@@ -97,8 +135,14 @@ def test_claim_not_created_asks_about_the_claims_controller():
 
 def test_template_with_admin_access_in_an_unlabelled_namespace():
     p = pod([{"name": "gpu", "resourceClaimTemplateName": "tmpl"}])
-    template = {"metadata": {"name": "tmpl", "namespace": "ns"}, "spec": {"spec": {"devices": {"requests": [
-        {"name": "gpu", "exactly": {"deviceClassName": "gpu", "adminAccess": True}}]}}}}
+    template = {
+        "metadata": {"name": "tmpl", "namespace": "ns"},
+        "spec": {
+            "spec": {
+                "devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu", "adminAccess": True}}]}
+            }
+        },
+    }
     r = report(world([], [], templates=[template], namespaces=[{"metadata": {"name": "ns"}}]), p)
     assert "resource.kubernetes.io/admin-access=true" in r["claims"][0]["summary"]
 
@@ -112,11 +156,24 @@ def test_claim_missing():
 
 
 def test_allocated_names_device_subrequest_and_time():
-    c = claim(requests=[{"name": "gpu", "firstAvailable": [{"name": "big", "deviceClassName": "gpu"},
-                                                           {"name": "small", "deviceClassName": "gpu"}]}],
-              status={"allocation": {"allocationTimestamp": "2026-11-23T10:00:00Z", "devices": {"results": [
-                  {"request": "gpu/small", "driver": D, "pool": "n1", "device": "gpu-1"}]}},
-                  "reservedFor": [{"resource": "pods", "name": "p", "uid": "u1"}]})
+    c = claim(
+        requests=[
+            {
+                "name": "gpu",
+                "firstAvailable": [
+                    {"name": "big", "deviceClassName": "gpu"},
+                    {"name": "small", "deviceClassName": "gpu"},
+                ],
+            }
+        ],
+        status={
+            "allocation": {
+                "allocationTimestamp": "2026-11-23T10:00:00Z",
+                "devices": {"results": [{"request": "gpu/small", "driver": D, "pool": "n1", "device": "gpu-1"}]},
+            },
+            "reservedFor": [{"resource": "pods", "name": "p", "uid": "u1"}],
+        },
+    )
     r = report(world([node_slice("n1", [device("gpu-1")])], [c]))
     [story] = r["claims"]
     assert story["state"] == "reserved"
@@ -125,21 +182,42 @@ def test_allocated_names_device_subrequest_and_time():
 
 
 def test_binding_conditions_pending_and_failed():
-    result = {"request": "gpu", "driver": D, "pool": "n1", "device": "gpu-0",
-              "bindingConditions": ["Attached"], "bindingFailureConditions": ["AttachFailed"]}
-    status = {"allocation": {"allocationTimestamp": "2026-11-23T10:00:00Z", "devices": {"results": [result]}},
-              "reservedFor": [{"resource": "pods", "name": "p", "uid": "u1"}],
-              "devices": [{"driver": D, "pool": "n1", "device": "gpu-0",
-                           "conditions": [{"type": "Attached", "status": "False", "message": "fabric busy"}]}]}
+    result = {
+        "request": "gpu",
+        "driver": D,
+        "pool": "n1",
+        "device": "gpu-0",
+        "bindingConditions": ["Attached"],
+        "bindingFailureConditions": ["AttachFailed"],
+    }
+    status = {
+        "allocation": {"allocationTimestamp": "2026-11-23T10:00:00Z", "devices": {"results": [result]}},
+        "reservedFor": [{"resource": "pods", "name": "p", "uid": "u1"}],
+        "devices": [
+            {
+                "driver": D,
+                "pool": "n1",
+                "device": "gpu-0",
+                "conditions": [{"type": "Attached", "status": "False", "message": "fabric busy"}],
+            }
+        ],
+    }
     c = claim(status=status)
     r = report(world([node_slice("n1", [device("gpu-0")])], [c]))
     story = r["claims"][0]
     assert story["state"] == "binding"
-    assert "waits for binding conditions: Attached on gpu.example.com/n1/gpu-0 (since 2026-11-23T10:00:00Z)" in story["summary"]
+    assert (
+        "waits for binding conditions: Attached on gpu.example.com/n1/gpu-0 (since 2026-11-23T10:00:00Z)"
+        in story["summary"]
+    )
     failed = copy.deepcopy(c)
-    failed["status"]["devices"][0]["conditions"].append({"type": "AttachFailed", "status": "True", "message": "no link"})
+    failed["status"]["devices"][0]["conditions"].append(
+        {"type": "AttachFailed", "status": "True", "message": "no link"}
+    )
     story = report(world([node_slice("n1", [device("gpu-0")])], [failed]))["claims"][0]
-    assert story["state"] == "binding-failed" and "AttachFailed on gpu.example.com/n1/gpu-0: no link" in story["summary"]
+    assert (
+        story["state"] == "binding-failed" and "AttachFailed on gpu.example.com/n1/gpu-0: no link" in story["summary"]
+    )
 
 
 # -- not allocated: the rules, one by one ---------------------------------------------------
@@ -147,8 +225,12 @@ def test_binding_conditions_pending_and_failed():
 
 def test_counts_by_reason_class_selector_held_and_tainted():
     devices = [device(f"gpu-{i}", model="b") for i in range(8)]
-    devices += [device("gpu-8"), device("gpu-9"), device("gpu-10"),
-                device("gpu-11", taints=[{"key": "xid", "value": "79", "effect": "NoSchedule"}])]
+    devices += [
+        device("gpu-8"),
+        device("gpu-9"),
+        device("gpu-10"),
+        device("gpu-11", taints=[{"key": "xid", "value": "79", "effect": "NoSchedule"}]),
+    ]
     cls = device_class("gpu", f'device.attributes["{D}"].model == "a"')
     w = world([node_slice("n1", devices)], [claim(), held("h1", "gpu-8", "gpu-9"), held("h2", "gpu-10")], [cls])
     r = report(w)
@@ -162,8 +244,10 @@ def test_counts_by_reason_class_selector_held_and_tainted():
 
 
 def test_tolerated_taint_and_effect_none_fit():
-    devices = [device("gpu-0", taints=[{"key": "xid", "value": "79", "effect": "NoSchedule"}]),
-               device("gpu-1", taints=[{"key": "note", "effect": "None"}])]
+    devices = [
+        device("gpu-0", taints=[{"key": "xid", "value": "79", "effect": "NoSchedule"}]),
+        device("gpu-1", taints=[{"key": "note", "effect": "None"}]),
+    ]
     r = report(world([node_slice("n1", devices)], [claim(count=2, tolerations=[{"key": "xid", "operator": "Exists"}])]))
     assert r["verdict"]["allocatable"] is True
 
@@ -179,67 +263,150 @@ def test_class_selector_runtime_error_is_an_error_with_the_expression():
 
 
 def test_request_selector_false_and_error():
-    r = report(world([node_slice("n1", [device("gpu-0"), device("gpu-1", model="b")])],
-                     [claim(selectors=[{"cel": {"expression": f'device.attributes["{D}"].model == "c"'}}])]))
+    r = report(
+        world(
+            [node_slice("n1", [device("gpu-0"), device("gpu-1", model="b")])],
+            [claim(selectors=[{"cel": {"expression": f'device.attributes["{D}"].model == "c"'}}])],
+        )
+    )
     found, _ = reasons(r)
     assert found["request-selector"]["devices"] == 2 and r["verdict"]["allocatable"] is False
-    r = report(world([node_slice("n1", [device("gpu-0")])],
-                     [claim(selectors=[{"cel": {"expression": f'device.attributes["{D}"].missing > 1'}}])]))
+    r = report(
+        world(
+            [node_slice("n1", [device("gpu-0")])],
+            [claim(selectors=[{"cel": {"expression": f'device.attributes["{D}"].missing > 1'}}])],
+        )
+    )
     found, _ = reasons(r)
     assert "request-selector-error" in found and r["verdict"]["error"]
 
 
 def test_node_filters_rule_out_the_only_node_with_devices():
     slices = [node_slice("n1", [device("gpu-0")])]
-    r = report(world(slices, [claim()], nodes=[node("n1", taints=[{"key": "maint", "effect": "NoSchedule"}]), node("n2")]))
+    r = report(
+        world(slices, [claim()], nodes=[node("n1", taints=[{"key": "maint", "effect": "NoSchedule"}]), node("n2")])
+    )
     found, _ = reasons(r)
     assert found["node"]["devices"] == 1
     assert r["nodes"]["rejected"]["n1"] == "node n1 has the taint maint:NoSchedule that the Pod does not tolerate"
     assert r["verdict"]["allocatable"] is False
     # tolerated, or by node selector / affinity
     tolerant = pod(tolerations=[{"key": "maint", "operator": "Exists"}])
-    assert report(world(slices, [claim()], nodes=[node("n1", taints=[{"key": "maint", "effect": "NoSchedule"}])]),
-                  tolerant)["verdict"]["allocatable"] is True
-    assert report(world(slices, [claim()], nodes=[node("n1", {"zone": "a"}), node("n2", {"zone": "b"})]),
-                  pod(nodeSelector={"zone": "b"}))["verdict"]["allocatable"] is False
-    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-        {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}]}}}
-    assert report(world(slices, [claim()], nodes=[node("n1", {"zone": "a"}), node("n2", {"zone": "b"})]),
-                  pod(affinity=affinity))["verdict"]["allocatable"] is True
+    assert (
+        report(
+            world(slices, [claim()], nodes=[node("n1", taints=[{"key": "maint", "effect": "NoSchedule"}])]), tolerant
+        )["verdict"]["allocatable"]
+        is True
+    )
+    assert (
+        report(
+            world(slices, [claim()], nodes=[node("n1", {"zone": "a"}), node("n2", {"zone": "b"})]),
+            pod(nodeSelector={"zone": "b"}),
+        )["verdict"]["allocatable"]
+        is False
+    )
+    affinity = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}]
+            }
+        }
+    }
+    assert (
+        report(
+            world(slices, [claim()], nodes=[node("n1", {"zone": "a"}), node("n2", {"zone": "b"})]),
+            pod(affinity=affinity),
+        )["verdict"]["allocatable"]
+        is True
+    )
 
 
 def test_node_selector_slices_and_per_device_selection():
     selector = {"nodeSelectorTerms": [{"matchExpressions": [{"key": "rack", "operator": "In", "values": ["r1"]}]}]}
-    network = {"metadata": {"name": "net"}, "spec": {"driver": D, "nodeSelector": selector, "pool": {
-        "name": "net", "generation": 1, "resourceSliceCount": 1}, "devices": [device("net-0")]}}
+    network = {
+        "metadata": {"name": "net"},
+        "spec": {
+            "driver": D,
+            "nodeSelector": selector,
+            "pool": {"name": "net", "generation": 1, "resourceSliceCount": 1},
+            "devices": [device("net-0")],
+        },
+    }
     nodes = [node("n1", {"rack": "r0"}), node("n2", {"rack": "r1"})]
     r = report(world([network], [claim()], nodes=nodes), pod(nodeSelector={"rack": "r0"}))
     assert reasons(r)[0]["node"]["devices"] == 1 and r["verdict"]["allocatable"] is False
-    per_device = {"metadata": {"name": "pd"}, "spec": {"driver": D, "perDeviceNodeSelection": True, "pool": {
-        "name": "pd", "generation": 1, "resourceSliceCount": 1}, "devices": [device("pd-0", nodeName="n2")]}}
-    assert report(world([per_device], [claim()], nodes=nodes), pod(nodeSelector={"rack": "r1"}))["verdict"]["allocatable"]
-    assert not report(world([per_device], [claim()], nodes=nodes), pod(nodeSelector={"rack": "r0"}))["verdict"]["allocatable"]
+    per_device = {
+        "metadata": {"name": "pd"},
+        "spec": {
+            "driver": D,
+            "perDeviceNodeSelection": True,
+            "pool": {"name": "pd", "generation": 1, "resourceSliceCount": 1},
+            "devices": [device("pd-0", nodeName="n2")],
+        },
+    }
+    assert report(world([per_device], [claim()], nodes=nodes), pod(nodeSelector={"rack": "r1"}))["verdict"][
+        "allocatable"
+    ]
+    assert not report(world([per_device], [claim()], nodes=nodes), pod(nodeSelector={"rack": "r0"}))["verdict"][
+        "allocatable"
+    ]
 
 
 def partitioned():
     def consumes(amount):
         return [{"counterSet": "gpu-0-counters", "counters": {"memory": {"value": amount}}}]
-    counters = node_slice("n1", None, count=2, name="n1-counters",
-                          sharedCounters=[{"name": "gpu-0-counters", "counters": {"memory": {"value": "80Gi"}}}])
-    devices = node_slice("n1", [device("gpu-0", memory="80Gi", consumesCounters=consumes("80Gi")),
-                                device("part-0", memory="40Gi", consumesCounters=consumes("40Gi")),
-                                device("part-1", memory="40Gi", consumesCounters=consumes("40Gi"))], count=2, name="n1-devices")
+
+    counters = node_slice(
+        "n1",
+        None,
+        count=2,
+        name="n1-counters",
+        sharedCounters=[{"name": "gpu-0-counters", "counters": {"memory": {"value": "80Gi"}}}],
+    )
+    devices = node_slice(
+        "n1",
+        [
+            device("gpu-0", memory="80Gi", consumesCounters=consumes("80Gi")),
+            device("part-0", memory="40Gi", consumesCounters=consumes("40Gi")),
+            device("part-1", memory="40Gi", consumesCounters=consumes("40Gi")),
+        ],
+        count=2,
+        name="n1-devices",
+    )
     return [counters, devices]
 
 
 def test_shared_counters_used_up_by_a_partition():
-    r = report(world(partitioned(), [claim(selectors=[{"cel": {"expression": f'device.capacity["{D}"].memory.compareTo(quantity("80Gi")) == 0'}}]),
-                                     held("h", "part-0")]))
+    r = report(
+        world(
+            partitioned(),
+            [
+                claim(
+                    selectors=[
+                        {"cel": {"expression": f'device.capacity["{D}"].memory.compareTo(quantity("80Gi")) == 0'}}
+                    ]
+                ),
+                held("h", "part-0"),
+            ],
+        )
+    )
     found, _ = reasons(r)
     assert found["counters"]["detail"] == "counter set gpu-0-counters memory: needs 80Gi, 40Gi left"
     assert r["verdict"]["allocatable"] is False
     # two halves fit together, three do not
-    assert report(world(partitioned(), [claim(count=2, selectors=[{"cel": {"expression": f'device.capacity["{D}"].memory.compareTo(quantity("40Gi")) == 0'}}])]))["verdict"]["allocatable"]
+    assert report(
+        world(
+            partitioned(),
+            [
+                claim(
+                    count=2,
+                    selectors=[
+                        {"cel": {"expression": f'device.capacity["{D}"].memory.compareTo(quantity("40Gi")) == 0'}}
+                    ],
+                )
+            ],
+        )
+    )["verdict"]["allocatable"]
     assert not report(world(partitioned(), [claim(count=3)]))["verdict"]["allocatable"]
 
 
@@ -252,11 +419,15 @@ def shared_device(policy=None):
 
 def test_consumable_capacity_left_and_request_policy():
     share = {"shareID": "5c0e9d1e-0000-4000-8000-000000000001", "consumedCapacity": {"memory": "40Gi"}}
-    r = report(world([shared_device()], [claim(capacity={"requests": {"memory": "16Gi"}}), held("h", "shared-0", **share)]))
+    r = report(
+        world([shared_device()], [claim(capacity={"requests": {"memory": "16Gi"}}), held("h", "shared-0", **share)])
+    )
     found, _ = reasons(r)
     assert found["capacity"]["detail"] == "memory: needs 16Gi, 8Gi of 48Gi left"
     assert r["verdict"]["allocatable"] is False
-    assert report(world([shared_device()], [claim(capacity={"requests": {"memory": "8Gi"}}), held("h", "shared-0", **share)]))["verdict"]["allocatable"]
+    assert report(
+        world([shared_device()], [claim(capacity={"requests": {"memory": "8Gi"}}), held("h", "shared-0", **share)])
+    )["verdict"]["allocatable"]
     policy = {"default": "4Gi", "validRange": {"min": "2Gi", "max": "20Gi", "step": "2Gi"}}
     r = report(world([shared_device(policy)], [claim(capacity={"requests": {"memory": "30Gi"}})]))
     assert reasons(r)[0]["capacity"]["detail"] == "memory 30Gi is more than the maximum 20Gi"
@@ -277,8 +448,10 @@ def test_admin_access_uses_held_devices():
 
 
 def test_allocation_mode_all_and_a_pool_being_updated():
-    slices = [node_slice("n1", [device("gpu-0"), device("gpu-1")]),
-              node_slice("n1", [device("upd-0")], pool="upd", count=2)]
+    slices = [
+        node_slice("n1", [device("gpu-0"), device("gpu-1")]),
+        node_slice("n1", [device("upd-0")], pool="upd", count=2),
+    ]
     r = report(world(slices, [claim(allocationMode="All")]))
     assert r["verdict"]["allocatable"] is False and "being updated" in r["verdict"]["error"]
     assert reasons(r)[0]["pool"]["devices"] == 1
@@ -287,7 +460,7 @@ def test_allocation_mode_all_and_a_pool_being_updated():
 
 
 def test_constraints_match_and_distinct_attribute():
-    devices = [device("gpu-0"), device("gpu-1"), device("gpu-3")]   # numa 0, 1, 1
+    devices = [device("gpu-0"), device("gpu-1"), device("gpu-3")]  # numa 0, 1, 1
     match = [{"matchAttribute": f"{D}/numa"}]
     assert report(world([node_slice("n1", devices)], [claim(count=2, constraints=match)]))["verdict"]["allocatable"]
     r = report(world([node_slice("n1", devices)], [claim(count=3, constraints=match)]))
@@ -295,13 +468,25 @@ def test_constraints_match_and_distinct_attribute():
     assert r["claims"][0]["constraints"] == [f"matchAttribute {D}/numa: fitting devices have 1: 2, 0: 1"]
     distinct = [{"distinctAttribute": f"{D}/numa"}]
     assert report(world([node_slice("n1", devices)], [claim(count=2, constraints=distinct)]))["verdict"]["allocatable"]
-    assert not report(world([node_slice("n1", devices)], [claim(count=3, constraints=distinct)]))["verdict"]["allocatable"]
+    assert not report(world([node_slice("n1", devices)], [claim(count=3, constraints=distinct)]))["verdict"][
+        "allocatable"
+    ]
 
 
 def test_prioritized_list_falls_through_to_a_fitting_subrequest():
-    requests = [{"name": "gpu", "firstAvailable": [
-        {"name": "big", "deviceClassName": "gpu", "selectors": [{"cel": {"expression": f'device.attributes["{D}"].model == "z"'}}]},
-        {"name": "any", "deviceClassName": "gpu"}]}]
+    requests = [
+        {
+            "name": "gpu",
+            "firstAvailable": [
+                {
+                    "name": "big",
+                    "deviceClassName": "gpu",
+                    "selectors": [{"cel": {"expression": f'device.attributes["{D}"].model == "z"'}}],
+                },
+                {"name": "any", "deviceClassName": "gpu"},
+            ],
+        }
+    ]
     r = report(world([node_slice("n1", [device("gpu-0")])], [claim(requests=requests)]))
     request = r["claims"][0]["requests"][0]
     assert [a["enough"] for a in request["alternatives"]] == [False, True]
@@ -314,7 +499,11 @@ def test_missing_class_and_pod_with_node_name():
     assert r["verdict"]["summary"] == "request gpu of claim c: device class gpu does not exist"
     r = report(world([node_slice("n1", [device("gpu-0")])], [claim()]), pod(nodeName="n1"))
     assert "without the scheduler" in r["verdict"]["summary"]
-    done = claim(status={"allocation": {"devices": {"results": [{"request": "gpu", "driver": D, "pool": "n1", "device": "gpu-0"}]}}})
+    done = claim(
+        status={
+            "allocation": {"devices": {"results": [{"request": "gpu", "driver": D, "pool": "n1", "device": "gpu-0"}]}}
+        }
+    )
     r = report(world([node_slice("n1", [device("gpu-0")])], [done]), pod(nodeName="n1"))
     assert r["verdict"] == {"allocatable": True, "summary": "on node n1, every claim allocated"}
 
@@ -340,4 +529,10 @@ def test_allocator_raises_what_the_scheduler_aborts_on():
     # a constraint that cannot hold for all devices of allocationMode All
     c = claim(allocationMode="All", constraints=[{"matchAttribute": f"{D}/numa"}])
     with pytest.raises(AllocationError, match="constraint"):
-        allocate(n1, [c], [node_slice("n1", [device("gpu-0"), device("gpu-1")])], {"gpu": device_class()}, allocated_state([]))
+        allocate(
+            n1,
+            [c],
+            [node_slice("n1", [device("gpu-0"), device("gpu-1")])],
+            {"gpu": device_class()},
+            allocated_state([]),
+        )

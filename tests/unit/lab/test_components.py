@@ -5,8 +5,7 @@ import pytest
 from operators.lab import components
 from operators.lab.components import Files, Ports
 
-PORTS = Ports(etcd_client=1001, etcd_peer=1002, apiserver=1003, controller_manager=1004,
-              scheduler=1005, kwok=1006)
+PORTS = Ports(etcd_client=1001, etcd_peer=1002, apiserver=1003, controller_manager=1004, scheduler=1005, kwok=1006)
 FILES = Files(Path("/run/lab"))
 
 HELP = """
@@ -22,8 +21,7 @@ HELP = """
 
 
 def test_dra_gates_from_help_skip_locked_and_unrelated():
-    assert components.dra_feature_gates(HELP) == ["DRAAdminAccess", "DRAConsumableCapacity",
-                                                  "DRADeviceTaintRules"]
+    assert components.dra_feature_gates(HELP) == ["DRAAdminAccess", "DRAConsumableCapacity", "DRADeviceTaintRules"]
 
 
 def test_gate_dependencies_and_their_apis_follow():
@@ -34,7 +32,10 @@ def test_gate_dependencies_and_their_apis_follow():
 
 def test_controller_manager_disables_upstream_dra_controllers_by_default():
     args = components.build_controller_manager_args(Path("/b/kcm"), FILES, PORTS, ["DRAX"], False)
-    assert "--controllers=*,-resourceclaim-controller,-device-taint-eviction-controller,-resourcepoolstatusrequest-controller" in args
+    assert (
+        "--controllers=*,-resourceclaim-controller,-device-taint-eviction-controller,-resourcepoolstatusrequest-controller"
+        in args
+    )
     assert "--feature-gates=DRAX=true" in args
     assert "--leader-elect=false" in args
 
@@ -46,8 +47,10 @@ def test_controller_manager_upstream_controllers_on():
 
 def test_apiserver_serves_every_resource_api_version_and_loopback_only():
     args = components.build_apiserver_args(Path("/b/apiserver"), FILES, PORTS, ["DRAA", "DRAB"])
-    assert "--runtime-config=resource.k8s.io/v1=true,resource.k8s.io/v1beta2=true," \
-           "resource.k8s.io/v1beta1=true,resource.k8s.io/v1alpha3=true" in args
+    assert (
+        "--runtime-config=resource.k8s.io/v1=true,resource.k8s.io/v1beta2=true,"
+        "resource.k8s.io/v1beta1=true,resource.k8s.io/v1alpha3=true" in args
+    )
     assert "--bind-address=127.0.0.1" in args and "--secure-port=1003" in args
     assert "--feature-gates=DRAA=true,DRAB=true" in args
     assert "--authorization-mode=Node,RBAC" in args
@@ -55,9 +58,15 @@ def test_apiserver_serves_every_resource_api_version_and_loopback_only():
 
 
 def test_scheduler_config_keeps_user_profiles_and_forces_lab_connection():
-    user = {"profiles": [{"schedulerName": "default-scheduler", "pluginConfig": [
-        {"name": "DynamicResources", "args": {"bindingTimeout": "5s"}}]}],
-        "clientConnection": {"kubeconfig": "/elsewhere", "qps": 7}}
+    user = {
+        "profiles": [
+            {
+                "schedulerName": "default-scheduler",
+                "pluginConfig": [{"name": "DynamicResources", "args": {"bindingTimeout": "5s"}}],
+            }
+        ],
+        "clientConnection": {"kubeconfig": "/elsewhere", "qps": 7},
+    }
     config = components.build_scheduler_config(Path("/run/lab/s.kubeconfig"), user)
     assert config["kind"] == "KubeSchedulerConfiguration"
     assert config["clientConnection"] == {"qps": 7, "burst": 1000, "kubeconfig": "/run/lab/s.kubeconfig"}
@@ -74,11 +83,13 @@ def test_kwok_manages_only_annotated_nodes_with_upstream_and_lab_stages():
 
 @pytest.mark.parametrize("phase,code", [("Succeeded", 0), ("Failed", 1)])
 def test_finish_stages_select_on_annotation(phase, code):
-    stage = {s["metadata"]["name"]: s for s in components.build_kwok_lab_stages()}[
-        f"lab-pod-{phase.lower()}-on-demand"]
+    stage = {s["metadata"]["name"]: s for s in components.build_kwok_lab_stages()}[f"lab-pod-{phase.lower()}-on-demand"]
     expressions = stage["spec"]["selector"]["matchExpressions"]
-    assert {"key": f'.metadata.annotations["{components.FINISH_ANNOTATION}"]', "operator": "In",
-            "values": [phase]} in expressions
+    assert {
+        "key": f'.metadata.annotations["{components.FINISH_ANNOTATION}"]',
+        "operator": "In",
+        "values": [phase],
+    } in expressions
     assert f"exitCode: {code}" in stage["spec"]["next"]["statusTemplate"]
     assert f"phase: {phase}" in stage["spec"]["next"]["statusTemplate"]
 
@@ -106,8 +117,7 @@ def test_lab_down_of_a_lab_that_is_not_running_says_so(tmp_path):
     from operators.lab.cli import lab
     from operators.lab.cluster import LabState
 
-    LabState(name="gone", run_dir=str(tmp_path), kubeconfig="k", server="s", ports={},
-             pids={"etcd": 2 ** 22 + 1}).save()
+    LabState(name="gone", run_dir=str(tmp_path), kubeconfig="k", server="s", ports={}, pids={"etcd": 2**22 + 1}).save()
     result = CliRunner().invoke(lab, ["down", "--name", "gone", "--run-dir", str(tmp_path)])
     assert result.exit_code == 0, result.output
     assert "lab 'gone' was not running" in result.output and str(tmp_path) in result.output

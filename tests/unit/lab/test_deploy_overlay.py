@@ -1,13 +1,10 @@
 """The lab's deploy overlay (operators/lab/deploy.py) against the base it patches: what it deletes
 must be what the base has, or kustomize silently keeps the base's kubelet paths."""
 
-from pathlib import Path
-
 import yaml
 
 from operators.lab import deploy
 from tests.paths import ROOT
-
 
 
 def _base_daemonset() -> dict:

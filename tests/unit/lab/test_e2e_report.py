@@ -4,8 +4,14 @@ from operators.lab import e2e_report as r
 
 
 def spec(containers, text, state, message="", seconds=1.0, leaf="It"):
-    return {"ContainerHierarchyTexts": containers, "LeafNodeText": text, "LeafNodeType": leaf, "State": state,
-            "RunTime": int(seconds * 1e9), **({"Failure": {"Message": message}} if message else {})}
+    return {
+        "ContainerHierarchyTexts": containers,
+        "LeafNodeText": text,
+        "LeafNodeType": leaf,
+        "State": state,
+        "RunTime": int(seconds * 1e9),
+        **({"Failure": {"Message": message}} if message else {}),
+    }
 
 
 def report(*specs):
@@ -13,17 +19,24 @@ def report(*specs):
 
 
 def test_read_report_names_cases_and_folds_failure_states():
-    results = r.read_report(report(
-        spec(["[sig-node] [DRA]", "kubelet"], "deletes claims", "passed", seconds=40.7),
-        spec(["[sig-node] [DRA]"], "times out", "timedout", "A timeout occurred\nmore"),
-        spec(["[sig-node] [DRA]"], "panics", "panicked", "boom"),
-        spec(["[sig-node] [DRA]"], "needs gce", "skipped", "Only supported for providers [gce] (not local)"),
-        spec([], "Kubernetes e2e JUnit report", "passed", leaf="ReportAfterSuite"),
-    ))
-    assert set(results) == {"[sig-node] [DRA] kubelet deletes claims", "[sig-node] [DRA] times out",
-                            "[sig-node] [DRA] panics", "[sig-node] [DRA] needs gce"}
+    results = r.read_report(
+        report(
+            spec(["[sig-node] [DRA]", "kubelet"], "deletes claims", "passed", seconds=40.7),
+            spec(["[sig-node] [DRA]"], "times out", "timedout", "A timeout occurred\nmore"),
+            spec(["[sig-node] [DRA]"], "panics", "panicked", "boom"),
+            spec(["[sig-node] [DRA]"], "needs gce", "skipped", "Only supported for providers [gce] (not local)"),
+            spec([], "Kubernetes e2e JUnit report", "passed", leaf="ReportAfterSuite"),
+        )
+    )
+    assert set(results) == {
+        "[sig-node] [DRA] kubelet deletes claims",
+        "[sig-node] [DRA] times out",
+        "[sig-node] [DRA] panics",
+        "[sig-node] [DRA] needs gce",
+    }
     assert results["[sig-node] [DRA] kubelet deletes claims"] == r.Result(
-        "[sig-node] [DRA] kubelet deletes claims", r.PASSED, "", 40.7)
+        "[sig-node] [DRA] kubelet deletes claims", r.PASSED, "", 40.7
+    )
     assert results["[sig-node] [DRA] times out"].state == r.FAILED
     assert results["[sig-node] [DRA] times out"].message == "A timeout occurred"
     assert results["[sig-node] [DRA] panics"].state == r.FAILED
@@ -43,8 +56,11 @@ def test_verdicts_cover_every_pair():
 
 
 def test_table_lists_our_failures_first_with_reviewed_causes():
-    ours = {"a": r.Result("a", r.PASSED), "b": r.Result("b", r.FAILED, "claim not deleted | after 5m"),
-            "c": r.Result("c", r.FAILED, "lab has no ssh")}
+    ours = {
+        "a": r.Result("a", r.PASSED),
+        "b": r.Result("b", r.FAILED, "claim not deleted | after 5m"),
+        "c": r.Result("c", r.FAILED, "lab has no ssh"),
+    }
     upstream = {"a": r.Result("a", r.PASSED), "b": r.Result("b", r.PASSED), "c": r.Result("c", r.FAILED, "x")}
     table = r.render_table(ours, upstream, {"c": "needs SSH to the node"}).splitlines()
     assert table[0] == "| Case | Ours | Upstream's | Verdict | Why |"
@@ -56,6 +72,7 @@ def test_table_lists_our_failures_first_with_reviewed_causes():
 
 def test_page_states_counts_ratio_and_command():
     from operators.lab.e2e import render_page
+
     ours = {"a": r.Result("a", r.PASSED), "b": r.Result("b", r.FAILED, "boom"), "c": r.Result("c", r.SKIPPED, "gce")}
     upstream = {"a": r.Result("a", r.PASSED), "b": r.Result("b", r.PASSED), "c": r.Result("c", r.SKIPPED, "gce")}
     page = render_page(ours, upstream, {}, "make e2e", {"ours": 16.7, "upstream": 17.2})

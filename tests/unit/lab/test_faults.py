@@ -15,30 +15,46 @@ import pytest
 from operators.lab import components, control, netfault, process
 from operators.lab.components import Files, Ports
 
-PORTS = Ports(etcd_client=1001, etcd_peer=1002, apiserver=1003, controller_manager=1004,
-              scheduler=1005, kwok=1006, toxiproxy=1007, apiserver_proxy=1008)
+PORTS = Ports(
+    etcd_client=1001,
+    etcd_peer=1002,
+    apiserver=1003,
+    controller_manager=1004,
+    scheduler=1005,
+    kwok=1006,
+    toxiproxy=1007,
+    apiserver_proxy=1008,
+)
 FILES = Files(Path("/run/lab"))
 
 
 def test_toxiproxy_listens_on_loopback_and_loads_its_proxy_from_a_file():
     assert components.build_toxiproxy_args(Path("/b/toxiproxy-server"), FILES, PORTS) == [
-        "/b/toxiproxy-server", "-host=127.0.0.1", "-port=1007", "-config=/run/lab/toxiproxy.json"]
-    assert netfault.proxy_config(1008, 1003) == [{
-        "name": "kube-apiserver", "listen": "127.0.0.1:1008", "upstream": "127.0.0.1:1003", "enabled": True}]
+        "/b/toxiproxy-server",
+        "-host=127.0.0.1",
+        "-port=1007",
+        "-config=/run/lab/toxiproxy.json",
+    ]
+    assert netfault.proxy_config(1008, 1003) == [
+        {"name": "kube-apiserver", "listen": "127.0.0.1:1008", "upstream": "127.0.0.1:1003", "enabled": True}
+    ]
 
 
 def test_black_hole_drops_both_directions_and_never_closes():
     toxics = netfault.black_hole_toxics()
     assert {t["stream"] for t in toxics} == {"upstream", "downstream"}
-    assert all(t["type"] == "timeout" and t["attributes"] == {"timeout": 0} and t["toxicity"] == 1.0
-               for t in toxics)
+    assert all(t["type"] == "timeout" and t["attributes"] == {"timeout": 0} and t["toxicity"] == 1.0 for t in toxics)
     assert [t["name"] for t in toxics] == list(netfault.BLACK_HOLE)
 
 
 def test_latency_holds_answers():
     assert netfault.latency_toxic(250, 50) == {
-        "name": "latency", "type": "latency", "stream": "downstream", "toxicity": 1.0,
-        "attributes": {"latency": 250, "jitter": 50}}
+        "name": "latency",
+        "type": "latency",
+        "stream": "downstream",
+        "toxicity": 1.0,
+        "attributes": {"latency": 250, "jitter": 50},
+    }
 
 
 @pytest.mark.parametrize("ms,jitter", [(-1, 0), (10, 20), (10, -1)])
@@ -48,8 +64,12 @@ def test_latency_rejects_nonsense(ms, jitter):
 
 
 def test_describe_names_each_fault():
-    proxy = {"listen": "127.0.0.1:1008", "upstream": "127.0.0.1:1003", "enabled": True,
-             "toxics": [*netfault.black_hole_toxics(), netfault.latency_toxic(100, 10)]}
+    proxy = {
+        "listen": "127.0.0.1:1008",
+        "upstream": "127.0.0.1:1003",
+        "enabled": True,
+        "toxics": [*netfault.black_hole_toxics(), netfault.latency_toxic(100, 10)],
+    }
     line = netfault.describe(proxy)
     assert line.startswith("127.0.0.1:1008 -> 127.0.0.1:1003 enabled")
     assert "black hole (upstream)" in line and "black hole (downstream)" in line and "latency 100ms±10ms" in line
@@ -59,14 +79,17 @@ def test_describe_names_each_fault():
 
 def test_kubeconfig_via_proxy_keeps_credentials_and_ca():
     token_config = {
-        "apiVersion": "v1", "kind": "Config", "current-context": "sa",
+        "apiVersion": "v1",
+        "kind": "Config",
+        "current-context": "sa",
         "clusters": [{"name": "lab", "cluster": {"server": "https://127.0.0.1:1003", "certificate-authority": "/ca"}}],
         "users": [{"name": "sa", "user": {"token": "abc"}}],
         "contexts": [{"name": "sa", "context": {"cluster": "lab", "user": "sa"}}],
     }
     proxied = components.with_server(token_config, "https://127.0.0.1:1008")
-    assert proxied["clusters"] == [{"name": "lab", "cluster": {"server": "https://127.0.0.1:1008",
-                                                               "certificate-authority": "/ca"}}]
+    assert proxied["clusters"] == [
+        {"name": "lab", "cluster": {"server": "https://127.0.0.1:1008", "certificate-authority": "/ca"}}
+    ]
     assert proxied["users"] == token_config["users"] and proxied["contexts"] == token_config["contexts"]
     assert token_config["clusters"][0]["cluster"]["server"] == "https://127.0.0.1:1003"  # not modified
 
@@ -80,8 +103,7 @@ def test_child_spawned_from_a_thread_outlives_the_thread(tmp_path):
     """PR_SET_PDEATHSIG fires when the forking *thread* ends; spawn() forks from a thread that
     lives as long as the process, so a child started in a short-lived thread stays."""
     started: list[subprocess.Popen] = []
-    thread = threading.Thread(target=lambda: started.append(
-        process.spawn(["sleep", "60"], tmp_path / "sleep.log")))
+    thread = threading.Thread(target=lambda: started.append(process.spawn(["sleep", "60"], tmp_path / "sleep.log")))
     thread.start()
     thread.join()
     [child] = started
@@ -97,9 +119,11 @@ def test_child_spawned_from_a_thread_outlives_the_thread(tmp_path):
 
 def test_children_still_die_with_their_process(tmp_path):
     """The tie itself: a process that spawns a child and is SIGKILLed leaves nothing."""
-    script = ("import sys, time; from pathlib import Path; from operators.lab import process;"
-              f"p = process.spawn(['sleep', '60'], Path({str(tmp_path / 'c.log')!r}));"
-              "print(p.pid, flush=True); time.sleep(60)")
+    script = (
+        "import sys, time; from pathlib import Path; from operators.lab import process;"
+        f"p = process.spawn(['sleep', '60'], Path({str(tmp_path / 'c.log')!r}));"
+        "print(p.pid, flush=True); time.sleep(60)"
+    )
     parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     child_pid = int(parent.stdout.readline())
     assert process.alive(child_pid)

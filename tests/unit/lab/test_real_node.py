@@ -12,8 +12,7 @@ import pytest
 from operators.lab import components, images, paths, realnode
 from operators.lab.components import Files, Ports, RealNodeFiles
 
-PORTS = Ports(etcd_client=1001, etcd_peer=1002, apiserver=1003, controller_manager=1004,
-              scheduler=1005, kwok=1006)
+PORTS = Ports(etcd_client=1001, etcd_peer=1002, apiserver=1003, controller_manager=1004, scheduler=1005, kwok=1006)
 NODE = RealNodeFiles(Path("/run/lab/nodes/lab-real-0"), "lab-real-0")
 
 
@@ -27,8 +26,11 @@ def test_a_plain_lab_needs_no_real_node_binary_and_keeps_its_apiserver_flags(tmp
     assert not [a for a in plain if "kubelet" in a or "admission" in a]
     real = components.build_apiserver_args(Path("kas"), Files(Path("/run/lab")), PORTS, [], real_nodes=True)
     assert set(real) - set(plain) == {
-        "--kubelet-preferred-address-types=InternalIP", "--kubelet-client-certificate=/run/lab/pki/admin.crt",
-        "--kubelet-client-key=/run/lab/pki/admin.key", "--enable-admission-plugins=NodeRestriction"}
+        "--kubelet-preferred-address-types=InternalIP",
+        "--kubelet-client-certificate=/run/lab/pki/admin.crt",
+        "--kubelet-client-key=/run/lab/pki/admin.key",
+        "--enable-admission-plugins=NodeRestriction",
+    }
 
 
 def test_containerd_config_keeps_everything_under_the_node_dir():
@@ -42,15 +44,19 @@ def test_containerd_config_keeps_everything_under_the_node_dir():
     assert runtime["cdi_spec_dirs"] == ["/run/lab/nodes/lab-real-0/cdi"]
     assert runtime["netns_mounts_under_state_dir"] is True
     runc = runtime["containerd"]["runtimes"]["runc"]["options"]
-    assert runc == {"BinaryName": "/bin/lab/runc", "Root": "/run/lab/nodes/lab-real-0/containerd/state/runc",
-                    "SystemdCgroup": False}
+    assert runc == {
+        "BinaryName": "/bin/lab/runc",
+        "Root": "/run/lab/nodes/lab-real-0/containerd/state/runc",
+        "SystemdCgroup": False,
+    }
     assert runtime["cni"]["bin_dirs"] == ["/bin/lab/cni"]
     assert config["plugins"]["io.containerd.cri.v1.images"]["pinned_images"]["sandbox"] == images.PAUSE_IMAGE
 
 
 def test_kubelet_config_for_cgroup_v1_without_systemd():
-    config = components.build_kubelet_config(NODE, "10.88.7.1", 4001, 4002, Path("/run/lab/pki/ca.crt"),
-                                             ["DRAAdminAccess"])
+    config = components.build_kubelet_config(
+        NODE, "10.88.7.1", 4001, 4002, Path("/run/lab/pki/ca.crt"), ["DRAAdminAccess"]
+    )
     assert (config["cgroupDriver"], config["cgroupsPerQOS"], config["failCgroupV1"]) == ("cgroupfs", False, False)
     assert config["enforceNodeAllocatable"] == [] and config["evictionHard"] == {}
     assert config["address"] == "10.88.7.1" and config["port"] == 4001 and config["readOnlyPort"] == 0
@@ -78,7 +84,9 @@ def test_node_roots_are_short_enough_for_plugin_sockets_of_long_driver_names():
     assert str(root).startswith("/run/dra-lab/") and root.name == "lab-real-0"
     socket = RealNodeFiles(root, "lab-real-0").plugins_registry / f"{'d' * 40}-reg.sock"
     assert len(str(socket)) <= 107
-    assert components.real_node_root(Path("/tmp/x"), "lab-real-0") != components.real_node_root(Path("/tmp/y"), "lab-real-0")
+    assert components.real_node_root(Path("/tmp/x"), "lab-real-0") != components.real_node_root(
+        Path("/tmp/y"), "lab-real-0"
+    )
 
 
 def test_bridge_names_fit_ifnamsiz_and_differ_per_lab_and_node():
@@ -89,10 +97,12 @@ def test_bridge_names_fit_ifnamsiz_and_differ_per_lab_and_node():
 
 
 def test_mounts_under_reads_mountinfo_deepest_first(monkeypatch):
-    lines = ("1 2 0:1 / /run/lab/nodes/x rw - tmpfs t rw\n"
-             "3 1 0:2 / /run/lab/nodes/x/a/b rw - tmpfs t rw\n"
-             "4 1 0:3 / /run/lab/nodes/x\\040y rw - tmpfs t rw\n"
-             "5 1 0:4 / /run/other rw - tmpfs t rw\n")
+    lines = (
+        "1 2 0:1 / /run/lab/nodes/x rw - tmpfs t rw\n"
+        "3 1 0:2 / /run/lab/nodes/x/a/b rw - tmpfs t rw\n"
+        "4 1 0:3 / /run/lab/nodes/x\\040y rw - tmpfs t rw\n"
+        "5 1 0:4 / /run/other rw - tmpfs t rw\n"
+    )
     monkeypatch.setattr(realnode.Path, "read_text", lambda self: lines)
     assert realnode.mounts_under(Path("/run/lab/nodes/x")) == ["/run/lab/nodes/x/a/b", "/run/lab/nodes/x"]
 
@@ -131,7 +141,8 @@ def test_an_e2e_lab_node_sees_its_own_directories_at_the_suites_paths():
     kubelet = components.build_kubelet_args(Path("/bin/kubelet"), files, "10.88.0.1", realnode.E2E_KUBELET_DIR)
     assert "--root-dir=/var/lib/kubelet" in kubelet
     assert "--root-dir=/run/dra-lab/0123abcd/lab-real-1/kubelet" in components.build_kubelet_args(
-        Path("/bin/kubelet"), files, "10.88.0.1")
+        Path("/bin/kubelet"), files, "10.88.0.1"
+    )
 
 
 @pytest.mark.skipif(not BUSYBOX.exists(), reason="no busybox (make lab-build-node)")

@@ -22,7 +22,6 @@ MIG_INVENTORY = ROOT / "config" / "examples" / "mig" / "node-agent" / "inventory
 SIM = "gpu.sim.dra-operators.dev"
 
 
-
 def expected() -> tuple[dict[str, tuple[str, str, str]], dict[str, str]]:
     """case -> (rule, field, a piece of the fix) its bad file must get (tests/lint/<case>/expect.yaml);
     and case -> the problem of a bad file the lint cannot read (``unreadable`` in expect.yaml)."""
@@ -49,13 +48,33 @@ def cluster_context(docs: list[documents.Document]) -> rules.Context:
     inventory = build_inventory(yaml.safe_load(INVENTORY.read_text()), "lab-node-0", SIM)
     mig = build_inventory(yaml.safe_load(MIG_INVENTORY.read_text()), "lab-node-1", "gpu.nvidia.com")
     assert not inventory.errors and not mig.errors
-    slices = [{"spec": {"driver": SIM, "nodeName": "lab-node-0", "pool": {"name": "lab-node-0"},
-                        "devices": inventory.devices}},
-              {"spec": {"driver": "gpu.nvidia.com", "nodeName": "lab-node-1", "pool": {"name": "lab-node-1"},
-                        "devices": mig.devices}}]
-    return rules.Context(documents=docs, served={"resource.k8s.io": ["v1", "v1beta2", "v1beta1"]},
-                         device_classes=classes, slices=slices, templates=set(), claims=set(),
-                         namespaces={"default": {"metadata": {"name": "default"}}})
+    slices = [
+        {
+            "spec": {
+                "driver": SIM,
+                "nodeName": "lab-node-0",
+                "pool": {"name": "lab-node-0"},
+                "devices": inventory.devices,
+            }
+        },
+        {
+            "spec": {
+                "driver": "gpu.nvidia.com",
+                "nodeName": "lab-node-1",
+                "pool": {"name": "lab-node-1"},
+                "devices": mig.devices,
+            }
+        },
+    ]
+    return rules.Context(
+        documents=docs,
+        served={"resource.k8s.io": ["v1", "v1beta2", "v1beta1"]},
+        device_classes=classes,
+        slices=slices,
+        templates=set(),
+        claims=set(),
+        namespaces={"default": {"metadata": {"name": "default"}}},
+    )
 
 
 def lint(path: Path) -> list[rules.Finding]:
@@ -103,14 +122,18 @@ def test_every_example_passes():
     folders = sorted(p for p in examples.iterdir() if p.is_dir())
     assert len(folders) >= 8
     for folder in folders:
-        loaded = documents.load([str(folder)] + [str(p) for p in folder.iterdir() if p.is_dir() and p.name != "node-agent"])
+        loaded = documents.load(
+            [str(folder)] + [str(p) for p in folder.iterdir() if p.is_dir() and p.name != "node-agent"]
+        )
         assert loaded.documents and not loaded.errors, folder
         assert rules.check(cluster_context(loaded.documents)) == [], folder.name
 
 
 def test_offline_rules_need_no_cluster():
     """Without a cluster the rules that need one stay silent instead of guessing."""
-    loaded = documents.load([str(CASES / "missing-template" / "bad.yaml"), str(CASES / "selector-never-matches" / "bad.yaml")])
+    loaded = documents.load(
+        [str(CASES / "missing-template" / "bad.yaml"), str(CASES / "selector-never-matches" / "bad.yaml")]
+    )
     assert rules.check(rules.Context(documents=loaded.documents)) == []
     loaded = documents.load([str(CASES / "v1alpha2-claim" / "bad.yaml")])
     found = {(f.rule, f.field) for f in rules.check(rules.Context(documents=loaded.documents))}
@@ -130,7 +153,9 @@ def test_allocation_mode_wait_for_first_consumer_in_a_request():
 
 
 def test_parse_reports_line_and_lists():
-    loaded = documents.parse("a: 1\n---\nkind: List\napiVersion: v1\nitems:\n- kind: Pod\n  apiVersion: v1\n- 3\n", "f.yaml")
+    loaded = documents.parse(
+        "a: 1\n---\nkind: List\napiVersion: v1\nitems:\n- kind: Pod\n  apiVersion: v1\n- 3\n", "f.yaml"
+    )
     assert [d.kind for d in loaded.documents] == ["", "Pod"] and loaded.documents[1].line == 3
     assert loaded.errors == [("f.yaml", "document 3 (line 3) is not a mapping")]
     assert documents.parse("a: [", "g.yaml").errors[0][1].startswith("not valid YAML")
@@ -138,8 +163,10 @@ def test_parse_reports_line_and_lists():
 
 def test_server_findings_on_fields_the_rules_named_are_dropped():
     own = [rules.Finding("r", "error", "f", 1, "K/n", "spec.x", "m", "fix")]
-    server = [rules.Finding("server-dry-run", "error", "f", 1, "K/n", "spec.x", "m", "fix"),
-              rules.Finding("server-dry-run", "error", "f", 1, "K/n", "spec.y", "m", "fix")]
+    server = [
+        rules.Finding("server-dry-run", "error", "f", 1, "K/n", "spec.x", "m", "fix"),
+        rules.Finding("server-dry-run", "error", "f", 1, "K/n", "spec.y", "m", "fix"),
+    ]
     assert [f.field for f in report.merge(own, server)] == ["spec.x", "spec.y"]
 
 
@@ -148,13 +175,23 @@ def test_server_answers_become_findings_on_their_fields():
     from operators.lint.cluster import _server_findings
 
     doc = documents.parse("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\n", "p.yaml").documents[0]
-    invalid = ApiError(422, {"message": "Pod \"p\" is invalid", "details": {"causes": [
-        {"field": "spec.containers[0].resources.claims[0]", "message": "Not found: \"x\""}]}})
+    invalid = ApiError(
+        422,
+        {
+            "message": 'Pod "p" is invalid',
+            "details": {"causes": [{"field": "spec.containers[0].resources.claims[0]", "message": 'Not found: "x"'}]},
+        },
+    )
     [f] = _server_findings(doc, invalid)
     assert (f.rule, f.field, f.file) == ("server-dry-run", "spec.containers[0].resources.claims[0]", "p.yaml")
     # Server-side apply answers a field the schema lacks with a 500 naming the field.
-    undeclared = ApiError(500, {"message": "failed to create typed patch object (default/p; /v1, Kind=Pod): "
-                                           ".spec.resourceClaims[name=\"gpu\"].source: field not declared in schema"})
+    undeclared = ApiError(
+        500,
+        {
+            "message": "failed to create typed patch object (default/p; /v1, Kind=Pod): "
+            '.spec.resourceClaims[name="gpu"].source: field not declared in schema'
+        },
+    )
     [f] = _server_findings(doc, undeclared)
     assert f.field == 'spec.resourceClaims[name="gpu"].source' and "not declared" in f.message
 
@@ -162,7 +199,8 @@ def test_server_answers_become_findings_on_their_fields():
 def test_parse_refuses_what_cannot_be_walked():
     """Recursive aliases and nesting deeper than Python's stack: read errors, not crashes."""
     assert documents.parse("kind: ConfigMap\nx: &a [*a]\n", "r.yaml").errors == [
-        ("r.yaml", "document 1 (line 1) refers to itself through an alias (an anchor inside its own value)")]
+        ("r.yaml", "document 1 (line 1) refers to itself through an alias (an anchor inside its own value)")
+    ]
     [(_, problem)] = documents.parse("kind: ConfigMap\nx: " + "[" * 5000 + "]" * 5000 + "\n", "d.yaml").errors
     assert problem.startswith("nested too deeply (near line 2)")
     # The good documents next to a bad one are kept.

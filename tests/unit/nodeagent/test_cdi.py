@@ -1,5 +1,4 @@
 import json
-from pathlib import Path
 
 import jsonschema
 
@@ -30,7 +29,10 @@ def test_minimum_version_follows_content():
     base = {"kind": "v.example/c", "devices": [{"name": "d", "containerEdits": {}}]}
     assert cdi.minimum_version(base) == "0.3.0"
     assert cdi.minimum_version({**base, "devices": [{"name": "1d", "containerEdits": {}}]}) == "0.5.0"
-    with_mount_type = {**base, "containerEdits": {"mounts": [{"hostPath": "/a", "containerPath": "/b", "type": "bind"}]}}
+    with_mount_type = {
+        **base,
+        "containerEdits": {"mounts": [{"hostPath": "/a", "containerPath": "/b", "type": "bind"}]},
+    }
     assert cdi.minimum_version(with_mount_type) == "0.4.0"
     assert cdi.minimum_version({**base, "containerEdits": {"additionalGids": [5]}}) == "0.7.0"
     assert cdi.minimum_version({**base, "kind": "v.example/c.x"}) == "0.6.0"

@@ -57,12 +57,21 @@ class ClaimsApi:
 
 
 def claim(name: str, devices: list[str], uid: str | None = None, node: str = NODE) -> dict:
-    return {"metadata": {"uid": uid or f"uid-{name}", "namespace": "ns", "name": name},
-            "status": {"allocation": {
-                "devices": {"results": [{"request": "gpus", "driver": DRIVER, "pool": NODE, "device": d}
-                                        for d in devices]},
-                "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
-                    {"key": "metadata.name", "operator": "In", "values": [node]}]}]}}}}
+    return {
+        "metadata": {"uid": uid or f"uid-{name}", "namespace": "ns", "name": name},
+        "status": {
+            "allocation": {
+                "devices": {
+                    "results": [{"request": "gpus", "driver": DRIVER, "pool": NODE, "device": d} for d in devices]
+                },
+                "nodeSelector": {
+                    "nodeSelectorTerms": [
+                        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+                    ]
+                },
+            }
+        },
+    }
 
 
 def ref(c: dict) -> dict[str, str]:
@@ -76,16 +85,27 @@ def world(tmp_path: Path):
     inventory.write_text(yaml.safe_dump({"gpus": [{"count": 4, "memory": "16Gi"}]}))
     backend = SimulatedBackend(str(inventory), NODE, DRIVER)
     found = backend.discover()
-    agent = SimpleNamespace(driver=DRIVER, node_name=NODE, backend=backend, metrics=Metrics(), node=None,
-                            published_devices=lambda: found.devices)
+    agent = SimpleNamespace(
+        driver=DRIVER,
+        node_name=NODE,
+        backend=backend,
+        metrics=Metrics(),
+        node=None,
+        published_devices=lambda: found.devices,
+    )
     api = ClaimsApi()
 
     def state() -> DeviceState:
         """A fresh instance over the same directories: what a restarted agent starts with."""
         return DeviceState(agent, api, data_dir=tmp_path / "plugin" / DRIVER, cdi_root=tmp_path / "cdi")
 
-    return SimpleNamespace(agent=agent, api=api, state=state, cdi=tmp_path / "cdi",
-                           checkpoint=tmp_path / "plugin" / DRIVER / "checkpoint.json")
+    return SimpleNamespace(
+        agent=agent,
+        api=api,
+        state=state,
+        cdi=tmp_path / "cdi",
+        checkpoint=tmp_path / "plugin" / DRIVER / "checkpoint.json",
+    )
 
 
 def metric(agent, name: str, outcome: str | None = None) -> float:
@@ -157,8 +177,14 @@ async def test_each_claim_gets_its_own_error_and_the_others_are_prepared(world):
     missing = claim("missing", ["gpu-3"])
     world.api.claims[("ns", "forbidden")] = ApiError(403, {"reason": "Forbidden", "message": "no"}, "GET", "/x")
     taken = world.api.add(claim("taken", ["gpu-0"]))
-    requests = [ref(good), ref(elsewhere), {**ref(replaced), "uid": "uid-old"}, ref(missing),
-                {"namespace": "ns", "uid": "uid-forbidden", "name": "forbidden"}, ref(taken)]
+    requests = [
+        ref(good),
+        ref(elsewhere),
+        {**ref(replaced), "uid": "uid-old"},
+        ref(missing),
+        {"namespace": "ns", "uid": "uid-forbidden", "name": "forbidden"},
+        ref(taken),
+    ]
     results = await state.prepare(requests)
     errors = {uid: r.error for uid, r in results.items()}
     assert errors["uid-good"] == "" and results["uid-good"].devices
@@ -241,7 +267,9 @@ async def test_an_orphan_spec_is_removed_at_start(world):
 
 def test_the_state_loads_no_grpc():
     """Prepare is testable and usable without the transport: no gRPC or HTTP/2 library behind it."""
-    script = ("import sys, operators.nodeagent.plugin.state\n"
-              "print(sorted({m.split('.')[0] for m in sys.modules} & {'grpclib', 'grpc', 'h2'}))")
+    script = (
+        "import sys, operators.nodeagent.plugin.state\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'grpclib', 'grpc', 'h2'}))"
+    )
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

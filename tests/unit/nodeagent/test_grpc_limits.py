@@ -46,8 +46,12 @@ def _padded(message: bytes, size: int) -> bytes:
     """``message`` with an unknown length-delimited field (number 15) making it ``size`` bytes."""
     n = size - len(message) - 1 - 4
     assert n >= 2**21  # a 4-byte varint
-    return message + bytes([15 << 3 | 2]) + bytes([n & 127 | 128, n >> 7 & 127 | 128, n >> 14 & 127 | 128, n >> 21]) \
+    return (
+        message
+        + bytes([15 << 3 | 2])
+        + bytes([n & 127 | 128, n >> 7 & 127 | 128, n >> 14 & 127 | 128, n >> 21])
         + bytes(n)
+    )
 
 
 async def test_a_2_gib_length_prefix_is_refused_before_its_body_is_read(health):
@@ -72,8 +76,9 @@ async def test_a_2_gib_length_prefix_is_refused_before_its_body_is_read(health):
 async def test_a_message_of_exactly_4_mib_is_still_read(health):
     client = await RawGrpc.connect(port=health)
     try:
-        body = _padded(health_pb2.HealthCheckRequest(service="liveness").SerializeToString(),
-                       grpc_limits.MAX_RECEIVE_MESSAGE)
+        body = _padded(
+            health_pb2.HealthCheckRequest(service="liveness").SerializeToString(), grpc_limits.MAX_RECEIVE_MESSAGE
+        )
         stream = client.start(CHECK, frame(b"", declared=len(body)), end=False)
         await client.send(stream, body)
         await client.calls[stream].done.wait()
@@ -93,6 +98,7 @@ async def test_watch_streams_are_capped_and_check_still_answers(health):
                 await asyncio.gather(*(c.changed.wait() for c in clients if not c.closed), return_exceptions=True)
                 for c in clients:
                     c.changed.clear()
+
         await all_answered()
         watching = [(c, s) for c, s in streams if c.calls[s].data]
         refused = [(c, s) for c, s in streams if c.calls[s].status == RESOURCE_EXHAUSTED]

@@ -15,8 +15,12 @@ from grpclib.exceptions import GRPCError
 
 from operators.nodeagent.plugin import grpc_limits, servicers
 from operators.nodeagent.plugin.checkpoint import PreparedDevice
-from operators.nodeagent.plugin.grpc_server import (encode_status_message, request_refusal, status_headers,
-                                                     timeout_seconds)
+from operators.nodeagent.plugin.grpc_server import (
+    encode_status_message,
+    request_refusal,
+    status_headers,
+    timeout_seconds,
+)
 from operators.nodeagent.plugin.kubeletapi import dra_v1_grpc, dra_v1_pb2
 from operators.nodeagent.plugin.state import ClaimResult
 from tests.raw_grpc import Call, RawGrpc, frame
@@ -25,6 +29,7 @@ PREPARE = "/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodePrepareResources"
 
 
 # -- the decisions -------------------------------------------------------------------------------
+
 
 def test_grpc_timeouts_in_every_unit_and_malformed_ones():
     assert timeout_seconds("10S") == 10 and timeout_seconds("2H") == 7200 and timeout_seconds("3M") == 180
@@ -55,11 +60,15 @@ def test_what_cannot_start_a_call():
 def test_trailers_alone_or_after_the_response_headers():
     assert status_headers(Status.OK, "") == [("grpc-status", "0")]
     assert status_headers(Status.NOT_FOUND, "no such", 200) == [
-        (":status", "200"), ("content-type", "application/grpc+proto"), ("grpc-status", "5"),
-        ("grpc-message", "no such")]
+        (":status", "200"),
+        ("content-type", "application/grpc+proto"),
+        ("grpc-status", "5"),
+        ("grpc-message", "no such"),
+    ]
 
 
 # -- a real server -------------------------------------------------------------------------------
+
 
 class State:
     """What the DRA servicers call: answers ``devices`` devices per claim, or waits, or fails."""
@@ -79,10 +88,20 @@ class State:
             except asyncio.CancelledError:
                 self.cancelled.set()
                 raise
-        return {c["uid"]: ClaimResult(devices=[
-            PreparedDevice(pool="node-a", device=f"gpu-{i}", requestNames=["gpus"],
-                           cdiDeviceIDs=[f"k8s.gpu.test/claim={c['uid']}-gpu-{i}"]) for i in range(self.devices)])
-            for c in claims}
+        return {
+            c["uid"]: ClaimResult(
+                devices=[
+                    PreparedDevice(
+                        pool="node-a",
+                        device=f"gpu-{i}",
+                        requestNames=["gpus"],
+                        cdiDeviceIDs=[f"k8s.gpu.test/claim={c['uid']}-gpu-{i}"],
+                    )
+                    for i in range(self.devices)
+                ]
+            )
+            for c in claims
+        }
 
     async def unprepare(self, claims: list[dict[str, str]]) -> dict[str, str]:
         return {c["uid"]: "" for c in claims}
@@ -102,8 +121,9 @@ async def served():
 
 
 def request(count: int) -> dra_v1_pb2.NodePrepareResourcesRequest:
-    return dra_v1_pb2.NodePrepareResourcesRequest(claims=[
-        dra_v1_pb2.Claim(namespace="ns", uid=f"uid-{i:05}", name=f"claim-{i}") for i in range(count)])
+    return dra_v1_pb2.NodePrepareResourcesRequest(
+        claims=[dra_v1_pb2.Claim(namespace="ns", uid=f"uid-{i:05}", name=f"claim-{i}") for i in range(count)]
+    )
 
 
 async def test_messages_larger_than_the_windows_go_both_ways(served):
@@ -126,9 +146,18 @@ async def test_a_passed_deadline_cancels_the_call_and_answers_deadline_exceeded(
     try:
         stream = client.h2.get_next_available_stream_id()
         client.calls[stream] = Call()
-        client.h2.send_headers(stream, [(":method", "POST"), (":scheme", "http"), (":path", PREPARE),
-                                        (":authority", "localhost"), ("content-type", "application/grpc"),
-                                        ("te", "trailers"), ("grpc-timeout", "200m")])
+        client.h2.send_headers(
+            stream,
+            [
+                (":method", "POST"),
+                (":scheme", "http"),
+                (":path", PREPARE),
+                (":authority", "localhost"),
+                ("content-type", "application/grpc"),
+                ("te", "trailers"),
+                ("grpc-timeout", "200m"),
+            ],
+        )
         await client.send(stream, frame(request(1).SerializeToString()))
         await asyncio.wait_for(client.calls[stream].done.wait(), 5)
         assert client.calls[stream].status == str(Status.DEADLINE_EXCEEDED.value)

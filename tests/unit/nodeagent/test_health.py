@@ -2,7 +2,7 @@ import datetime
 
 from operators.nodeagent.health import ECC, LOST, XID, HealthEvent, HealthTracker
 
-T0 = datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)
+T0 = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
 
 
 def at(seconds):
@@ -12,8 +12,9 @@ def at(seconds):
 def test_xid_taints_like_nvidia_and_ignorable_xids_have_effect_none():
     tracker = HealthTracker("gpu.nvidia.com", quiet_period=60)
     assert tracker.record(HealthEvent("gpu-0", XID, "79", at(0.4)))
-    assert tracker.taints("gpu-0") == [{"key": "gpu.nvidia.com/xid", "value": "79", "effect": "NoSchedule",
-                                        "timeAdded": "2026-01-01T00:00:00Z"}]
+    assert tracker.taints("gpu-0") == [
+        {"key": "gpu.nvidia.com/xid", "value": "79", "effect": "NoSchedule", "timeAdded": "2026-01-01T00:00:00Z"}
+    ]
     assert tracker.record(HealthEvent("gpu-1", XID, "13", at(0)))
     assert tracker.taints("gpu-1")[0]["effect"] == "None"
     # the same fault again keeps timeAdded; an informational one never weakens a fault
@@ -43,12 +44,21 @@ def test_recovery_needs_a_passing_check_and_a_quiet_period():
 
 def test_adopt_published_taints_keeps_time_added_and_counts_quiet_from_adoption():
     tracker = HealthTracker("d", quiet_period=60)
-    tracker.adopt([{"name": "gpu-0", "taints": [
-        {"key": "d/xid", "value": "94", "effect": "NoSchedule", "timeAdded": "2026-01-01T00:00:10Z"},
-        {"key": "someone-else/x", "value": "", "effect": "NoSchedule", "timeAdded": "2026-01-01T00:00:10Z"}]}],
-        now=at(3600))
-    assert tracker.taints("gpu-0") == [{"key": "d/xid", "value": "94", "effect": "NoSchedule",
-                                        "timeAdded": "2026-01-01T00:00:10Z"}]
+    tracker.adopt(
+        [
+            {
+                "name": "gpu-0",
+                "taints": [
+                    {"key": "d/xid", "value": "94", "effect": "NoSchedule", "timeAdded": "2026-01-01T00:00:10Z"},
+                    {"key": "someone-else/x", "value": "", "effect": "NoSchedule", "timeAdded": "2026-01-01T00:00:10Z"},
+                ],
+            }
+        ],
+        now=at(3600),
+    )
+    assert tracker.taints("gpu-0") == [
+        {"key": "d/xid", "value": "94", "effect": "NoSchedule", "timeAdded": "2026-01-01T00:00:10Z"}
+    ]
     assert tracker.recover(lambda d: True, now=at(3659)) == []
     assert tracker.recover(lambda d: True, now=at(3661)) == ["gpu-0"]
 
@@ -56,9 +66,17 @@ def test_adopt_published_taints_keeps_time_added_and_counts_quiet_from_adoption(
 def test_after_a_restart_the_quiet_period_counts_from_what_this_agent_saw():
     """Not from the old timeAdded: an agent restarted an hour after the event must not untaint at once."""
     tracker = HealthTracker("d", quiet_period=60)
-    tracker.adopt([{"name": "gpu-0", "taints": [
-        {"key": "d/xid", "value": "94", "effect": "NoSchedule", "timeAdded": "2020-01-01T00:00:00Z"}]}])
-    soon = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=5)
+    tracker.adopt(
+        [
+            {
+                "name": "gpu-0",
+                "taints": [
+                    {"key": "d/xid", "value": "94", "effect": "NoSchedule", "timeAdded": "2020-01-01T00:00:00Z"}
+                ],
+            }
+        ]
+    )
+    soon = datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=5)
     assert tracker.recover(lambda d: True, now=soon) == []
 
 
@@ -80,7 +98,8 @@ def test_application_xids_single_bit_ecc_and_a_lost_gpu_that_is_back_recover():
     tracker.record(HealthEvent("gpu-8", ECC, "single-bit", at(0)))
     tracker.record(HealthEvent("gpu-9", LOST, "", at(0)))
     assert sorted(tracker.recover(lambda d: True, now=at(61))) == sorted(
-        [f"gpu-{i}" for i in range(5)] + ["gpu-8", "gpu-9"])
+        [f"gpu-{i}" for i in range(5)] + ["gpu-8", "gpu-9"]
+    )
 
 
 def test_a_reset_fault_stays_over_an_application_fault_that_recovers():
@@ -94,10 +113,22 @@ def test_a_reset_fault_stays_over_an_application_fault_that_recovers():
 def test_a_reboot_clears_taints_that_needed_a_reset():
     """A taint that needed a reset, added before this boot, is not adopted: rebooting reset the GPU."""
     tracker = HealthTracker("d", quiet_period=60, booted_at=at(100))
-    tracker.adopt([{"name": "gpu-0", "taints": [
-        {"key": "d/xid", "value": "79", "effect": "NoSchedule", "timeAdded": "2026-01-01T00:00:00Z"}]},
-        {"name": "gpu-1", "taints": [
-        {"key": "d/xid", "value": "79", "effect": "NoSchedule", "timeAdded": "2026-01-01T00:05:00Z"}]}])
+    tracker.adopt(
+        [
+            {
+                "name": "gpu-0",
+                "taints": [
+                    {"key": "d/xid", "value": "79", "effect": "NoSchedule", "timeAdded": "2026-01-01T00:00:00Z"}
+                ],
+            },
+            {
+                "name": "gpu-1",
+                "taints": [
+                    {"key": "d/xid", "value": "79", "effect": "NoSchedule", "timeAdded": "2026-01-01T00:05:00Z"}
+                ],
+            },
+        ]
+    )
     assert tracker.tainted_devices() == ["gpu-1"]
 
 

@@ -43,9 +43,10 @@ class _Dra(dra_v1_pb2_grpc.DRAPluginServicer):
 async def plugin(tmp_path):
     registration, dra = tmp_path / "d-reg.sock", tmp_path / "dra.sock"
     servers, dra_servicer = [], _Dra()
-    for path, add in ((registration, lambda s: pluginregistration_v1_pb2_grpc.add_RegistrationServicer_to_server(
-                           _Registration(), s)),
-                      (dra, lambda s: dra_v1_pb2_grpc.add_DRAPluginServicer_to_server(dra_servicer, s))):
+    for path, add in (
+        (registration, lambda s: pluginregistration_v1_pb2_grpc.add_RegistrationServicer_to_server(_Registration(), s)),
+        (dra, lambda s: dra_v1_pb2_grpc.add_DRAPluginServicer_to_server(dra_servicer, s)),
+    ):
         server = grpc.aio.server()
         add(server)
         server.add_insecure_port(f"unix://{path}")
@@ -59,8 +60,7 @@ async def plugin(tmp_path):
 async def status(port: int, service: str) -> str:
     channel = Channel("127.0.0.1", port)
     try:
-        answer = await health_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=service),
-                                                             timeout=5)
+        answer = await health_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=service), timeout=5)
     finally:
         channel.close()
     return health_pb2.HealthCheckResponse.ServingStatus.Name(answer.status)
@@ -68,8 +68,9 @@ async def status(port: int, service: str) -> str:
 
 async def test_serving_while_the_sockets_answer_then_not_after_three_misses(plugin):
     problems: list[str] = []
-    check = liveness.SelfCheck(plugin.sockets, lambda: problems + [p for p in [check.problem()] if p],
-                               timeout=0.5, failures=3)
+    check = liveness.SelfCheck(
+        plugin.sockets, lambda: problems + [p for p in [check.problem()] if p], timeout=0.5, failures=3
+    )
     port = await check.serve(0)
     try:
         assert await check.check_once() == ""

@@ -15,32 +15,49 @@ from operators.nodeagent.backends.nvml import NvmlBackend
 from operators.nodeagent.plugin.prepare import PrepareError
 from operators.nodeagent.plugin.server import KubeletPlugin
 from operators.nodeagent.plugin.state import DeviceState
-
 from tests.nvmlmodel import dgx_a100_mixed_mig, h100_box
 
 DRIVER, NODE = "gpu.nvidia.com", "node-a"
 
 
 def claim(uid: str, devices: list[str]) -> dict:
-    return {"metadata": {"uid": uid, "namespace": "ns", "name": "c"},
-            "status": {"allocation": {"devices": {"results": [
-                {"request": "gpus", "driver": DRIVER, "pool": NODE, "device": d} for d in devices]}}}}
+    return {
+        "metadata": {"uid": uid, "namespace": "ns", "name": "c"},
+        "status": {
+            "allocation": {
+                "devices": {
+                    "results": [{"request": "gpus", "driver": DRIVER, "pool": NODE, "device": d} for d in devices]
+                }
+            }
+        },
+    }
 
 
 def toolkit_spec(directory: Path, model) -> Path:
     """What nvidia-ctk cdi generate writes: devices by index and UUID, MIG by <gpu>:<mig> and UUID."""
     devices = []
     for gpu in model.gpus:
-        devices += [{"name": str(gpu.index), "containerEdits": {"deviceNodes": [{"path": f"/dev/nvidia{gpu.minor}"}]}},
-                    {"name": gpu.uuid, "containerEdits": {"deviceNodes": [{"path": f"/dev/nvidia{gpu.minor}"}]}}]
+        devices += [
+            {"name": str(gpu.index), "containerEdits": {"deviceNodes": [{"path": f"/dev/nvidia{gpu.minor}"}]}},
+            {"name": gpu.uuid, "containerEdits": {"deviceNodes": [{"path": f"/dev/nvidia{gpu.minor}"}]}},
+        ]
         for j, mig in enumerate(gpu.instances):
             devices += [{"name": f"{gpu.index}:{j}", "containerEdits": {}}, {"name": mig.uuid, "containerEdits": {}}]
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / "nvidia.yaml"
-    path.write_text(yaml.safe_dump({"cdiVersion": "0.5.0", "kind": "nvidia.com/gpu", "devices": devices,
-                                    "containerEdits": {"env": ["NVIDIA_VISIBLE_DEVICES=void"],
-                                                       "mounts": [{"hostPath": "/usr/lib/libcuda.so.1",
-                                                                   "containerPath": "/usr/lib/libcuda.so.1"}]}}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "cdiVersion": "0.5.0",
+                "kind": "nvidia.com/gpu",
+                "devices": devices,
+                "containerEdits": {
+                    "env": ["NVIDIA_VISIBLE_DEVICES=void"],
+                    "mounts": [{"hostPath": "/usr/lib/libcuda.so.1", "containerPath": "/usr/lib/libcuda.so.1"}],
+                },
+            }
+        )
+    )
     return path
 
 
@@ -57,24 +74,33 @@ def mig_setup(tmp_path):
 def _setup(tmp_path, model):
     proc = tmp_path / "proc"
     proc.mkdir()
-    (proc / "devices").write_text("Character devices:\n  1 mem\n195 nvidia-frontend\n236 nvidia-caps\n\n"
-                                  "Block devices:\n  8 sd\n")
+    (proc / "devices").write_text(
+        "Character devices:\n  1 mem\n195 nvidia-frontend\n236 nvidia-caps\n\nBlock devices:\n  8 sd\n"
+    )
     for parts, minor in ((("gi13",), 120), (("gi13", "ci0"), 121)):
         access = proc.joinpath("driver", "nvidia", "capabilities", "gpu6", "mig", *parts, "access")
         access.parent.mkdir(parents=True, exist_ok=True)
         access.write_text(f"DeviceFileMinor: {minor}\nDeviceFileMode: 292\n")
     backend = NvmlBackend(DRIVER, nvml=model, dev_root=str(tmp_path / "dev"), proc_root=str(proc))
     inventory = backend.discover()
-    agent = SimpleNamespace(driver=DRIVER, node_name=NODE, backend=backend, node=None,
-                            published_devices=lambda: inventory.devices)
+    agent = SimpleNamespace(
+        driver=DRIVER, node_name=NODE, backend=backend, node=None, published_devices=lambda: inventory.devices
+    )
 
     def plugin(**kwargs) -> KubeletPlugin:
-        return KubeletPlugin(agent, kube=None, registry_dir=str(tmp_path / "reg"), plugins_dir=str(tmp_path / "plugins"),
-                             cdi_root=str(tmp_path / "cdi"), **kwargs)
+        return KubeletPlugin(
+            agent,
+            kube=None,
+            registry_dir=str(tmp_path / "reg"),
+            plugins_dir=str(tmp_path / "plugins"),
+            cdi_root=str(tmp_path / "cdi"),
+            **kwargs,
+        )
 
     def state(**kwargs) -> DeviceState:
-        return DeviceState(agent, kube=None, data_dir=tmp_path / "plugins" / DRIVER, cdi_root=tmp_path / "cdi",
-                           **kwargs)
+        return DeviceState(
+            agent, kube=None, data_dir=tmp_path / "plugins" / DRIVER, cdi_root=tmp_path / "cdi", **kwargs
+        )
 
     return SimpleNamespace(model=model, tmp=tmp_path, plugin=plugin, state=state)
 
@@ -86,12 +112,14 @@ def test_two_gpus_one_visible_devices_variable_and_the_toolkits_device_ids(setup
     u0, u3 = setup.model.gpu(0).uuid, setup.model.gpu(3).uuid
     assert [d.cdiDeviceIDs for d in record.devices] == [
         [f"nvidia.com/gpu={u0}", "k8s.gpu.nvidia.com/claim=u1-gpu-0"],
-        [f"nvidia.com/gpu={u3}", "k8s.gpu.nvidia.com/claim=u1-gpu-3"]]
+        [f"nvidia.com/gpu={u3}", "k8s.gpu.nvidia.com/claim=u1-gpu-3"],
+    ]
     spec = json.loads((setup.tmp / "cdi" / "k8s.gpu.nvidia.com-claim_u1.json").read_text())
     assert spec["containerEdits"]["env"] == [f"NVIDIA_VISIBLE_DEVICES={u0},{u3}"]
     assert all("env" not in d["containerEdits"] for d in spec["devices"])
     assert spec["devices"][0]["containerEdits"]["deviceNodes"] == [
-        {"path": "/dev/nvidia0", "type": "c", "major": 195, "minor": 0}]
+        {"path": "/dev/nvidia0", "type": "c", "major": 195, "minor": 0}
+    ]
 
 
 def test_mig_devices_use_the_toolkits_mig_names_and_capability_nodes_carry_major_minor(mig_setup):
@@ -105,7 +133,8 @@ def test_mig_devices_use_the_toolkits_mig_names_and_capability_nodes_carry_major
     assert spec["devices"][0]["containerEdits"]["deviceNodes"] == [
         {"path": "/dev/nvidia6", "type": "c", "major": 195, "minor": 6},
         {"path": "/dev/nvidia-caps/nvidia-cap120", "type": "c", "major": 236, "minor": 120},
-        {"path": "/dev/nvidia-caps/nvidia-cap121", "type": "c", "major": 236, "minor": 121}]
+        {"path": "/dev/nvidia-caps/nvidia-cap121", "type": "c", "major": 236, "minor": 121},
+    ]
     assert spec["containerEdits"]["env"] == [f"NVIDIA_VISIBLE_DEVICES={mig.uuid}"]
 
 

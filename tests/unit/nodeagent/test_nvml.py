@@ -10,7 +10,6 @@ import pytest
 from operators.nodeagent.backends import BackendError
 from operators.nodeagent.backends.nvml import NvmlBackend, semver
 from operators.nodeagent.health import XID
-
 from tests.nvmlmodel import eight_gpu_machine
 
 

@@ -6,7 +6,6 @@ inventory refresh. The discovery tests run against the real library too where a 
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
 import pynvml
 import pytest
@@ -14,7 +13,6 @@ import yaml
 
 from operators.nodeagent.backends.nvml import NvmlBackend
 from operators.nodeagent.health import LOST, XID
-
 from tests.nvmlmodel import dgx_a100_mixed_mig, geforce_workstation, h100_box, no_ecc_workstation
 from tests.nvmlmodel.model import FULL
 from tests.paths import ROOT
@@ -24,13 +22,22 @@ DRIVER = "gpu.nvidia.com"
 
 # go-nvlib pkg/nvlib/device/device.go, (*device).GetBrandAsString
 GO_NVLIB_BRANDS = {
-    pynvml.NVML_BRAND_UNKNOWN: "Unknown", pynvml.NVML_BRAND_QUADRO: "Quadro", pynvml.NVML_BRAND_TESLA: "Tesla",
-    pynvml.NVML_BRAND_NVS: "NVS", pynvml.NVML_BRAND_GRID: "Grid", pynvml.NVML_BRAND_GEFORCE: "GeForce",
-    pynvml.NVML_BRAND_TITAN: "Titan", pynvml.NVML_BRAND_NVIDIA_VAPPS: "NvidiaVApps",
-    pynvml.NVML_BRAND_NVIDIA_VPC: "NvidiaVPC", pynvml.NVML_BRAND_NVIDIA_VCS: "NvidiaVCS",
-    pynvml.NVML_BRAND_NVIDIA_VWS: "NvidiaVWS", pynvml.NVML_BRAND_NVIDIA_CLOUD_GAMING: "NvidiaCloudGaming",
-    pynvml.NVML_BRAND_QUADRO_RTX: "QuadroRTX", pynvml.NVML_BRAND_NVIDIA_RTX: "NvidiaRTX",
-    pynvml.NVML_BRAND_NVIDIA: "Nvidia", pynvml.NVML_BRAND_GEFORCE_RTX: "GeForceRTX",
+    pynvml.NVML_BRAND_UNKNOWN: "Unknown",
+    pynvml.NVML_BRAND_QUADRO: "Quadro",
+    pynvml.NVML_BRAND_TESLA: "Tesla",
+    pynvml.NVML_BRAND_NVS: "NVS",
+    pynvml.NVML_BRAND_GRID: "Grid",
+    pynvml.NVML_BRAND_GEFORCE: "GeForce",
+    pynvml.NVML_BRAND_TITAN: "Titan",
+    pynvml.NVML_BRAND_NVIDIA_VAPPS: "NvidiaVApps",
+    pynvml.NVML_BRAND_NVIDIA_VPC: "NvidiaVPC",
+    pynvml.NVML_BRAND_NVIDIA_VCS: "NvidiaVCS",
+    pynvml.NVML_BRAND_NVIDIA_VWS: "NvidiaVWS",
+    pynvml.NVML_BRAND_NVIDIA_CLOUD_GAMING: "NvidiaCloudGaming",
+    pynvml.NVML_BRAND_QUADRO_RTX: "QuadroRTX",
+    pynvml.NVML_BRAND_NVIDIA_RTX: "NvidiaRTX",
+    pynvml.NVML_BRAND_NVIDIA: "Nvidia",
+    pynvml.NVML_BRAND_GEFORCE_RTX: "GeForceRTX",
     pynvml.NVML_BRAND_TITAN_RTX: "TitanRTX",
 }
 
@@ -55,7 +62,7 @@ class Watch:
         self.changed = asyncio.Event()
         self.task: asyncio.Task | None = None
 
-    async def __aenter__(self) -> "Watch":
+    async def __aenter__(self) -> Watch:
         self.task = asyncio.create_task(self.backend.watch(self.queue, self.changed))
         await asyncio.sleep(0.2)  # registration
         return self
@@ -77,15 +84,27 @@ class Watch:
 
 # -- discovery -------------------------------------------------------------------------------
 
+
 def test_dgx_a100_mixed_mig_devices_as_nvidia_names_them():
     """Profile IDs 9, 14, 19, 5, 20 are not profile indices: each MIG device reads its own profile."""
     devices = by_name(backend(dgx_a100_mixed_mig()).discover())
     assert list(devices) == [f"gpu-{i}" for i in range(6)] + [
-        "gpu-6-mig-9-0-4", "gpu-6-mig-14-4-2", "gpu-6-mig-19-6-1",
-        "gpu-7-mig-5-0-4", "gpu-7-mig-14-4-2", "gpu-7-mig-20-6-1"]
+        "gpu-6-mig-9-0-4",
+        "gpu-6-mig-14-4-2",
+        "gpu-6-mig-19-6-1",
+        "gpu-7-mig-5-0-4",
+        "gpu-7-mig-14-4-2",
+        "gpu-7-mig-20-6-1",
+    ]
     profiles = {n: d["attributes"]["profile"]["string"] for n, d in devices.items() if "mig" in n}
-    assert profiles == {"gpu-6-mig-9-0-4": "3g.20gb", "gpu-6-mig-14-4-2": "2g.10gb", "gpu-6-mig-19-6-1": "1g.5gb",
-                        "gpu-7-mig-5-0-4": "4g.20gb", "gpu-7-mig-14-4-2": "2g.10gb", "gpu-7-mig-20-6-1": "1g.5gb+me"}
+    assert profiles == {
+        "gpu-6-mig-9-0-4": "3g.20gb",
+        "gpu-6-mig-14-4-2": "2g.10gb",
+        "gpu-6-mig-19-6-1": "1g.5gb",
+        "gpu-7-mig-5-0-4": "4g.20gb",
+        "gpu-7-mig-14-4-2": "2g.10gb",
+        "gpu-7-mig-20-6-1": "1g.5gb+me",
+    }
     small = devices["gpu-6-mig-19-6-1"]["capacity"]
     assert small["memory"] == {"value": str(4864 * 2**20)} and small["multiprocessors"] == {"value": "14"}
     me = devices["gpu-7-mig-20-6-1"]["capacity"]
@@ -98,6 +117,7 @@ def test_dgx_a100_golden_devices():
     """The discovered devices equal tests/golden/nodeagent/dgx-a100-mixed-mig.devices.yaml
     (input: dgx-a100-mixed-mig.input.yaml; UPDATE_GOLDEN=1 rewrites the output)."""
     import os
+
     devices = backend(dgx_a100_mixed_mig()).discover().devices
     path = GOLDEN / "dgx-a100-mixed-mig.devices.yaml"
     if os.environ.get("UPDATE_GOLDEN"):
@@ -127,6 +147,7 @@ def test_h100_box_without_mig_publishes_whole_gpus():
 
 
 # -- events ----------------------------------------------------------------------------------
+
 
 async def test_gpu_without_ecc_is_monitored_for_xids_and_not_lost():
     """The event mask comes from nvmlDeviceGetSupportedEventTypes: no ECC types where there is no ECC."""
@@ -159,10 +180,10 @@ async def test_parent_level_event_on_a_mig_gpu_reaches_its_mig_devices():
     b = backend(model)
     b.discover()
     async with Watch(b) as w:
-        model.xid(6, 79)                       # the whole GPU: GPU and compute instance 0xFFFFFFFF
+        model.xid(6, 79)  # the whole GPU: GPU and compute instance 0xFFFFFFFF
         got = {(await w.next()).device for _ in range(3)}
         assert got == {"gpu-6-mig-9-0-4", "gpu-6-mig-14-4-2", "gpu-6-mig-19-6-1"}
-        model.xid(7, 48, gi=5, ci=FULL)        # one GPU instance, all its compute instances
+        model.xid(7, 48, gi=5, ci=FULL)  # one GPU instance, all its compute instances
         assert (await w.next()).device == "gpu-7-mig-14-4-2"
         model.xid(7, 43, gi=13, ci=0)
         event = await w.next()
@@ -173,14 +194,27 @@ async def test_parent_level_event_on_a_mig_gpu_reaches_its_mig_devices():
 
 # -- inventory refresh -----------------------------------------------------------------------
 
+
 async def test_mig_reconfiguration_is_noticed_without_a_restart():
     from tests.nvmlmodel.model import MigInstance
+
     model = dgx_a100_mixed_mig()
     b = backend(model, refresh_interval=0.2)
     b.discover()
     async with Watch(b) as w:
-        model.reconfigure(7, [MigInstance(gi_id=0, ci_id=0, profile_index=pynvml.NVML_GPU_INSTANCE_PROFILE_7_SLICE,
-                                          placement_start=0, placement_size=8, uuid="MIG-7g-0000-4000-8000-000000000007")])
+        model.reconfigure(
+            7,
+            [
+                MigInstance(
+                    gi_id=0,
+                    ci_id=0,
+                    profile_index=pynvml.NVML_GPU_INSTANCE_PROFILE_7_SLICE,
+                    placement_start=0,
+                    placement_size=8,
+                    uuid="MIG-7g-0000-4000-8000-000000000007",
+                )
+            ],
+        )
         await asyncio.wait_for(w.changed.wait(), 5)
         names = list(by_name(b.discover()))
     assert "gpu-7-mig-0-0-8" in names and not [n for n in names if n.startswith("gpu-7-mig-5")]
@@ -222,12 +256,13 @@ async def test_lost_gpu_keeps_its_devices_and_comes_back():
             try:
                 event = await w.next(timeout=0.5)
                 break
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 assert loop.time() < deadline, "no XID event from gpu-2 after it came back"
         assert (event.device, event.value) == ("gpu-2", "31")
 
 
 # -- the same discovery contract on real hardware ---------------------------------------------
+
 
 def test_real_nvml_discovery_contract():
     """Runs where NVML finds a GPU; the strict-model twins above always run."""

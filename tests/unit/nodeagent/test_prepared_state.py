@@ -20,7 +20,6 @@ from operators.nodeagent.backends.simulated import SimulatedBackend
 from operators.nodeagent.plugin import cdi, checkpoint, durable, reconcile
 from operators.nodeagent.plugin.opaque_config import API_VERSION, KIND
 from operators.nodeagent.plugin.state import DeviceState
-
 from tests.nvmlmodel import h100_box
 
 NODE = "node-a"
@@ -29,24 +28,43 @@ NV = "gpu.nvidia.com"
 
 def make_plugin(root: Path, backend, driver: str) -> DeviceState:
     found = backend.discover()
-    agent = SimpleNamespace(driver=driver, node_name=NODE, backend=backend, node=None,
-                            published_devices=lambda: found.devices)
+    agent = SimpleNamespace(
+        driver=driver, node_name=NODE, backend=backend, node=None, published_devices=lambda: found.devices
+    )
     return DeviceState(agent, kube=None, data_dir=root / "p" / driver, cdi_root=root / "cdi", nvidia_runtime=True)
 
 
 def nvml_claim(uid: str, device: str, strategy: str | None = "Exclusive") -> dict:
-    config = [{"source": "FromClaim", "opaque": {"driver": NV, "parameters": {
-        "apiVersion": API_VERSION, "kind": KIND, "sharing": {"strategy": strategy}}}}] if strategy else []
-    return {"metadata": {"uid": uid, "namespace": "ns", "name": f"c-{uid}"},
-            "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu"}}]}},
-            "status": {"allocation": {"devices": {
-                "results": [{"request": "gpu", "driver": NV, "pool": NODE, "device": device}], "config": config}}}}
+    config = (
+        [
+            {
+                "source": "FromClaim",
+                "opaque": {
+                    "driver": NV,
+                    "parameters": {"apiVersion": API_VERSION, "kind": KIND, "sharing": {"strategy": strategy}},
+                },
+            }
+        ]
+        if strategy
+        else []
+    )
+    return {
+        "metadata": {"uid": uid, "namespace": "ns", "name": f"c-{uid}"},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu"}}]}},
+        "status": {
+            "allocation": {
+                "devices": {
+                    "results": [{"request": "gpu", "driver": NV, "pool": NODE, "device": device}],
+                    "config": config,
+                }
+            }
+        },
+    }
 
 
 def prepare(plugin: DeviceState, uid: str, device: str, strategy: str | None = "Exclusive"):
     """What a prepare does on disk and on the device, up to (not including) the checkpoint."""
-    return plugin._prepare_claim({"uid": uid, "namespace": "ns", "name": f"c-{uid}"},
-                                 nvml_claim(uid, device, strategy))
+    return plugin._prepare_claim({"uid": uid, "namespace": "ns", "name": f"c-{uid}"}, nvml_claim(uid, device, strategy))
 
 
 @pytest.fixture
@@ -57,12 +75,14 @@ def root():
 
 # -- the decision --------------------------------------------------------------------------------
 
+
 def test_plan_writes_missing_unreadable_and_different_specs_and_finds_orphans():
     spec = {"kind": "k", "devices": [{"name": "a"}]}
     plan = reconcile.plan_specs(
         expected={"same": spec, "gone": spec, "torn": spec, "edited": spec},
         on_disk={"same": spec, "torn": None, "edited": {**spec, "devices": []}, "orphan": spec, "unbuildable": spec},
-        prepared={"same", "gone", "torn", "edited", "unbuildable", "v1-entry"})
+        prepared={"same", "gone", "torn", "edited", "unbuildable", "v1-entry"},
+    )
     assert plan.write == {"gone": reconcile.MISSING, "torn": reconcile.UNREADABLE, "edited": reconcile.DIFFERS}
     # A prepared claim whose spec cannot be built now is neither rewritten nor removed.
     assert plan.orphans == ["orphan"]
@@ -70,6 +90,7 @@ def test_plan_writes_missing_unreadable_and_different_specs_and_finds_orphans():
 
 
 # -- level-triggered specs and device configuration ----------------------------------------------
+
 
 async def test_a_lost_spec_is_written_again_and_the_compute_mode_applied_again(root):
     model = h100_box()
@@ -169,13 +190,16 @@ def test_a_failed_configuration_leaves_no_spec(root):
     plugin = make_plugin(root, NvmlBackend(NV, nvml=model, dev_root=str(root / "dev"), proc_root=str(root)), NV)
     claim = nvml_claim("u1", f"gpu-{model.gpus[0].minor}")
     claim["status"]["allocation"]["devices"]["config"][0]["opaque"]["parameters"]["sharing"] = {
-        "strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Long"}}
+        "strategy": "TimeSlicing",
+        "timeSlicingConfig": {"interval": "Long"},
+    }
     with pytest.raises(Exception, match="time-slice length"):
         plugin._prepare_claim({"uid": "u1", "namespace": "ns", "name": "c-u1"}, claim)
     assert not cdi.spec_files(plugin.cdi_root, NV)
 
 
 # -- durability ----------------------------------------------------------------------------------
+
 
 def test_durable_writes_replace_whole_files_and_leave_no_temporary_one(root):
     """(The fsync of the directory after the rename cannot be seen without a power cut; checked
@@ -188,11 +212,11 @@ def test_durable_writes_replace_whole_files_and_leave_no_temporary_one(root):
     checkpoint.save(root / "c" / "checkpoint.json", {})
     cdi.write_spec(root / "cdi", "k8s.x-claim_u.json", {"kind": "x"})
     assert oct((root / "cdi" / "k8s.x-claim_u.json").stat().st_mode & 0o777) == "0o644"
-    assert \
-        sorted(p.name for p in root.rglob("*") if p.is_file()) == ["checkpoint.json", "k8s.x-claim_u.json"]
+    assert sorted(p.name for p in root.rglob("*") if p.is_file()) == ["checkpoint.json", "k8s.x-claim_u.json"]
 
 
 # -- the serialization lock ----------------------------------------------------------------------
+
 
 async def test_a_call_cancelled_while_another_instance_holds_the_lock_keeps_nothing(root):
     inventory = root / "inventory.yaml"

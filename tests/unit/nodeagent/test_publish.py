@@ -19,7 +19,7 @@ def published(plan_creates, generation=None, names=None):
     for i, body in enumerate(plan_creates):
         stored = copy.deepcopy(body)
         meta = stored["metadata"]
-        meta["name"] = (names[i] if names else meta.pop("generateName") + "abcde")
+        meta["name"] = names[i] if names else meta.pop("generateName") + "abcde"
         meta.update(uid=f"uid-{i}", resourceVersion=str(10 + i))
         if generation is not None:
             stored["spec"]["pool"]["generation"] = generation
@@ -31,12 +31,15 @@ def test_new_pool_starts_at_generation_one_with_indexed_names():
     plan = plan_pool([], [{"devices": [dev("a")]}, {"devices": [dev("b")]}], **KW)
     assert plan.generation == 1 and not plan.obsolete and not plan.updates
     assert [c["metadata"]["generateName"] for c in plan.creates] == [
-        "00000-d.example.com-n1-", "00001-d.example.com-n1-"]
+        "00000-d.example.com-n1-",
+        "00001-d.example.com-n1-",
+    ]
     spec = plan.creates[0]["spec"]
     assert spec["pool"] == {"name": "n1", "generation": 1, "resourceSliceCount": 2}
     assert spec["nodeName"] == "n1" and spec["driver"] == "d.example.com"
     assert plan.creates[0]["metadata"]["ownerReferences"] == [
-        {"apiVersion": "v1", "kind": "Node", "name": "n1", "uid": "node-uid", "controller": True}]
+        {"apiVersion": "v1", "kind": "Node", "name": "n1", "uid": "node-uid", "controller": True}
+    ]
 
 
 def test_unchanged_pool_needs_nothing_even_with_other_quantity_spelling():

@@ -18,30 +18,55 @@ DRIVER, NODE = "gpu.sim.test", "node-a"
 
 
 def claim(uid: str, devices: list[str]) -> dict:
-    return {"metadata": {"uid": uid, "namespace": "ns", "name": "c"},
-            "status": {"allocation": {"devices": {"results": [
-                {"request": "gpus", "driver": DRIVER, "pool": NODE, "device": d} for d in devices]}}}}
+    return {
+        "metadata": {"uid": uid, "namespace": "ns", "name": "c"},
+        "status": {
+            "allocation": {
+                "devices": {
+                    "results": [{"request": "gpus", "driver": DRIVER, "pool": NODE, "device": d} for d in devices]
+                }
+            }
+        },
+    }
 
 
 def setup(tmp_path, toolkit: bool, partitions: int = 0):
     inventory = tmp_path / "inventory.yaml"
-    inventory.write_text(yaml.safe_dump({"gpus": [{"count": 2, "memory": "16Gi", "partitions": partitions}],
-                                         **({"nvidiaContainerToolkit": True} if toolkit else {})}))
+    inventory.write_text(
+        yaml.safe_dump(
+            {
+                "gpus": [{"count": 2, "memory": "16Gi", "partitions": partitions}],
+                **({"nvidiaContainerToolkit": True} if toolkit else {}),
+            }
+        )
+    )
     backend = SimulatedBackend(str(inventory), NODE, DRIVER)
     found = backend.discover()
-    agent = SimpleNamespace(driver=DRIVER, node_name=NODE, backend=backend, node=None,
-                            published_devices=lambda: found.devices)
-    plugin = DeviceState(agent, kube=None, data_dir=tmp_path / "p" / DRIVER, cdi_root=tmp_path / "cdi",
-                         toolkit_cdi_dirs=(str(tmp_path / "toolkit"),))
+    agent = SimpleNamespace(
+        driver=DRIVER, node_name=NODE, backend=backend, node=None, published_devices=lambda: found.devices
+    )
+    plugin = DeviceState(
+        agent,
+        kube=None,
+        data_dir=tmp_path / "p" / DRIVER,
+        cdi_root=tmp_path / "cdi",
+        toolkit_cdi_dirs=(str(tmp_path / "toolkit"),),
+    )
     uuids = {d["name"]: d["attributes"]["uuid"]["string"] for d in found.devices}
     return backend, plugin, uuids
 
 
 def toolkit_spec(tmp_path, names: list[str]) -> None:
     (tmp_path / "toolkit").mkdir(exist_ok=True)
-    (tmp_path / "toolkit" / "nvidia.yaml").write_text(yaml.safe_dump({
-        "cdiVersion": "0.5.0", "kind": "nvidia.com/gpu",
-        "devices": [{"name": n, "containerEdits": {"env": [f"T={n}"]}} for n in names]}))
+    (tmp_path / "toolkit" / "nvidia.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "cdiVersion": "0.5.0",
+                "kind": "nvidia.com/gpu",
+                "devices": [{"name": n, "containerEdits": {"env": [f"T={n}"]}} for n in names],
+            }
+        )
+    )
 
 
 def test_without_the_hook_nothing_of_the_toolkit_is_needed(tmp_path):
@@ -64,7 +89,8 @@ def test_prepared_gpus_get_the_toolkits_id_before_the_claims_own(tmp_path):
     record = plugin._prepare_claim({"uid": "u1", "namespace": "ns", "name": "c"}, claim("u1", ["gpu-0", "gpu-1"]))
     assert [d.cdiDeviceIDs for d in record.devices] == [
         [f"nvidia.com/gpu={uuids['gpu-0']}", f"k8s.{DRIVER}/claim=u1-gpu-0"],
-        ["nvidia.com/gpu=1", f"k8s.{DRIVER}/claim=u1-gpu-1"]]
+        ["nvidia.com/gpu=1", f"k8s.{DRIVER}/claim=u1-gpu-1"],
+    ]
     # The claim's spec names its devices as its own IDs do (not after the toolkit's, which come first).
     spec = json.loads((tmp_path / "cdi" / f"k8s.{DRIVER}-claim_u1.json").read_text())
     assert [d["name"] for d in spec["devices"]] == ["u1-gpu-0", "u1-gpu-1"]

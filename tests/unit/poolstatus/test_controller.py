@@ -14,7 +14,7 @@ from operators.poolstatus.controller import MAX_RETRIES, PoolStatusController
 from operators.poolstatus.metrics import Metrics
 from tests.fakeapi import FakeApi
 
-NOW = datetime.datetime(2026, 11, 23, 17, tzinfo=datetime.timezone.utc)
+NOW = datetime.datetime(2026, 11, 23, 17, tzinfo=datetime.UTC)
 
 
 def fake_api(*requests, stale=False):
@@ -22,8 +22,10 @@ def fake_api(*requests, stale=False):
     controller's copy: the status update conflicts)."""
     api = FakeApi()
     for r in requests:
-        api.add({**r, "metadata": {**r["metadata"], "resourceVersion": "5" if stale else r["metadata"]["resourceVersion"]}},
-                RESOURCE_POOL_STATUS_REQUESTS)
+        api.add(
+            {**r, "metadata": {**r["metadata"], "resourceVersion": "5" if stale else r["metadata"]["resourceVersion"]}},
+            RESOURCE_POOL_STATUS_REQUESTS,
+        )
     return api
 
 
@@ -39,18 +41,25 @@ def calls(api):
 
 
 def request(name="r", status=None, created="2026-11-23T16:00:00Z", driver="drv"):
-    r = {"metadata": {"name": name, "uid": f"u-{name}", "resourceVersion": "1", "creationTimestamp": created},
-         "spec": {"driver": driver, "limit": 100}}
+    r = {
+        "metadata": {"name": name, "uid": f"u-{name}", "resourceVersion": "1", "creationTimestamp": created},
+        "spec": {"driver": driver, "limit": 100},
+    }
     if status is not None:
         r["status"] = status
     return r
 
 
 def slice_(count=1):
-    return {"metadata": {"name": "s", "uid": "us", "resourceVersion": "1"},
-            "spec": {"driver": "drv", "nodeName": "n", "pool": {"name": "p", "generation": 1,
-                                                                  "resourceSliceCount": count},
-                     "devices": [{"name": "gpu-0"}]}}
+    return {
+        "metadata": {"name": "s", "uid": "us", "resourceVersion": "1"},
+        "spec": {
+            "driver": "drv",
+            "nodeName": "n",
+            "pool": {"name": "p", "generation": 1, "resourceSliceCount": count},
+            "devices": [{"name": "gpu-0"}],
+        },
+    }
 
 
 def controller(kube):
@@ -79,10 +88,18 @@ async def test_answer_written_to_status_once_and_counted():
     assert len(calls(kube)) == 1
     assert kube.stored(RESOURCE_POOL_STATUS_REQUESTS, "r")["status"]["pools"][0]["totalDevices"] == 1
     registry = c.metrics.registry
-    assert registry.get_sample_value("resourcepoolstatusrequest_controller_requests_processed_total",
-                                     {"driver_name": "drv"}) == 1
-    assert registry.get_sample_value("resourcepoolstatusrequest_controller_request_processing_duration_seconds_count",
-                                     {"driver_name": "drv"}) == 1
+    assert (
+        registry.get_sample_value(
+            "resourcepoolstatusrequest_controller_requests_processed_total", {"driver_name": "drv"}
+        )
+        == 1
+    )
+    assert (
+        registry.get_sample_value(
+            "resourcepoolstatusrequest_controller_request_processing_duration_seconds_count", {"driver_name": "drv"}
+        )
+        == 1
+    )
 
 
 async def test_incomplete_pool_retried_then_dropped_after_max_retries():
@@ -96,8 +113,12 @@ async def test_incomplete_pool_retried_then_dropped_after_max_retries():
         c.queue._failures["r"] = attempt + 1  # what the queue's add_rate_limited counts
     await c.process("r")  # the sixth failure is dropped: no raise, nothing written, nothing counted
     assert calls(kube) == []
-    assert c.metrics.registry.get_sample_value("resourcepoolstatusrequest_controller_requests_processed_total",
-                                               {"driver_name": "drv"}) is None
+    assert (
+        c.metrics.registry.get_sample_value(
+            "resourcepoolstatusrequest_controller_requests_processed_total", {"driver_name": "drv"}
+        )
+        is None
+    )
 
 
 async def test_failed_status_update_counts_an_error_and_retries():
@@ -106,26 +127,41 @@ async def test_failed_status_update_counts_an_error_and_retries():
     with pytest.raises(RetryableError, match="failed to update status"):
         await c.sync("r")
     registry = c.metrics.registry
-    assert registry.get_sample_value("resourcepoolstatusrequest_controller_request_processing_errors_total",
-                                     {"driver_name": "drv"}) == 1
-    assert registry.get_sample_value("resourcepoolstatusrequest_controller_requests_processed_total",
-                                     {"driver_name": "drv"}) == 1
+    assert (
+        registry.get_sample_value(
+            "resourcepoolstatusrequest_controller_request_processing_errors_total", {"driver_name": "drv"}
+        )
+        == 1
+    )
+    assert (
+        registry.get_sample_value(
+            "resourcepoolstatusrequest_controller_requests_processed_total", {"driver_name": "drv"}
+        )
+        == 1
+    )
 
 
 async def test_cleanup_deletes_expired_requests_with_uid_precondition():
     kube = fake_api(request("old-done"), request("young-done"), request("pending"), request("young-pending"))
     c = controller(kube)
-    complete = {"poolCount": 0, "conditions": [{"type": "Complete", "status": "True",
-                                                "lastTransitionTime": "2026-11-23T15:59:00Z"}]}
-    fresh = {"poolCount": 0, "conditions": [{"type": "Complete", "status": "True",
-                                             "lastTransitionTime": "2026-11-23T16:30:00Z"}]}
+    complete = {
+        "poolCount": 0,
+        "conditions": [{"type": "Complete", "status": "True", "lastTransitionTime": "2026-11-23T15:59:00Z"}],
+    }
+    fresh = {
+        "poolCount": 0,
+        "conditions": [{"type": "Complete", "status": "True", "lastTransitionTime": "2026-11-23T16:30:00Z"}],
+    }
     c.on_request(request("old-done", status=complete), deleted=False)
     c.on_request(request("young-done", status=fresh), deleted=False)
     c.on_request(request("pending", created="2026-11-22T16:00:00Z"), deleted=False)
     c.on_request(request("young-pending", created="2026-11-23T16:59:00Z"), deleted=False)
     assert await c.cleanup_expired() == 2
     assert sorted(calls(kube)) == [("delete", "old-done", "u-old-done"), ("delete", "pending", "u-pending")]
-    assert [r["metadata"]["name"] for r in kube.objects(RESOURCE_POOL_STATUS_REQUESTS)] == ["young-done", "young-pending"]
+    assert [r["metadata"]["name"] for r in kube.objects(RESOURCE_POOL_STATUS_REQUESTS)] == [
+        "young-done",
+        "young-pending",
+    ]
 
 
 async def test_cleanup_ignores_requests_already_gone():

@@ -26,7 +26,7 @@ from operators.poolstatus.controller import MAX_RETRIES, PoolStatusController
 from operators.poolstatus.metrics import Metrics
 from tests.fakeapi import FakeApi, service_unavailable
 
-NOW = datetime.datetime(2026, 11, 23, 17, tzinfo=datetime.timezone.utc)
+NOW = datetime.datetime(2026, 11, 23, 17, tzinfo=datetime.UTC)
 DRIVER = "test.example.com"
 
 
@@ -35,24 +35,44 @@ def ago(hours: float) -> str:
 
 
 def request(name="test-request", status=None, created=None):
-    r = {"apiVersion": "resource.k8s.io/v1alpha3", "kind": "ResourcePoolStatusRequest",
-         "metadata": {"name": name, "uid": f"u-{name}", "creationTimestamp": created or ago(0)},
-         "spec": {"driver": DRIVER}}
+    r = {
+        "apiVersion": "resource.k8s.io/v1alpha3",
+        "kind": "ResourcePoolStatusRequest",
+        "metadata": {"name": name, "uid": f"u-{name}", "creationTimestamp": created or ago(0)},
+        "spec": {"driver": DRIVER},
+    }
     if status is not None:
         r["status"] = status
     return r
 
 
 def complete(hours_ago: float) -> dict:
-    return {"poolCount": 0, "conditions": [{"type": "Complete", "status": "True", "lastTransitionTime": ago(hours_ago),
-                                            "reason": "CalculationComplete", "message": "Calculated status for 0 pools"}]}
+    return {
+        "poolCount": 0,
+        "conditions": [
+            {
+                "type": "Complete",
+                "status": "True",
+                "lastTransitionTime": ago(hours_ago),
+                "reason": "CalculationComplete",
+                "message": "Calculated status for 0 pools",
+            }
+        ],
+    }
 
 
 def make_slice(name="slice-1", pool="pool-1", node="node-1", devices=4, count=1, generation=1):
-    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": name},
-            "spec": {"driver": DRIVER, "nodeName": node,
-                     "pool": {"name": pool, "generation": generation, "resourceSliceCount": count},
-                     "devices": [{"name": f"device-{i}"} for i in range(devices)]}}
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": name},
+        "spec": {
+            "driver": DRIVER,
+            "nodeName": node,
+            "pool": {"name": pool, "generation": generation, "resourceSliceCount": count},
+            "devices": [{"name": f"device-{i}"} for i in range(devices)],
+        },
+    }
 
 
 @dataclass
@@ -60,46 +80,90 @@ class Case:
     name: str
     requests: list
     slices: list = field(default_factory=list)
-    key: str | None = "test-request"   # None: run the cleanup instead
-    failures: int = 0                  # the queue's retries of the key so far
+    key: str | None = "test-request"  # None: run the cleanup instead
+    failures: int = 0  # the queue's retries of the key so far
     reactors: list = field(default_factory=list)
     actions: list = field(default_factory=list)
     error: str = ""
-    pools: list | None = None          # (pool, totalDevices) of the stored status
-    remaining: list | None = None      # request names left after a cleanup
+    pools: list | None = None  # (pool, totalDevices) of the stored status
+    remaining: list | None = None  # request names left after a cleanup
 
 
 CASES = [
-    Case("TestSyncRequest", [request()], [make_slice()],
-         actions=["update resourcepoolstatusrequests/status test-request"], pools=[("pool-1", 4)]),
-    Case("TestSyncRequest (two pools, one driver)", [request()],
-         [make_slice(), make_slice("slice-2", pool="pool-2", node="node-2", devices=2)],
-         actions=["update resourcepoolstatusrequests/status test-request"], pools=[("pool-1", 4), ("pool-2", 2)]),
-    Case("TestSyncRequest (no pools)", [request()], actions=["update resourcepoolstatusrequests/status test-request"],
-         pools=[]),
-    Case("TestSyncRequestRequeuesIncompletePool", [request()], [make_slice(count=3)],
-         error="incomplete pools detected, requeueing"),
-    Case("TestSyncRequestRequeuesIncompletePool (retries exhausted: dropped)", [request()], [make_slice(count=3)],
-         failures=MAX_RETRIES),
+    Case(
+        "TestSyncRequest",
+        [request()],
+        [make_slice()],
+        actions=["update resourcepoolstatusrequests/status test-request"],
+        pools=[("pool-1", 4)],
+    ),
+    Case(
+        "TestSyncRequest (two pools, one driver)",
+        [request()],
+        [make_slice(), make_slice("slice-2", pool="pool-2", node="node-2", devices=2)],
+        actions=["update resourcepoolstatusrequests/status test-request"],
+        pools=[("pool-1", 4), ("pool-2", 2)],
+    ),
+    Case(
+        "TestSyncRequest (no pools)",
+        [request()],
+        actions=["update resourcepoolstatusrequests/status test-request"],
+        pools=[],
+    ),
+    Case(
+        "TestSyncRequestRequeuesIncompletePool",
+        [request()],
+        [make_slice(count=3)],
+        error="incomplete pools detected, requeueing",
+    ),
+    Case(
+        "TestSyncRequestRequeuesIncompletePool (retries exhausted: dropped)",
+        [request()],
+        [make_slice(count=3)],
+        failures=MAX_RETRIES,
+    ),
     Case("TestSkipProcessedRequest", [request(status=complete(0))], [make_slice()]),
     Case("no-such-request", [], [make_slice()]),
-    Case("status-update-fails", [request()], [make_slice()],
-         reactors=[("update", "resourcepoolstatusrequests", service_unavailable())],
-         actions=["update resourcepoolstatusrequests/status test-request"],
-         error="failed to update status for request test-request"),
-    Case("TestCleanupExpiredRequests", [request("expired-request", complete(2), ago(2)),
-                                        request("active-request", complete(0), ago(0))], key=None,
-         actions=["delete resourcepoolstatusrequests expired-request"], remaining=["active-request"]),
+    Case(
+        "status-update-fails",
+        [request()],
+        [make_slice()],
+        reactors=[("update", "resourcepoolstatusrequests", service_unavailable())],
+        actions=["update resourcepoolstatusrequests/status test-request"],
+        error="failed to update status for request test-request",
+    ),
+    Case(
+        "TestCleanupExpiredRequests",
+        [request("expired-request", complete(2), ago(2)), request("active-request", complete(0), ago(0))],
+        key=None,
+        actions=["delete resourcepoolstatusrequests expired-request"],
+        remaining=["active-request"],
+    ),
     # TestShouldDeleteRequest's rows, through the cleanup.
     Case("completed-request-not-expired", [request("r", complete(0.5), ago(2))], key=None, remaining=["r"]),
-    Case("completed-request-expired", [request("r", complete(1.5), ago(2))], key=None,
-         actions=["delete resourcepoolstatusrequests r"], remaining=[]),
+    Case(
+        "completed-request-expired",
+        [request("r", complete(1.5), ago(2))],
+        key=None,
+        actions=["delete resourcepoolstatusrequests r"],
+        remaining=[],
+    ),
     Case("pending-request-not-expired", [request("r", None, ago(23))], key=None, remaining=["r"]),
-    Case("pending-request-expired", [request("r", None, ago(25))], key=None,
-         actions=["delete resourcepoolstatusrequests r"], remaining=[]),
-    Case("cleanup-delete-fails", [request("r", None, ago(25))], key=None,
-         reactors=[("delete", "*", service_unavailable())], actions=["delete resourcepoolstatusrequests r"],
-         remaining=["r"]),
+    Case(
+        "pending-request-expired",
+        [request("r", None, ago(25))],
+        key=None,
+        actions=["delete resourcepoolstatusrequests r"],
+        remaining=[],
+    ),
+    Case(
+        "cleanup-delete-fails",
+        [request("r", None, ago(25))],
+        key=None,
+        reactors=[("delete", "*", service_unavailable())],
+        actions=["delete resourcepoolstatusrequests r"],
+        remaining=["r"],
+    ),
 ]
 
 

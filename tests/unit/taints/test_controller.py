@@ -12,26 +12,37 @@ def slice_(taints_on=()):
     for dev in devices:
         if dev["name"] in taints_on:
             dev["taints"] = [{"key": "k", "effect": "NoExecute", "timeAdded": "2026-01-01T00:00:00Z"}]
-    return {"metadata": {"name": "s", "resourceVersion": "1"},
-            "spec": {"driver": DRIVER, "pool": {"name": "n0", "generation": 1}, "devices": devices}}
+    return {
+        "metadata": {"name": "s", "resourceVersion": "1"},
+        "spec": {"driver": DRIVER, "pool": {"name": "n0", "generation": 1}, "devices": devices},
+    }
 
 
 def claim(name, device):
-    return {"metadata": {"name": name, "namespace": "ns", "uid": f"c-{name}", "resourceVersion": "1"},
-            "status": {"allocation": {"devices": {"results": [{"request": "r", "driver": DRIVER, "pool": "n0",
-                                                               "device": device}]}},
-                       "reservedFor": [{"resource": "pods", "name": f"p-{name}", "uid": f"u-{name}"}]}}
+    return {
+        "metadata": {"name": name, "namespace": "ns", "uid": f"c-{name}", "resourceVersion": "1"},
+        "status": {
+            "allocation": {
+                "devices": {"results": [{"request": "r", "driver": DRIVER, "pool": "n0", "device": device}]}
+            },
+            "reservedFor": [{"resource": "pods", "name": f"p-{name}", "uid": f"u-{name}"}],
+        },
+    }
 
 
 def pod(name, claim_name):
-    return {"metadata": {"name": name, "namespace": "ns", "uid": f"u-{claim_name}", "resourceVersion": "1"},
-            "spec": {"nodeName": "n0", "resourceClaims": [{"name": "gpu", "resourceClaimName": claim_name}]},
-            "status": {"phase": "Running"}}
+    return {
+        "metadata": {"name": name, "namespace": "ns", "uid": f"u-{claim_name}", "resourceVersion": "1"},
+        "spec": {"nodeName": "n0", "resourceClaims": [{"name": "gpu", "resourceClaimName": claim_name}]},
+        "status": {"phase": "Running"},
+    }
 
 
 def rule(selector, rv="1", status=None):
-    r = {"metadata": {"name": "r", "uid": "ur", "generation": 1, "resourceVersion": rv},
-         "spec": {"deviceSelector": selector, "taint": {"key": "k", "effect": "NoExecute"}}}
+    r = {
+        "metadata": {"name": "r", "uid": "ur", "generation": 1, "resourceVersion": rv},
+        "spec": {"deviceSelector": selector, "taint": {"key": "k", "effect": "NoExecute"}},
+    }
     if status:
         r["status"] = status
     return r
@@ -39,8 +50,13 @@ def rule(selector, rv="1", status=None):
 
 def controller():
     c = TaintsController(kube=None, rules=None, rule_status=False)
-    c.prime(rules=[], classes=[], slices=[slice_()], claims=[claim("a", "gpu-0"), claim("b", "gpu-1")],
-            pods=[pod("p-a", "a"), pod("p-b", "b")])
+    c.prime(
+        rules=[],
+        classes=[],
+        slices=[slice_()],
+        claims=[claim("a", "gpu-0"), claim("b", "gpu-1")],
+        pods=[pod("p-a", "a"), pod("p-b", "b")],
+    )
     c.queued = []
     c.queue.add = c.queued.append
     return c
@@ -103,9 +119,11 @@ def test_claim_release_looks_at_its_pods():
 
 
 def budget(allowed, rv="1"):
-    return {"metadata": {"name": "b", "namespace": "ns", "generation": 1, "resourceVersion": rv},
-            "spec": {"selector": {"matchLabels": {"app": "web"}}},
-            "status": {"observedGeneration": 1, "disruptionsAllowed": allowed}}
+    return {
+        "metadata": {"name": "b", "namespace": "ns", "generation": 1, "resourceVersion": rv},
+        "spec": {"selector": {"matchLabels": {"app": "web"}}},
+        "status": {"observedGeneration": 1, "disruptionsAllowed": allowed},
+    }
 
 
 def test_parked_pods_are_woken_as_many_as_the_budget_allows():
@@ -113,6 +131,7 @@ def test_parked_pods_are_woken_as_many_as_the_budget_allows():
     from operators.core.dra.metatime import utcnow
     from operators.taints import decisions as d
     from operators.taints.controller import Pending
+
     for key in ("ns/p-a", "ns/p-b"):
         c.pending[key] = Pending("u", d.Eviction(utcnow(), ()))
         c._park(key, "ns/b", 60)
@@ -131,7 +150,11 @@ def test_claim_evictions_are_computed_once_until_something_they_depend_on_change
 
     calls = []
     real = module.d.claim_eviction
-    monkeypatch.setattr(module.d, "claim_eviction", lambda claim, *a, **k: calls.append(claim["metadata"]["name"]) or real(claim, *a, **k))
+    monkeypatch.setattr(
+        module.d,
+        "claim_eviction",
+        lambda claim, *a, **k: calls.append(claim["metadata"]["name"]) or real(claim, *a, **k),
+    )
     c = controller()
     r = rule({"driver": DRIVER, "device": "gpu-0"})
     c.on_rule(r, deleted=False)
@@ -167,8 +190,10 @@ def test_claim_evictions_are_computed_once_until_something_they_depend_on_change
 
 def test_a_device_class_change_asks_again_for_rules_that_name_it():
     c = controller()
-    cls = {"metadata": {"name": "cls", "resourceVersion": "1"},
-           "spec": {"selectors": [{"cel": {"expression": 'device.driver == "other"'}}]}}
+    cls = {
+        "metadata": {"name": "cls", "resourceVersion": "1"},
+        "spec": {"selectors": [{"cel": {"expression": 'device.driver == "other"'}}]},
+    }
     c.on_class(cls, deleted=False)
     c.on_rule(rule({"deviceClassName": "cls"}), deleted=False)
     assert c.pod_eviction(c.pods.get("ns/p-a")) is None

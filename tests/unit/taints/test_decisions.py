@@ -4,7 +4,7 @@ import pytest
 
 from operators.taints import decisions as d
 
-T0 = datetime.datetime(2026, 1, 1, 12, 0, 0, tzinfo=datetime.timezone.utc)
+T0 = datetime.datetime(2026, 1, 1, 12, 0, 0, tzinfo=datetime.UTC)
 T0S = "2026-01-01T12:00:00Z"
 
 
@@ -44,9 +44,14 @@ def rule(name="r", selector=None, effect="NoExecute", uid=None, added=T0S, gener
 
 
 def slice_(name="s", devices=(), generation=1, driver="drv", pool="pool"):
-    return {"metadata": {"name": name},
-            "spec": {"driver": driver, "pool": {"name": pool, "generation": generation, "resourceSliceCount": 1},
-                     "devices": list(devices)}}
+    return {
+        "metadata": {"name": name},
+        "spec": {
+            "driver": driver,
+            "pool": {"name": pool, "generation": generation, "resourceSliceCount": 1},
+            "devices": list(devices),
+        },
+    }
 
 
 def lookup_from(*slices):
@@ -59,17 +64,20 @@ def lookup_from(*slices):
 NO_SLICES = lookup_from()
 
 
-@pytest.mark.parametrize("tol,expected", [
-    (toleration(), True),
-    (toleration(value="other"), False),
-    (toleration(operator="Exists", value=""), True),
-    (toleration(key="", operator="Exists", value=""), True),
-    (toleration(key="other"), False),
-    (toleration(effect=""), True),            # empty effect matches every effect
-    (toleration(effect="NoSchedule"), False),
-    (toleration(operator="Bogus"), False),
-    ({"key": "k", "value": "v"}, True),       # no operator means Equal
-])
+@pytest.mark.parametrize(
+    "tol,expected",
+    [
+        (toleration(), True),
+        (toleration(value="other"), False),
+        (toleration(operator="Exists", value=""), True),
+        (toleration(key="", operator="Exists", value=""), True),
+        (toleration(key="other"), False),
+        (toleration(effect=""), True),  # empty effect matches every effect
+        (toleration(effect="NoSchedule"), False),
+        (toleration(operator="Bogus"), False),
+        ({"key": "k", "value": "v"}, True),  # no operator means Equal
+    ],
+)
 def test_tolerates_as_upstream(tol, expected):
     assert d.tolerates(tol, taint()) is expected
 
@@ -81,15 +89,21 @@ def test_untolerated_slice_taint_evicts_at_time_added():
     assert [str(r) for r in ev.reasons] == ["ResourceSlice s drv/pool/gpu-0 taint #1"]
 
 
-@pytest.mark.parametrize("tolerations,expected", [
-    ([toleration(seconds=30)], T0 + datetime.timedelta(seconds=30)),
-    ([toleration(seconds=30), toleration(operator="Exists", value="", seconds=10)], T0 + datetime.timedelta(seconds=10)),
-    ([toleration(seconds=-5)], T0),                       # negative counts as 0
-    ([toleration()], None),                               # no seconds: tolerated for good
-    ([toleration(seconds=30), toleration()], None),       # one forever toleration is enough
-    ([toleration(effect="", seconds=30)], T0),            # only explicit NoExecute tolerations count here
-    ([toleration(value="x", seconds=30)], T0),            # not matching
-])
+@pytest.mark.parametrize(
+    "tolerations,expected",
+    [
+        ([toleration(seconds=30)], T0 + datetime.timedelta(seconds=30)),
+        (
+            [toleration(seconds=30), toleration(operator="Exists", value="", seconds=10)],
+            T0 + datetime.timedelta(seconds=10),
+        ),
+        ([toleration(seconds=-5)], T0),  # negative counts as 0
+        ([toleration()], None),  # no seconds: tolerated for good
+        ([toleration(seconds=30), toleration()], None),  # one forever toleration is enough
+        ([toleration(effect="", seconds=30)], T0),  # only explicit NoExecute tolerations count here
+        ([toleration(value="x", seconds=30)], T0),  # not matching
+    ],
+)
 def test_tolerations_from_the_allocation_result(tolerations, expected):
     r = rule(selector={"driver": "drv"})
     ev = d.claim_eviction(claim(results=[result(tolerations=tolerations)]), NO_SLICES, [r])
@@ -103,19 +117,28 @@ def test_earliest_taint_wins_and_reasons_are_sorted_rules_first():
     c = claim(results=[result("gpu-0"), result("gpu-1")])
     ev = d.claim_eviction(c, lookup_from(s), rules)
     assert ev.when == T0
-    assert [str(r) for r in ev.reasons] == ["DeviceTaintRule alpha", "DeviceTaintRule zeta",
-                                            "ResourceSlice s drv/pool/gpu-1 taint #0"]
+    assert [str(r) for r in ev.reasons] == [
+        "DeviceTaintRule alpha",
+        "DeviceTaintRule zeta",
+        "ResourceSlice s drv/pool/gpu-1 taint #0",
+    ]
 
 
-@pytest.mark.parametrize("selector,matches", [
-    (None, False),                                  # no selector: nothing (kubernetes#141422)
-    ({}, True),                                     # empty selector: everything
-    ({"driver": "drv"}, True), ({"driver": "x"}, False),
-    ({"pool": "pool"}, True), ({"pool": "x"}, False),
-    ({"device": "gpu-0"}, True), ({"device": "gpu-1"}, False),
-    ({"driver": "drv", "pool": "pool", "device": "gpu-0"}, True),
-    ({"driver": "drv", "pool": "x", "device": "gpu-0"}, False),
-])
+@pytest.mark.parametrize(
+    "selector,matches",
+    [
+        (None, False),  # no selector: nothing (kubernetes#141422)
+        ({}, True),  # empty selector: everything
+        ({"driver": "drv"}, True),
+        ({"driver": "x"}, False),
+        ({"pool": "pool"}, True),
+        ({"pool": "x"}, False),
+        ({"device": "gpu-0"}, True),
+        ({"device": "gpu-1"}, False),
+        ({"driver": "drv", "pool": "pool", "device": "gpu-0"}, True),
+        ({"driver": "drv", "pool": "x", "device": "gpu-0"}, False),
+    ],
+)
 def test_rule_selectors(selector, matches):
     ev = d.claim_eviction(claim(results=[result()]), NO_SLICES, [rule(selector=selector)])
     assert (ev is not None) is matches
@@ -146,8 +169,11 @@ def pod(uid="u1", node="n", claims=(), statuses=(), extended=None, ns="ns"):
     status = {"resourceClaimStatuses": list(statuses)}
     if extended:
         status["extendedResourceClaimStatus"] = {"resourceClaimName": extended, "requestMappings": []}
-    return {"metadata": {"name": "p", "namespace": ns, "uid": uid},
-            "spec": {"nodeName": node, "resourceClaims": list(claims)}, "status": status}
+    return {
+        "metadata": {"name": "p", "namespace": ns, "uid": uid},
+        "spec": {"nodeName": node, "resourceClaims": list(claims)},
+        "status": status,
+    }
 
 
 def evict_all(c):
@@ -160,24 +186,42 @@ def test_pod_eviction_needs_schedule_reservation_and_owner():
     claims = {"ns/plain": plain, "ns/gen": generated}
     p = pod(claims=[{"name": "a", "resourceClaimName": "plain"}])
     assert d.pod_eviction(p, claims.get, evict_all).when == T0
-    assert d.pod_eviction(pod(node="", claims=[{"name": "a", "resourceClaimName": "plain"}]), claims.get, evict_all) is None
-    assert d.pod_eviction(pod(uid="other", claims=[{"name": "a", "resourceClaimName": "plain"}]), claims.get, evict_all) is None
+    assert (
+        d.pod_eviction(pod(node="", claims=[{"name": "a", "resourceClaimName": "plain"}]), claims.get, evict_all)
+        is None
+    )
+    assert (
+        d.pod_eviction(pod(uid="other", claims=[{"name": "a", "resourceClaimName": "plain"}]), claims.get, evict_all)
+        is None
+    )
     tmpl = [{"name": "t", "resourceClaimTemplateName": "tmpl"}]
     assert d.pod_eviction(pod(claims=tmpl), claims.get, evict_all) is None  # no status yet
-    assert d.pod_eviction(pod(claims=tmpl, statuses=[{"name": "t", "resourceClaimName": "gen"}]),
-                          claims.get, evict_all) is not None
+    assert (
+        d.pod_eviction(pod(claims=tmpl, statuses=[{"name": "t", "resourceClaimName": "gen"}]), claims.get, evict_all)
+        is not None
+    )
     claims["ns/gen"] = claim("gen", results=[result()], owner="someone-else")
-    assert d.pod_eviction(pod(claims=tmpl, statuses=[{"name": "t", "resourceClaimName": "gen"}]),
-                          claims.get, evict_all) is None
+    assert (
+        d.pod_eviction(pod(claims=tmpl, statuses=[{"name": "t", "resourceClaimName": "gen"}]), claims.get, evict_all)
+        is None
+    )
 
 
 def group_claim(owner_group="pg"):
     """A claim made from a PodGroup's template: owned by the PodGroup, reserved for it."""
     c = claim("pg-gpu-x", results=[result()], reserved=())
-    c["metadata"]["ownerReferences"] = [{"apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup",
-                                         "name": owner_group, "uid": "uid-pg", "controller": True}]
-    c["status"]["reservedFor"] = [{"apiGroup": "scheduling.k8s.io", "resource": "podgroups", "name": "pg",
-                                   "uid": "uid-pg"}]
+    c["metadata"]["ownerReferences"] = [
+        {
+            "apiVersion": "scheduling.k8s.io/v1beta1",
+            "kind": "PodGroup",
+            "name": owner_group,
+            "uid": "uid-pg",
+            "controller": True,
+        }
+    ]
+    c["status"]["reservedFor"] = [
+        {"apiGroup": "scheduling.k8s.io", "resource": "podgroups", "name": "pg", "uid": "uid-pg"}
+    ]
     return c
 
 
@@ -217,6 +261,7 @@ def test_pod_eviction_is_earliest_over_its_claims_with_merged_reasons():
     def eviction_of(c):
         when, r = times[c["metadata"]["name"]]
         return d.Eviction(when, (d.TaintSource(rule=r, rule_uid=r),))
+
     p = pod(claims=[{"name": "x", "resourceClaimName": "a"}, {"name": "y", "resourceClaimName": "b"}])
     ev = d.pod_eviction(p, {"ns/a": a, "ns/b": b}.get, eviction_of)
     assert ev.when == T0 and ev.rule_names() == ["ra", "rb"]
@@ -231,27 +276,66 @@ def test_pod_needs_look_only_when_node_or_claims_change():
     assert d.pod_needs_look(p, pod(claims=p["spec"]["resourceClaims"], extended="x"))
 
 
-@pytest.mark.parametrize("effect,counts,evicted,reason,status,message", [
-    ("NoExecute", d.RuleCounts(1, 1), 0, "PodsPendingEviction", "True", "1 pod needs to be evicted in 1 namespace."),
-    ("NoExecute", d.RuleCounts(3, 2), 1, "PodsPendingEviction", "True",
-     "3 pods need to be evicted in 2 different namespaces. 1 pod evicted since starting the controller."),
-    ("NoExecute", d.RuleCounts(), 200, "Completed", "False", "200 pods evicted since starting the controller."),
-    ("NoExecute", d.RuleCounts(), 0, "NotStarted", "False", ""),
-    ("None", d.RuleCounts(1, 1, 1, 1), 0, "NoEffect", "False",
-     "1 published device selected. 1 allocated device selected. 1 pod would be evicted in 1 namespace "
-     "if the effect was NoExecute. This information will not be updated again. Recreate the DeviceTaintRule "
-     "to trigger an update."),
-    ("None", d.RuleCounts(0, 0, 2, 0), 0, "NoEffect", "False",
-     "2 published devices selected. 0 allocated devices selected. 0 pods would be evicted in 0 different namespaces "
-     "if the effect was NoExecute. This information will not be updated again. Recreate the DeviceTaintRule "
-     "to trigger an update."),
-    ("NoSchedule", d.RuleCounts(), 2, "OtherEffect", "False",
-     "Eviction only happens for the NoExecute effect. 2 pods evicted since starting the controller."),
-])
+@pytest.mark.parametrize(
+    "effect,counts,evicted,reason,status,message",
+    [
+        (
+            "NoExecute",
+            d.RuleCounts(1, 1),
+            0,
+            "PodsPendingEviction",
+            "True",
+            "1 pod needs to be evicted in 1 namespace.",
+        ),
+        (
+            "NoExecute",
+            d.RuleCounts(3, 2),
+            1,
+            "PodsPendingEviction",
+            "True",
+            "3 pods need to be evicted in 2 different namespaces. 1 pod evicted since starting the controller.",
+        ),
+        ("NoExecute", d.RuleCounts(), 200, "Completed", "False", "200 pods evicted since starting the controller."),
+        ("NoExecute", d.RuleCounts(), 0, "NotStarted", "False", ""),
+        (
+            "None",
+            d.RuleCounts(1, 1, 1, 1),
+            0,
+            "NoEffect",
+            "False",
+            "1 published device selected. 1 allocated device selected. 1 pod would be evicted in 1 namespace "
+            "if the effect was NoExecute. This information will not be updated again. Recreate the DeviceTaintRule "
+            "to trigger an update.",
+        ),
+        (
+            "None",
+            d.RuleCounts(0, 0, 2, 0),
+            0,
+            "NoEffect",
+            "False",
+            "2 published devices selected. 0 allocated devices selected. 0 pods would be evicted in 0 different namespaces "
+            "if the effect was NoExecute. This information will not be updated again. Recreate the DeviceTaintRule "
+            "to trigger an update.",
+        ),
+        (
+            "NoSchedule",
+            d.RuleCounts(),
+            2,
+            "OtherEffect",
+            "False",
+            "Eviction only happens for the NoExecute effect. 2 pods evicted since starting the controller.",
+        ),
+    ],
+)
 def test_rule_condition_texts(effect, counts, evicted, reason, status, message):
     condition = d.rule_condition(rule(effect=effect, generation=4), counts, evicted)
-    assert condition == {"type": "EvictionInProgress", "status": status, "reason": reason, "message": message,
-                         "observedGeneration": 4}
+    assert condition == {
+        "type": "EvictionInProgress",
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "observedGeneration": 4,
+    }
 
 
 def test_status_is_written_at_most_every_ten_seconds_per_generation():
@@ -278,7 +362,10 @@ def test_pod_condition_and_eviction_bodies():
     p = pod()
     assert not d.has_pod_condition(p)
     patch = d.pod_condition_patch(p, T0)
-    assert patch == {"metadata": {"uid": "u1"}, "status": {"conditions": [dict(d.POD_CONDITION, lastTransitionTime=T0S)]}}
+    assert patch == {
+        "metadata": {"uid": "u1"},
+        "status": {"conditions": [dict(d.POD_CONDITION, lastTransitionTime=T0S)]},
+    }
     p["status"]["conditions"] = [dict(d.POD_CONDITION, lastTransitionTime=T0S)]
     assert d.has_pod_condition(p)
     assert d.eviction_body(p)["deleteOptions"] == {"preconditions": {"uid": "u1"}}
@@ -311,18 +398,21 @@ def test_eviction_api_only_when_every_reason_opted_in():
     assert d.eviction_api_wait([bad_mode], by_rule("pdb"), 300) is None
 
 
-@pytest.mark.parametrize("selector,expected", [
-    (None, False),
-    ({}, True),
-    ({"matchLabels": {"app": "web"}}, True),
-    ({"matchLabels": {"app": "db"}}, False),
-    ({"matchExpressions": [{"key": "app", "operator": "In", "values": ["web", "db"]}]}, True),
-    ({"matchExpressions": [{"key": "app", "operator": "NotIn", "values": ["web"]}]}, False),
-    ({"matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["x"]}]}, True),
-    ({"matchExpressions": [{"key": "tier", "operator": "Exists"}]}, False),
-    ({"matchExpressions": [{"key": "tier", "operator": "DoesNotExist"}]}, True),
-    ({"matchExpressions": [{"key": "app", "operator": "Bogus"}]}, False),
-])
+@pytest.mark.parametrize(
+    "selector,expected",
+    [
+        (None, False),
+        ({}, True),
+        ({"matchLabels": {"app": "web"}}, True),
+        ({"matchLabels": {"app": "db"}}, False),
+        ({"matchExpressions": [{"key": "app", "operator": "In", "values": ["web", "db"]}]}, True),
+        ({"matchExpressions": [{"key": "app", "operator": "NotIn", "values": ["web"]}]}, False),
+        ({"matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["x"]}]}, True),
+        ({"matchExpressions": [{"key": "tier", "operator": "Exists"}]}, False),
+        ({"matchExpressions": [{"key": "tier", "operator": "DoesNotExist"}]}, True),
+        ({"matchExpressions": [{"key": "app", "operator": "Bogus"}]}, False),
+    ],
+)
 def test_label_selectors_of_disruption_budgets(selector, expected):
     pdb = {"metadata": {"name": "b", "namespace": "ns"}, "spec": {"selector": selector}}
     pod = {"metadata": {"name": "p", "namespace": "ns", "labels": {"app": "web"}}}

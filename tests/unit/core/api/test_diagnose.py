@@ -26,8 +26,12 @@ def test_answers_that_are_not_from_an_api_server():
     page = ApiError(404, "<html>\n<body>404 page not found</body>\n</html>", "GET", "/api/v1/pods")
     message = start_failure("taints", page, HOST, "/kc")
     assert "did not answer like a Kubernetes API server" in message and "\n" not in message
-    missing = ApiError(404, {"kind": "Status", "reason": "NotFound", "message": "the server could not find"},
-                       "GET", "/apis/resource.k8s.io/v1/resourceclaims")
+    missing = ApiError(
+        404,
+        {"kind": "Status", "reason": "NotFound", "message": "the server could not find"},
+        "GET",
+        "/apis/resource.k8s.io/v1/resourceclaims",
+    )
     assert "resource.k8s.io/v1 (DRA) enabled" in start_failure("claims", missing, HOST, "/kc")
 
 
@@ -39,8 +43,10 @@ def test_credentials_and_permissions():
 
 
 def test_other_failures_keep_their_type_and_message():
-    assert start_failure("nodeagent", ValueError("socket path too long"), None, None) == \
-        "nodeagent could not start: ValueError: socket path too long"
+    assert (
+        start_failure("nodeagent", ValueError("socket path too long"), None, None)
+        == "nodeagent could not start: ValueError: socket path too long"
+    )
 
 
 def test_kubeconfig_problems():

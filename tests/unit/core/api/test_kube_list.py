@@ -66,8 +66,7 @@ async def test_an_expired_continue_token_restarts_the_list_at_a_new_resource_ver
     items, version = await kube.list_with_version(PODS, limit=20, keep=uses_claims)
     # The broken attempt's two pages are not kept twice; the list is the second one's.
     assert [i["metadata"]["name"] for i in items] == [f"p{i}" for i in range(0, 95, 10)]
-    assert version == "102" and state["pages"] == ["", "101:20", "101:40", "", "102:20", "102:40", "102:60",
-                                                   "102:80"]
+    assert version == "102" and state["pages"] == ["", "101:20", "101:40", "", "102:20", "102:40", "102:60", "102:80"]
 
 
 async def test_a_list_that_keeps_expiring_gives_up_with_the_410(server):

@@ -28,8 +28,9 @@ async def server():
         if what == "garbage":
             return web.Response(status=200, text="<html>proxy error</html>")
         if what == 429:
-            return web.json_response({"kind": "Status", "reason": "TooManyRequests"}, status=429,
-                                     headers={"Retry-After": "1"})
+            return web.json_response(
+                {"kind": "Status", "reason": "TooManyRequests"}, status=429, headers={"Retry-After": "1"}
+            )
         if isinstance(what, int) and what >= 400:
             return web.json_response({"kind": "Status", "reason": "InternalError", "message": "boom"}, status=what)
         return web.json_response({"kind": "Pod", "metadata": {"name": "p"}})
@@ -59,8 +60,12 @@ async def test_429_is_retried_after_retry_after_even_for_a_create(server):
 @pytest.mark.parametrize("status", [500, 502, 503, 504])
 async def test_5xx_is_retried_for_reads_and_idempotent_writes(server, status):
     kube, state = server
-    for method, content_type in (("GET", "application/json"), ("PUT", "application/json"),
-                                 ("DELETE", "application/json"), ("PATCH", APPLY_PATCH)):
+    for method, content_type in (
+        ("GET", "application/json"),
+        ("PUT", "application/json"),
+        ("DELETE", "application/json"),
+        ("PATCH", APPLY_PATCH),
+    ):
         state["script"], state["calls"] = [status, status], []
         await kube.request(method, "/api/v1/namespaces/ns/pods/p", body={}, content_type=content_type)
         assert len(state["calls"]) == 3
@@ -120,7 +125,10 @@ def test_should_retry_rules():
 async def test_a_client_side_limit_spaces_requests_after_the_burst(server):
     kube, state = server
     from operators.core.api.ratelimit import TokenBucket
-    limited = Kube(kube.cluster, kube.retry, TokenBucket(20, 2), session=kube.session)  # DRA_API_QPS=20, DRA_API_BURST=2
+
+    limited = Kube(
+        kube.cluster, kube.retry, TokenBucket(20, 2), session=kube.session
+    )  # DRA_API_QPS=20, DRA_API_BURST=2
     started = time.monotonic()
     await asyncio.gather(*(limited.request("GET", "/api/v1/pods") for _ in range(6)))
     assert len(state["calls"]) == 6 and time.monotonic() - started >= 4 / 20 - 0.01
@@ -131,6 +139,7 @@ async def test_the_session_trusts_the_environment_only_when_a_proxy_variable_is_
     """Without a proxy variable there is nothing to find: an aiohttp session that trusts the
     environment reads ~/.netrc for every request (bench/RESULTS.md)."""
     from operators.core.api import kube as kube_module
+
     for name in kube_module.PROXY_VARIABLES:
         monkeypatch.delenv(name, raising=False)
         monkeypatch.delenv(name.lower(), raising=False)
@@ -183,9 +192,18 @@ async def watch_server():
 
 
 async def test_stop_at_ends_a_watch_read_at_its_marker_instead_of_the_servers_timeout(watch_server):
-    text = await asyncio.wait_for(watch_server.request(
-        "GET", "/api/v1/pods", params=[("watch", "true")], raw=True, stop_at="k8s.io/initial-events-end",
-        retry=False, timeout=3600), 30)
+    text = await asyncio.wait_for(
+        watch_server.request(
+            "GET",
+            "/api/v1/pods",
+            params=[("watch", "true")],
+            raw=True,
+            stop_at="k8s.io/initial-events-end",
+            retry=False,
+            timeout=3600,
+        ),
+        30,
+    )
     assert '"name":"a"' in text and "k8s.io/initial-events-end" in text
     # Without the marker the read goes on until the server ends the watch (here: never).
     with pytest.raises(asyncio.TimeoutError):

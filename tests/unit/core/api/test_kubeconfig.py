@@ -21,11 +21,16 @@ def write(path, data):
 
 
 def config(server="https://10.0.0.1:6443", user=None, cluster_extra=None, contexts=None, current="main"):
-    return {"apiVersion": "v1", "kind": "Config", "current-context": current,
-            "clusters": [{"name": "c", "cluster": {"server": server, "insecure-skip-tls-verify": True,
-                                                   **(cluster_extra or {})}}],
-            "users": [{"name": "u", "user": user or {"token": "abc"}}],
-            "contexts": contexts or [{"name": "main", "context": {"cluster": "c", "user": "u", "namespace": "team"}}]}
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "current-context": current,
+        "clusters": [
+            {"name": "c", "cluster": {"server": server, "insecure-skip-tls-verify": True, **(cluster_extra or {})}}
+        ],
+        "users": [{"name": "u", "user": user or {"token": "abc"}}],
+        "contexts": contexts or [{"name": "main", "context": {"cluster": "c", "user": "u", "namespace": "team"}}],
+    }
 
 
 async def test_a_token_user_and_the_contexts_namespace(tmp_path):
@@ -37,9 +42,15 @@ async def test_a_token_user_and_the_contexts_namespace(tmp_path):
 def test_kubeconfig_lists_merge_as_kubectl_merges_them(tmp_path):
     """The first file to set a name wins; current-context from the first file that has one."""
     first = write(tmp_path / "a", {"contexts": [{"name": "other", "context": {"cluster": "c", "namespace": "x"}}]})
-    second = write(tmp_path / "b", config(contexts=[
-        {"name": "main", "context": {"cluster": "c", "user": "u", "namespace": "team"}},
-        {"name": "other", "context": {"cluster": "c", "namespace": "ignored"}}]))
+    second = write(
+        tmp_path / "b",
+        config(
+            contexts=[
+                {"name": "main", "context": {"cluster": "c", "user": "u", "namespace": "team"}},
+                {"name": "other", "context": {"cluster": "c", "namespace": "ignored"}},
+            ]
+        ),
+    )
     listed = os.pathsep.join([str(first), str(tmp_path / "missing"), str(second)])
     assert load(listed).namespace == "team"
     assert load(listed, context="other").namespace == "x"
@@ -51,16 +62,21 @@ def test_a_plain_http_server_needs_no_tls(tmp_path):
     assert cluster.ssl_context is None
 
 
-@pytest.mark.parametrize("change,message", [
-    ({"current": ""}, "no current-context"),
-    ({"current": "nope"}, "context 'nope' not found"),
-    ({"server": ""}, "has no server"),
-    ({"user": {"auth-provider": {"name": "gcp"}}}, "auth-provider 'gcp', which is not supported"),
-    ({"user": {"exec": {"apiVersion": "client.authentication.k8s.io/v1alpha1", "command": "x"}}},
-     "exec apiVersion"),
-    ({"cluster_extra": {"insecure-skip-tls-verify": False, "certificate-authority-data": "%%%"}}, "not base64"),
-    ({"cluster_extra": {"insecure-skip-tls-verify": False, "certificate-authority": "ca.crt"}}, "ca.crt"),
-])
+@pytest.mark.parametrize(
+    "change,message",
+    [
+        ({"current": ""}, "no current-context"),
+        ({"current": "nope"}, "context 'nope' not found"),
+        ({"server": ""}, "has no server"),
+        ({"user": {"auth-provider": {"name": "gcp"}}}, "auth-provider 'gcp', which is not supported"),
+        (
+            {"user": {"exec": {"apiVersion": "client.authentication.k8s.io/v1alpha1", "command": "x"}}},
+            "exec apiVersion",
+        ),
+        ({"cluster_extra": {"insecure-skip-tls-verify": False, "certificate-authority-data": "%%%"}}, "not base64"),
+        ({"cluster_extra": {"insecure-skip-tls-verify": False, "certificate-authority": "ca.crt"}}, "ca.crt"),
+    ],
+)
 def test_what_cannot_work_is_named(tmp_path, change, message):
     with pytest.raises(KubeconfigError, match=message):
         load(str(write(tmp_path / "kc", config(**change))))
@@ -113,8 +129,15 @@ with open({str(tmp_path / "runs")!r}, "a") as f:
 print(json.dumps({{"apiVersion": info["apiVersion"], "kind": "ExecCredential", "status": {status!r}}}))
 sys.exit({exit_code})
 """)
-    return {"exec": {"apiVersion": "client.authentication.k8s.io/v1", "command": sys.executable,
-                     "args": [str(script)], "env": [{"name": "X", "value": "1"}], "provideClusterInfo": True}}
+    return {
+        "exec": {
+            "apiVersion": "client.authentication.k8s.io/v1",
+            "command": sys.executable,
+            "args": [str(script)],
+            "env": [{"name": "X", "value": "1"}],
+            "provideClusterInfo": True,
+        }
+    }
 
 
 def runs(tmp_path):
@@ -122,7 +145,7 @@ def runs(tmp_path):
 
 
 async def test_an_exec_plugin_runs_once_until_its_credential_expires(tmp_path):
-    later = (datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    later = (datetime.datetime.now(datetime.UTC) + datetime.timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
     cluster = load(str(write(tmp_path / "kc", config(user=exec_plugin(tmp_path, expires=later)))))
     assert await cluster.credentials.headers() == {"Authorization": "Bearer t1"}
     assert await cluster.credentials.headers() == {"Authorization": "Bearer t1"}
@@ -160,8 +183,10 @@ async def test_a_401_fetches_fresh_credentials_and_tries_once_more(tmp_path):
     await site.start()
     port = site._server.sockets[0].getsockname()[1]
     (tmp_path / "tok").write_text("old")
-    kube = Kube(load(str(write(tmp_path / "kc", config(server=f"http://127.0.0.1:{port}", user={"tokenFile": "tok"})))),
-                RetryPolicy(attempts=1))
+    kube = Kube(
+        load(str(write(tmp_path / "kc", config(server=f"http://127.0.0.1:{port}", user={"tokenFile": "tok"})))),
+        RetryPolicy(attempts=1),
+    )
     try:
         await kube.cluster.credentials.headers()  # the old token is read and cached
         (tmp_path / "tok").write_text("new")
@@ -174,8 +199,10 @@ async def test_a_401_fetches_fresh_credentials_and_tries_once_more(tmp_path):
 
 def test_client_certificates_are_loaded_from_data_without_leaving_a_file(tmp_path, lab_pki):
     ca, cert, key = lab_pki
-    user = {"client-certificate-data": base64.b64encode(cert).decode(),
-            "client-key-data": base64.b64encode(key).decode()}
+    user = {
+        "client-certificate-data": base64.b64encode(cert).decode(),
+        "client-key-data": base64.b64encode(key).decode(),
+    }
     extra = {"insecure-skip-tls-verify": False, "certificate-authority-data": base64.b64encode(ca).decode()}
     before = set(os.listdir(os.environ.get("TMPDIR", "/tmp")))
     cluster = load(str(write(tmp_path / "kc", config(user=user, cluster_extra=extra))))
@@ -188,6 +215,7 @@ def test_client_certificates_are_loaded_from_data_without_leaving_a_file(tmp_pat
 def lab_pki(tmp_path):
     """A CA and a client certificate, made with the lab's own PKI helper."""
     from operators.lab.pki import Pki
+
     made = Pki(tmp_path / "pki")
     made.create({"admin": ("admin", "system:masters")})
     cert, key = made.client("admin")

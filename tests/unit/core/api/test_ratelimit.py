@@ -1,7 +1,6 @@
 import pytest
 
 from operators.core.api.ratelimit import TokenBucket
-
 from tests.unit.fakeclock import Clock
 
 
@@ -50,6 +49,7 @@ def test_a_cancelled_reservation_gives_its_token_back():
 
 async def test_take_waits_and_a_cancelled_take_gives_its_token_back():
     import asyncio
+
     bucket = TokenBucket(10)
     assert await bucket.take(max_wait=1)
     waiters = [asyncio.create_task(bucket.take(max_wait=60)) for _ in range(50)]  # 5 s of debt

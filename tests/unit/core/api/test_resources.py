@@ -29,9 +29,15 @@ def test_names_are_escaped_path_segments():
     assert PODS.path("ns", "p&q=1", "status") == "/api/v1/namespaces/ns/pods/p%26q%3D1/status"
 
 
-@pytest.mark.parametrize("namespace,name,message", [
-    ("ns", "..", "invalid name '..': may not be '..'"), ("ns", "a/b", "invalid name 'a/b': may not contain '/'"),
-    ("a%2Fb", "n", "invalid namespace 'a%2Fb': may not contain '%'"), (".", "n", "invalid namespace '.'")])
+@pytest.mark.parametrize(
+    "namespace,name,message",
+    [
+        ("ns", "..", "invalid name '..': may not be '..'"),
+        ("ns", "a/b", "invalid name 'a/b': may not contain '/'"),
+        ("a%2Fb", "n", "invalid namespace 'a%2Fb': may not contain '%'"),
+        (".", "n", "invalid namespace '.'"),
+    ],
+)
 def test_names_client_go_refuses_are_refused(namespace, name, message):
     with pytest.raises(InvalidPathSegment, match=re.escape(message)):
         PODS.path(namespace, name)
@@ -54,8 +60,13 @@ async def test_the_server_sees_the_name_and_the_query():
     kube = Kube.with_token(f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}", "t", None)
     try:
         for name in ("x#", "a?b", "c d"):
-            await kube.request("PATCH", RESOURCE_CLAIMS.path("default", name), body={}, content_type=APPLY_PATCH,
-                               params=[("dryRun", "All")])
+            await kube.request(
+                "PATCH",
+                RESOURCE_CLAIMS.path("default", name),
+                body={},
+                content_type=APPLY_PATCH,
+                params=[("dryRun", "All")],
+            )
     finally:
         await kube.close()
         await runner.cleanup()

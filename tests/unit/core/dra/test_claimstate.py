@@ -17,25 +17,40 @@ def cond(kind, status="True"):
     return {"type": kind, "status": status}
 
 
-@pytest.mark.parametrize(("conditions", "verdict"), [
-    ([], PENDING),
-    ([cond("x")], PENDING),                                   # every binding condition must be True
-    ([cond("x"), cond("y", "False")], PENDING),
-    ([cond("x"), cond("y")], READY),
-    ([cond("x"), cond("y"), cond("f")], FAILED),               # failure wins
-    ([cond("f", "False"), cond("x"), cond("y")], READY),
-    ([cond("x"), cond("x", "False"), cond("y")], READY),       # the first condition of a type counts
-])
+@pytest.mark.parametrize(
+    ("conditions", "verdict"),
+    [
+        ([], PENDING),
+        ([cond("x")], PENDING),  # every binding condition must be True
+        ([cond("x"), cond("y", "False")], PENDING),
+        ([cond("x"), cond("y")], READY),
+        ([cond("x"), cond("y"), cond("f")], FAILED),  # failure wins
+        ([cond("f", "False"), cond("x"), cond("y")], READY),
+        ([cond("x"), cond("x", "False"), cond("y")], READY),  # the first condition of a type counts
+    ],
+)
 def test_device_binding_verdict(conditions, verdict):
     assert device_binding_verdict(conditions, ["x", "y"], ["f"]) == verdict
 
 
 def claim(*device_conditions, reserved=False):
-    results = [{"request": "r", "driver": "d", "pool": "p", "device": f"g{i}", "bindingConditions": ["x"],
-                "bindingFailureConditions": ["f"]} for i in range(len(device_conditions))]
-    status = {"allocation": {"devices": {"results": results}},
-              "devices": [{"driver": "d", "pool": "p", "device": f"g{i}", "conditions": c}
-                          for i, c in enumerate(device_conditions)]}
+    results = [
+        {
+            "request": "r",
+            "driver": "d",
+            "pool": "p",
+            "device": f"g{i}",
+            "bindingConditions": ["x"],
+            "bindingFailureConditions": ["f"],
+        }
+        for i in range(len(device_conditions))
+    ]
+    status = {
+        "allocation": {"devices": {"results": results}},
+        "devices": [
+            {"driver": "d", "pool": "p", "device": f"g{i}", "conditions": c} for i, c in enumerate(device_conditions)
+        ],
+    }
     if reserved:
         status["reservedFor"] = [{"resource": "pods", "name": "a", "uid": "1"}]
     return {"metadata": {"name": "c", "namespace": "n"}, "status": status}

@@ -4,7 +4,7 @@ import pytest
 
 from operators.core.dra.metatime import format_time, parse_time, utcnow
 
-UTC = datetime.timezone.utc
+UTC = datetime.UTC
 
 
 def test_format_is_utc_whole_seconds():

@@ -17,10 +17,19 @@ from operators.core.dra.quantity import (
 )
 
 
-@pytest.mark.parametrize(("text", "value"), [
-    ("80Gi", 80 * 2**30), ("500m", Fraction(1, 2)), ("1e3", 1000), ("1.5k", 1500), ("0", 0), ("-2Ki", -2048),
-    ("1E", 10**18), ("10n", Fraction(1, 10**8)),
-])
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("80Gi", 80 * 2**30),
+        ("500m", Fraction(1, 2)),
+        ("1e3", 1000),
+        ("1.5k", 1500),
+        ("0", 0),
+        ("-2Ki", -2048),
+        ("1E", 10**18),
+        ("10n", Fraction(1, 10**8)),
+    ],
+)
 def test_parse(text, value):
     assert parse_quantity(text) == value
 
@@ -31,11 +40,18 @@ def test_parse_refuses_what_the_api_server_refuses(text):
         parse_quantity(text)
 
 
-@pytest.mark.parametrize(("text", "fmt", "canonical"), [
-    ("40Gi", BINARY_SI, "40Gi"), ("1024Mi", BINARY_SI, "1Gi"), ("1536", DECIMAL_SI, "1536"),
-    ("1500m", DECIMAL_SI, "1500m"), ("1e3", DECIMAL_EXPONENT, "1e3"), ("100", DECIMAL_SI, "100"),
-    ("0.5Gi", BINARY_SI, "512Mi"),
-])
+@pytest.mark.parametrize(
+    ("text", "fmt", "canonical"),
+    [
+        ("40Gi", BINARY_SI, "40Gi"),
+        ("1024Mi", BINARY_SI, "1Gi"),
+        ("1536", DECIMAL_SI, "1536"),
+        ("1500m", DECIMAL_SI, "1500m"),
+        ("1e3", DECIMAL_EXPONENT, "1e3"),
+        ("100", DECIMAL_SI, "100"),
+        ("0.5Gi", BINARY_SI, "512Mi"),
+    ],
+)
 def test_formats_and_canonical_text(text, fmt, canonical):
     quantity = Quantity.parse(text)
     assert quantity.format == fmt
@@ -49,9 +65,17 @@ def test_add_sub_keep_the_first_nonzero_format():
     assert str(Quantity.parse("1Gi").sub(Quantity.parse("1000Mi"))) == "24Mi"
 
 
-@pytest.mark.parametrize(("value", "text"), [
-    (42949672960, "40Gi"), (512, "512"), (1536, "1536"), (0, "0"), (-2048, "-2Ki"), (2**70, "1024Ei"),
-])
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        (42949672960, "40Gi"),
+        (512, "512"),
+        (1536, "1536"),
+        (0, "0"),
+        (-2048, "-2Ki"),
+        (2**70, "1024Ei"),
+    ],
+)
 def test_format_binary(value, text):
     assert format_binary(value) == text
 

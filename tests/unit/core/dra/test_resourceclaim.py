@@ -1,15 +1,15 @@
 import pytest
 
 from operators.core.dra import resourceclaim as rc
-
 from tests.unit.objects import pod
 
 
 def claim(name="c", owner_uid=None, reserved=(), allocated=False, ns="ns", owner_kind="Pod"):
     meta = {"name": name, "namespace": ns, "uid": "cu"}
     if owner_uid:
-        meta["ownerReferences"] = [{"apiVersion": "v1", "kind": owner_kind, "name": "p", "uid": owner_uid,
-                                    "controller": True}]
+        meta["ownerReferences"] = [
+            {"apiVersion": "v1", "kind": owner_kind, "name": "p", "uid": owner_uid, "controller": True}
+        ]
     status = {}
     if reserved:
         status["reservedFor"] = list(reserved)
@@ -42,9 +42,16 @@ def test_known_claim_name_is_none_until_the_name_is_known():
 
 
 def test_pod_claim_names_and_keys():
-    p = pod(claims=[TEMPLATE_CLAIM, PLAIN_CLAIM, {"name": "none", "resourceClaimTemplateName": "t2"},
-                    {"name": "unset", "resourceClaimTemplateName": "t3"}],
-            statuses=[{"name": "gpu", "resourceClaimName": "gen"}, {"name": "none"}], extended="ext")
+    p = pod(
+        claims=[
+            TEMPLATE_CLAIM,
+            PLAIN_CLAIM,
+            {"name": "none", "resourceClaimTemplateName": "t2"},
+            {"name": "unset", "resourceClaimTemplateName": "t3"},
+        ],
+        statuses=[{"name": "gpu", "resourceClaimName": "gen"}, {"name": "none"}],
+        extended="ext",
+    )
     assert rc.pod_claim_names(p) == [("gen", True), ("plain", False), ("ext", True)]
     assert rc.pod_claim_keys(p) == ["ns/gen", "ns/plain", "ns/ext"]
     assert rc.pod_claim_keys(p, extended=False) == ["ns/gen", "ns/plain"]
@@ -55,8 +62,8 @@ def test_pod_claim_names_and_keys():
 def test_pod_done():
     assert not rc.is_pod_done(pod())
     assert rc.is_pod_done(pod(phase="Succeeded")) and rc.is_pod_done(pod(phase="Failed", node="n"))
-    assert rc.is_pod_done(pod(deleting=True))                 # deleted before it was scheduled
-    assert not rc.is_pod_done(pod(deleting=True, node="n"))   # terminating on its node
+    assert rc.is_pod_done(pod(deleting=True))  # deleted before it was scheduled
+    assert not rc.is_pod_done(pod(deleting=True, node="n"))  # terminating on its node
     assert rc.is_terminal(pod(phase="Failed")) and not rc.is_terminal(pod(deleting=True))
 
 

@@ -28,11 +28,24 @@ def _ours(handlers: list[list[str]]) -> list[str]:
 
 
 # Packages, and the modules other code imports from them (tools, controllers, decisions).
-_IMPORTED = ("operators", "operators.cli", "operators.devices", "operators.demo", "operators.core",
-             "operators.claims", "operators.claims.controller",
-             "operators.taints", "operators.taints.controller", "operators.taints.cli", "operators.taints.preview",
-             "operators.binding", "operators.binding.controller", "operators.binding.rbac",
-             "operators.nodeagent", "operators.nodeagent.agent")
+_IMPORTED = (
+    "operators",
+    "operators.cli",
+    "operators.devices",
+    "operators.demo",
+    "operators.core",
+    "operators.claims",
+    "operators.claims.controller",
+    "operators.taints",
+    "operators.taints.controller",
+    "operators.taints.cli",
+    "operators.taints.preview",
+    "operators.binding",
+    "operators.binding.controller",
+    "operators.binding.rbac",
+    "operators.nodeagent",
+    "operators.nodeagent.agent",
+)
 
 
 def test_importing_packages_registers_no_handler():

@@ -56,6 +56,7 @@ async def test_a_starting_operator_waits_for_an_api_server_that_does_not_answer_
 
     async def sleep(seconds):
         sleeps.append(seconds)
+
     api = NoApi([ConnectionLost("GET", "/version", OSError("refused"))] * 3 + [ApiError(503, "starting")])
     runtime = Runtime("t", api, supervisor=Supervisor("t", on_dead=lambda reason: None))
     monkeypatch.setattr(asyncio, "sleep", sleep)
@@ -91,8 +92,15 @@ class OutageInformer:
         raise self.error
 
 
-@pytest.mark.parametrize("error", [ApiError(503, "proxy: no upstream"), ApiError(429, "slow down"),
-                                   ApiError(500, "etcd"), ConnectionLost("GET", "/", OSError("refused"))])
+@pytest.mark.parametrize(
+    "error",
+    [
+        ApiError(503, "proxy: no upstream"),
+        ApiError(429, "slow down"),
+        ApiError(500, "etcd"),
+        ConnectionLost("GET", "/", OSError("refused")),
+    ],
+)
 async def test_the_watchdog_rides_out_an_api_outage(error):
     """5xx/429 or no answer is the API server's outage: the watchdog keeps running (it used to die
     five times in a row and take the process with it), liveness holds and reports the outage."""
@@ -117,8 +125,9 @@ async def test_the_watchdog_rides_out_an_api_outage(error):
 
 async def test_the_watchdog_still_fails_on_what_is_not_an_outage():
     dead = []
-    runtime = Runtime("t", NoApi(), watch_silence=0.04,
-                      supervisor=Supervisor("t", on_dead=dead.append, backoff=(0,), max_failures=2))
+    runtime = Runtime(
+        "t", NoApi(), watch_silence=0.04, supervisor=Supervisor("t", on_dead=dead.append, backoff=(0,), max_failures=2)
+    )
     runtime.informers["pods"] = OutageInformer(ApiError(403, "forbidden"))
     runtime.start_watchdog()
     while not dead:

@@ -3,9 +3,8 @@ does not stop the others, and a full queue drops new ones (as client-go's broadc
 
 import asyncio
 
-
-from operators.core.machinery import events
 from operators.core.api.resources import EVENTS
+from operators.core.machinery import events
 from operators.core.machinery.events import NORMAL, EventRecorder
 from tests.fakeapi import FakeApi
 

@@ -120,8 +120,9 @@ async def test_watch_events_pass_through_and_deletes_match_uids():
 
 
 async def test_objects_refused_by_keep_cost_nothing_unless_already_stored():
-    informer, store, handler = make([pod("plain", "1"), pod("dra", "3", 1, uses="claims")],
-                                    keep=lambda obj: bool(obj["metadata"].get("labels")))
+    informer, store, handler = make(
+        [pod("plain", "1"), pod("dra", "3", 1, uses="claims")], keep=lambda obj: bool(obj["metadata"].get("labels"))
+    )
     assert await informer.prime() == 1 and store.keys() == ["ns/dra"]
     informer.on_event({"type": "ADDED", "object": pod("other", "2", 200)})
     assert store.keys() == ["ns/dra"]
@@ -132,6 +133,7 @@ async def test_objects_refused_by_keep_cost_nothing_unless_already_stored():
 
 
 # -- the stale-watch check --------------------------------------------------------------------
+
 
 class WatchApi(Api):
     def __init__(self, text="", error=None):
@@ -152,7 +154,7 @@ def stale_probe(text="", error=None):
 
 async def test_a_silent_watch_is_stale_only_when_the_resource_changed_and_nothing_arrived():
     informer = stale_probe('{"type":"MODIFIED","object":{"metadata":{"name":"a","resourceVersion":"50"}}}\n')
-    assert await informer.check_stale() == ""        # asked; now waits a round for delivery
+    assert await informer.check_stale() == ""  # asked; now waits a round for delivery
     assert "resourceVersion 50 not delivered" in await informer.check_stale()
     informer.on_event({"type": "MODIFIED", "object": pod("a", "1", 50)})
     assert informer.stale_reason == ""
@@ -166,9 +168,11 @@ async def test_a_bookmark_past_the_change_settles_the_probe():
     assert await informer.check_stale() == "" and informer.bookmarks == 1
 
 
-@pytest.mark.parametrize("text,error", [("", None), ("", ApiError(410, {"reason": "Expired"})),
-                                        ('{"type":"ERROR","object":{"code":410}}\n', None)],
-                         ids=["quiet", "compacted", "compacted-in-stream"])
+@pytest.mark.parametrize(
+    "text,error",
+    [("", None), ("", ApiError(410, {"reason": "Expired"})), ('{"type":"ERROR","object":{"code":410}}\n', None)],
+    ids=["quiet", "compacted", "compacted-in-stream"],
+)
 async def test_a_quiet_resource_is_not_stale_and_a_compacted_probe_says_nothing(text, error):
     informer = stale_probe(text, error)
     assert await informer.check_stale() == "" and await informer.check_stale() == ""

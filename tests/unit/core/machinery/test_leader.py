@@ -10,10 +10,17 @@ from operators.core.api.resources import LEASES
 from operators.core.machinery.leader import LeaderElector
 from tests.fakeapi import FakeApi
 
-FAILURES = [ApiError(500, {"reason": "InternalError"}), ApiError(429, {"reason": "TooManyRequests"}),
-            ConnectionLost("GET", "/", ConnectionRefusedError()), aiohttp.ServerDisconnectedError(),
-            aiohttp.ClientPayloadError("cut"), asyncio.TimeoutError(), OSError("unreachable"),
-            ValueError("garbage"), KeyError("spec")]
+FAILURES = [
+    ApiError(500, {"reason": "InternalError"}),
+    ApiError(429, {"reason": "TooManyRequests"}),
+    ConnectionLost("GET", "/", ConnectionRefusedError()),
+    aiohttp.ServerDisconnectedError(),
+    aiohttp.ClientPayloadError("cut"),
+    TimeoutError(),
+    OSError("unreachable"),
+    ValueError("garbage"),
+    KeyError("spec"),
+]
 
 
 class LeaseApi(FakeApi):
@@ -172,10 +179,10 @@ async def test_the_elector_has_a_client_of_its_own_without_the_workers_rate_limi
     """kube-controller-manager's separate leader-election client: a renewal never waits for the
     workers' DRA_API_QPS tokens nor for a connection of their pool; it is closed at release."""
     from operators.core.api.kube import Kube
-    from operators.core.machinery.leader import act_when_leader
     from operators.core.api.ratelimit import TokenBucket
-    from operators.core.settings import Settings
+    from operators.core.machinery.leader import act_when_leader
     from operators.core.machinery.workqueue import WorkQueue
+    from operators.core.settings import Settings
 
     workers = Kube.for_host("https://127.0.0.1:9")
     workers.limiter = TokenBucket(1)

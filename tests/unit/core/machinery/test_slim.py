@@ -6,13 +6,32 @@ from operators.core.machinery.store import Store
 
 
 def full_pod():
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": "p", "namespace": "ns", "uid": "u", "resourceVersion": "7", "labels": {"a": "b"},
-                         "managedFields": [{"manager": "kubectl"}], "deletionTimestamp": "2026-01-01T00:00:00Z"},
-            "spec": {"nodeName": "n", "containers": [{"name": "c", "image": "i", "env": [{"name": "X"}]}],
-                     "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "t"}], "volumes": [{}]},
-            "status": {"phase": "Running", "resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": "p-gpu"}],
-                       "conditions": [{"type": "DisruptionTarget"}], "containerStatuses": [{}], "podIP": "1.2.3.4"}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "p",
+            "namespace": "ns",
+            "uid": "u",
+            "resourceVersion": "7",
+            "labels": {"a": "b"},
+            "managedFields": [{"manager": "kubectl"}],
+            "deletionTimestamp": "2026-01-01T00:00:00Z",
+        },
+        "spec": {
+            "nodeName": "n",
+            "containers": [{"name": "c", "image": "i", "env": [{"name": "X"}]}],
+            "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "t"}],
+            "volumes": [{}],
+        },
+        "status": {
+            "phase": "Running",
+            "resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": "p-gpu"}],
+            "conditions": [{"type": "DisruptionTarget"}],
+            "containerStatuses": [{}],
+            "podIP": "1.2.3.4",
+        },
+    }
 
 
 def test_a_cached_pod_keeps_what_the_decisions_read_and_nothing_else():

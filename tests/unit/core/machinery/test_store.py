@@ -71,6 +71,16 @@ def test_stamps_grow_with_every_store():
 
 def test_managed_fields_are_not_cached():
     store = Store()
-    store.upsert({"metadata": {"name": "a", "namespace": "ns", "uid": "1", "resourceVersion": "1",
-                               "managedFields": [{"manager": "kubectl"}]}, "spec": {"x": 1}})
+    store.upsert(
+        {
+            "metadata": {
+                "name": "a",
+                "namespace": "ns",
+                "uid": "1",
+                "resourceVersion": "1",
+                "managedFields": [{"manager": "kubectl"}],
+            },
+            "spec": {"x": 1},
+        }
+    )
     assert "managedFields" not in store.get("ns/a")["metadata"] and store.get("ns/a")["spec"] == {"x": 1}

@@ -5,9 +5,16 @@ import aiohttp
 from operators.core.api.kube import ApiError, ConnectionLost
 from operators.core.machinery.supervisor import Supervisor
 
-FAILURES = [ApiError(500, {"reason": "InternalError"}), ConnectionLost("GET", "/", ConnectionResetError()),
-            aiohttp.ServerDisconnectedError(), aiohttp.ClientPayloadError("cut"), asyncio.TimeoutError(),
-            KeyError("spec"), ValueError("garbage"), RuntimeError("bug")]
+FAILURES = [
+    ApiError(500, {"reason": "InternalError"}),
+    ConnectionLost("GET", "/", ConnectionResetError()),
+    aiohttp.ServerDisconnectedError(),
+    aiohttp.ClientPayloadError("cut"),
+    TimeoutError(),
+    KeyError("spec"),
+    ValueError("garbage"),
+    RuntimeError("bug"),
+]
 
 
 async def wait_for(condition, timeout=5.0):

@@ -54,8 +54,9 @@ class Server:
             return web.Response(status=503)
         what = self.script.pop(0)
         if what[0] == "list":
-            return web.json_response({"kind": "PodList", "metadata": {"resourceVersion": str(what[2])},
-                                      "items": what[1]})
+            return web.json_response(
+                {"kind": "PodList", "metadata": {"resourceVersion": str(what[2])}, "items": what[1]}
+            )
         if what[0] == "status":
             return web.json_response({"kind": "Status", "code": what[1], "reason": "Expired"}, status=what[1])
         response = web.StreamResponse(headers={"Content-Type": "application/json"})
@@ -112,9 +113,11 @@ async def run(server, kube, initial, *, watch_list=False, keep=None, keep_line=N
 
 async def test_the_watch_starts_at_the_lists_version_and_resumes_from_the_last_one_heard(api):
     server, kube = api
-    server.script = [("watch", [event("ADDED", pod("b", "2", 11))], "end"),
-                     ("watch", [bookmark(20)], "end"),
-                     ("watch", [event("DELETED", pod("a", "1", 21))], "end")]
+    server.script = [
+        ("watch", [event("ADDED", pod("b", "2", 11))], "end"),
+        ("watch", [bookmark(20)], "end"),
+        ("watch", [event("DELETED", pod("a", "1", 21))], "end"),
+    ]
     store, informer, _ = await run(server, kube, [pod("a", "1", 5)])
     watches = [r for r in server.requests if r.get("watch")]
     assert [w["resourceVersion"] for w in watches[:3]] == ["10", "11", "20"]
@@ -125,8 +128,10 @@ async def test_the_watch_starts_at_the_lists_version_and_resumes_from_the_last_o
 
 async def test_a_broken_connection_resumes_from_the_same_version_without_a_relist(api):
     server, kube = api
-    server.script = [("watch", [event("ADDED", pod("b", "2", 11))], "drop"),
-                     ("watch", [event("ADDED", pod("c", "3", 12))], "end")]
+    server.script = [
+        ("watch", [event("ADDED", pod("b", "2", 11))], "drop"),
+        ("watch", [event("ADDED", pod("c", "3", 12))], "end"),
+    ]
     store, informer, _ = await run(server, kube, [])
     watches = [r for r in server.requests if r.get("watch")]
     assert [w["resourceVersion"] for w in watches[:3]] == ["10", "11", "12"]
@@ -137,9 +142,12 @@ async def test_a_broken_connection_resumes_from_the_same_version_without_a_relis
 async def test_gone_relists_with_list_and_reports_what_was_deleted_meanwhile(api, gone):
     server, kube = api
     expired = ("status", 410) if gone == "answer" else ("watch", [event("ERROR", {"code": 410})], "hang")
-    server.script = [("watch", [], "end"), expired,
-                     ("list", [pod("a", "1", 30), pod("c", "3", 31)], 40),
-                     ("watch", [event("ADDED", pod("d", "4", 41))], "end")]
+    server.script = [
+        ("watch", [], "end"),
+        expired,
+        ("list", [pod("a", "1", 30), pod("c", "3", 31)], 40),
+        ("watch", [event("ADDED", pod("d", "4", 41))], "end"),
+    ]
     store, informer, calls = await run(server, kube, [pod("a", "1", 5), pod("b", "2", 6)])
     assert store.keys() == ["ns/a", "ns/c", "ns/d"] and ("b", True) in calls
     assert informer.relists == 1 and informer.deletions_found == 1
@@ -149,10 +157,15 @@ async def test_gone_relists_with_list_and_reports_what_was_deleted_meanwhile(api
 
 async def test_a_streamed_relist_replaces_at_its_bookmark_and_the_same_request_goes_on(api):
     server, kube = api
-    server.script = [("status", 410),
-                     ("watch", [event("ADDED", pod("a", "1", 30)), bookmark(40, end=True),
-                                event("ADDED", pod("e", "5", 41))], "end"),
-                     ("watch", [], "end")]
+    server.script = [
+        ("status", 410),
+        (
+            "watch",
+            [event("ADDED", pod("a", "1", 30)), bookmark(40, end=True), event("ADDED", pod("e", "5", 41))],
+            "end",
+        ),
+        ("watch", [], "end"),
+    ]
     store, informer, calls = await run(server, kube, [pod("a", "1", 5), pod("b", "2", 6)], watch_list=True)
     relist = server.requests[2]
     assert relist["sendInitialEvents"] == "true" and relist["resourceVersionMatch"] == "NotOlderThan"
@@ -163,10 +176,15 @@ async def test_a_streamed_relist_replaces_at_its_bookmark_and_the_same_request_g
 
 async def test_a_streamed_relist_that_breaks_before_its_end_concludes_nothing(api):
     server, kube = api
-    server.script = [("status", 410),
-                     ("watch", [event("ADDED", pod("a", "1", 30))], "drop"),
-                     ("watch", [event("ADDED", pod("a", "1", 30)), event("ADDED", pod("b", "2", 31)),
-                                bookmark(40, end=True)], "end")]
+    server.script = [
+        ("status", 410),
+        ("watch", [event("ADDED", pod("a", "1", 30))], "drop"),
+        (
+            "watch",
+            [event("ADDED", pod("a", "1", 30)), event("ADDED", pod("b", "2", 31)), bookmark(40, end=True)],
+            "end",
+        ),
+    ]
     store, informer, calls = await run(server, kube, [pod("a", "1", 5), pod("b", "2", 6)], watch_list=True)
     assert store.keys() == ["ns/a", "ns/b"] and not any(deleted for _, deleted in calls)
     assert informer.relists == 2 and informer.deletions_found == 0
@@ -183,9 +201,10 @@ async def test_lines_nobody_keeps_are_not_parsed_but_advance_the_version(api):
     server, kube = api
     uses = lambda obj: bool((obj.get("spec") or {}).get("resourceClaims"))  # noqa: E731
     line = lambda raw: b"resourceClaims" in raw  # noqa: E731
-    server.script = [("watch", [event("ADDED", pod("plain", "9", 11, claims=False)),
-                                event("ADDED", pod("b", "2", 12))], "end"),
-                     ("watch", [event("MODIFIED", pod("plain", "9", 13, claims=False))], "end")]
+    server.script = [
+        ("watch", [event("ADDED", pod("plain", "9", 11, claims=False)), event("ADDED", pod("b", "2", 12))], "end"),
+        ("watch", [event("MODIFIED", pod("plain", "9", 13, claims=False))], "end"),
+    ]
     store, informer, _ = await run(server, kube, [], keep=uses, keep_line=line)
     watches = [r for r in server.requests if r.get("watch")]
     assert [w["resourceVersion"] for w in watches[:3]] == ["10", "12", "13"]
@@ -198,7 +217,9 @@ async def test_a_cached_object_whose_line_is_skipped_in_a_streamed_relist_stays(
     server, kube = api
     uses = lambda obj: bool((obj.get("spec") or {}).get("resourceClaims"))  # noqa: E731
     line = lambda raw: b"resourceClaims" in raw  # noqa: E731
-    server.script = [("status", 410),
-                     ("watch", [event("ADDED", pod("a", "1", 30, claims=False)), bookmark(40, end=True)], "end")]
+    server.script = [
+        ("status", 410),
+        ("watch", [event("ADDED", pod("a", "1", 30, claims=False)), bookmark(40, end=True)], "end"),
+    ]
     store, informer, _ = await run(server, kube, [pod("a", "1", 5)], watch_list=True, keep=uses, keep_line=line)
     assert store.keys() == ["ns/a"] and informer.deletions_found == 0
