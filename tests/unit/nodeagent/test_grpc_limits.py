@@ -94,10 +94,20 @@ async def test_watch_streams_are_capped_and_check_still_answers(health):
         streams = [(c, c.start(WATCH, request)) for c in clients for _ in range(30)]
 
         async def all_answered():
-            while not all(c.calls[s].answered for c, s in streams):
-                await asyncio.gather(*(c.changed.wait() for c in clients if not c.closed), return_exceptions=True)
+            # Clear, then look, then wait for any client that still owes an answer: a change after
+            # the look sets an event being waited on. (Waiting for every open client hung when the
+            # last answers all came on one connection: the others never changed again.)
+            while True:
                 for c in clients:
                     c.changed.clear()
+                owing = {c for c, s in streams if not c.calls[s].answered}
+                if not owing:
+                    return
+                assert not any(c.closed for c in owing), "a connection closed with calls unanswered"
+                waits = [asyncio.ensure_future(c.changed.wait()) for c in owing]
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+                for w in waits:
+                    w.cancel()
 
         await all_answered()
         watching = [(c, s) for c, s in streams if c.calls[s].data]
