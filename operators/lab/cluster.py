@@ -464,7 +464,7 @@ class Lab:
             self._start_component(f"containerd-{info.name}")
         for info in self.real_nodes:
             self._wait(f"containerd-{info.name}", self._ready_check(f"containerd-{info.name}"))
-            for name, archive in archives.items():
+            for archive in archives.values():
                 self.ctr(info.name, "images", "import", "--snapshotter=overlayfs", str(archive))
             self._start_component(f"kubelet-{info.name}")
         for info in self.real_nodes:

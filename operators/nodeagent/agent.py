@@ -214,7 +214,7 @@ class NodeAgent:
             if not tainted:
                 continue
             passing = {d for d in tainted if await self._passes(d)}
-            for device in self.health.recover(lambda d: d in passing):
+            for device in self.health.recover(passing.__contains__):
                 self._health_changed()
                 self.metrics.recoveries.labels(self.driver).inc()
                 self.log.info("device recovered, taints removed", device=device)

@@ -138,7 +138,7 @@ class SelfCheck:
             if socket.has_dualstack_ipv6():
                 sock = socket.create_server(("::", port), family=socket.AF_INET6, dualstack_ipv6=True)
             else:
-                sock = socket.create_server(("0.0.0.0", port))
+                sock = socket.create_server(("0.0.0.0", port))  # noqa: S104 - in a pod: the kubelet probes the pod IP
         except OSError as e:
             raise OSError(
                 f"cannot listen on port {port} for gRPC health checking "

@@ -339,7 +339,7 @@ class DeviceState:
             # while this call waited is prepared as it is now, never with the allocation read before.
             fetched = await asyncio.gather(*(self._get_claim(c) for c in claims))
             await self._reload()
-            for requested, claim in zip(claims, fetched):
+            for requested, claim in zip(claims, fetched, strict=True):
                 results[requested["uid"]], record = self._prepare_timed(requested, claim)
                 if record is not None:
                     new.append((claim, record))
