@@ -266,7 +266,7 @@ def rich_table(rows: list[Row], free: dict[str, NodeFree], wide: bool = False, t
         "allocated": "cyan",
     }
     for r in rows:
-        cells = list(r.cells(wide))
+        cells: list[str | Text] = list(r.cells(wide))
         cells[4] = Text(r.state, style=styles.get(r.state, ""))
         table.add_row(*cells)
     footer = Text(

@@ -269,6 +269,8 @@ class NodeAgent:
         if not self._discovered:
             return  # started with an unusable inventory: keep what an earlier run published
         desired = split_into_slices(self.health.apply(valid), self.inventory.counter_sets)
+        if self.node is None:  # deleted while this call awaited: the loop's retry waits for it
+            raise RuntimeError(f"Node {self.node_name!r} went away while publishing")
         owner = {"name": self.node["metadata"]["name"], "uid": self.node["metadata"]["uid"]}
         # Devices that went or came (MIG reconfigured, a GPU off the bus or back): a new pool
         # generation, even where one slice changes in place.

@@ -181,7 +181,7 @@ def plan_pool(
     for index in range(len(desired)):
         if index in matched:
             continue
-        spec: dict[str, Any] = {"driver": driver, "pool": dict(desired_pool), "nodeName": node_name}
+        spec = {"driver": driver, "pool": dict(desired_pool), "nodeName": node_name}
         spec.update(copy.deepcopy(desired[index]))
         plan.creates.append(
             {
