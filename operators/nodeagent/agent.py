@@ -188,7 +188,10 @@ class NodeAgent:
                 await self._on_health_event(event)
             except Exception as e:  # one bad event must not end health tracking
                 self.log.error(
-                    "health event not handled", event=repr(event), error=f"{type(e).__name__}: {e}", exc_info=True
+                    "health event not handled",
+                    health_event=repr(event),
+                    error=f"{type(e).__name__}: {e}",
+                    exc_info=True,
                 )
 
     async def _on_health_event(self, event: HealthEvent) -> None:
