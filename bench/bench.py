@@ -85,7 +85,7 @@ def env_ints(name: str, default: str) -> list[int]:
     try:
         return [int(x) for x in raw.split(",") if x.strip()]
     except ValueError:
-        raise SystemExit(f"bench: {name}={raw!r} is not a comma-separated list of whole numbers")
+        raise SystemExit(f"bench: {name}={raw!r} is not a comma-separated list of whole numbers") from None
 
 
 def env_int(name: str, default: int) -> int:

@@ -122,7 +122,7 @@ def env_seconds(name: str, default: float) -> float:
     try:
         value = float(raw)
     except ValueError:
-        raise SystemExit(f"soak: {name}={raw!r} is not a number of seconds")
+        raise SystemExit(f"soak: {name}={raw!r} is not a number of seconds") from None
     if value < 0:
         raise SystemExit(f"soak: {name} must not be negative")
     return value
@@ -1203,7 +1203,8 @@ class Soak:
             "",
             "RSS (VmRSS of each operator's Python process, MiB):",
             "",
-            "| operator | end of warm-up | max after warm-up | final | change (final) | change (max) | trend after warm-up |",
+            "| operator | end of warm-up | max after warm-up | final | change (final) | change (max) "
+            "| trend after warm-up |",
             "|---|---:|---:|---:|---:|---:|---:|",
         ]
         for row in self.rss_rows():

@@ -144,7 +144,7 @@ def demo(nodes: int, interval: float) -> None:
 @main.command("settings")
 def show_settings() -> None:
     """List every setting: name, environment variable, default, meaning."""
-    for name, env, default, help_ in Settings.describe():
+    for _name, env, default, help_ in Settings.describe():
         click.echo(f"{env:<24} {str(default):<8} {help_}")
 
 

@@ -77,6 +77,8 @@ class Demo:
             raise click.ClickException(f"kubectl apply {' '.join(args)}: {result.stderr.strip()}")
 
     def run_operator(self, name: str, log_name: str, **env: str) -> None:
+        if self.kubeconfig is None:
+            raise RuntimeError("run_operator before start_cluster")
         environment = {
             **os.environ,
             "KUBECONFIG": self.kubeconfig,

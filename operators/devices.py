@@ -222,7 +222,7 @@ def table_lines(rows: list[Row], wide: bool = False) -> list[str]:
     header = HEADER + (("ATTRIBUTES",) if wide else ())
     table = [header, *(r.cells(wide) for r in rows)]
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in table]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in table]
     if not rows:
         lines.append("(no Pod uses a ResourceClaim)")
     return lines
@@ -266,7 +266,7 @@ def rich_table(rows: list[Row], free: dict[str, NodeFree], wide: bool = False, t
         "allocated": "cyan",
     }
     for r in rows:
-        cells = list(r.cells(wide))
+        cells: list[str | Text] = list(r.cells(wide))
         cells[4] = Text(r.state, style=styles.get(r.state, ""))
         table.add_row(*cells)
     footer = Text(

@@ -138,10 +138,10 @@ def explain(
             return reports
         for kind, name in parsed:
             if kind == "pod":
-                pod = world.find("pods", ns, name)
-                if pod is None:
+                found = world.find("pods", ns, name)
+                if found is None:
                     raise click.ClickException(f'pods "{name}" not found in namespace {ns}')
-                reports.append(story.explain_pod(world, pod))
+                reports.append(story.explain_pod(world, found))
             else:
                 claim = world.find("claims", ns, name)
                 if claim is None:

@@ -172,23 +172,23 @@ class BindingController:
         blocked = set(plan.undo) & set(tracked)  # not undone yet: no new preparation of that key
         if claim is None:
             plan.start, plan.expire = [], []
-
-        for dev in (dev for dev in plan.expire if dev.ref.key not in blocked):
-            t = tracked.get(dev.ref.key) or self._new(claim, dev, at)
-            tracked[dev.ref.key] = t
-            t.outcome = Outcome.failed(
-                d.REASON_TIMEOUT,
-                f"too late to prepare {dev.ref.key}: the scheduler's "
-                f"binding timeout ({self.timeout:g}s after allocation) has passed",
-            )
-            t.outcome_label = d.OUTCOME_TIMEOUT
-        for dev in (dev for dev in plan.start if dev.ref.key not in blocked):
-            t = tracked.get(dev.ref.key) or self._new(claim, dev, at)
-            tracked[dev.ref.key] = t
-            try:
-                await self._start(key, claim, t)
-            except RetryableError as e:
-                errors.append(str(e))
+        else:
+            for dev in (dev for dev in plan.expire if dev.ref.key not in blocked):
+                t = tracked.get(dev.ref.key) or self._new(claim, dev, at)
+                tracked[dev.ref.key] = t
+                t.outcome = Outcome.failed(
+                    d.REASON_TIMEOUT,
+                    f"too late to prepare {dev.ref.key}: the scheduler's "
+                    f"binding timeout ({self.timeout:g}s after allocation) has passed",
+                )
+                t.outcome_label = d.OUTCOME_TIMEOUT
+            for dev in (dev for dev in plan.start if dev.ref.key not in blocked):
+                t = tracked.get(dev.ref.key) or self._new(claim, dev, at)
+                tracked[dev.ref.key] = t
+                try:
+                    await self._start(key, claim, t)
+                except RetryableError as e:
+                    errors.append(str(e))
         for dev in plan.settled:
             if dev.ref.key in tracked:
                 tracked[dev.ref.key].written = True
@@ -506,7 +506,12 @@ class BindingController:
     async def stop(self) -> None:
         """Stop workers and abandon running preparations: a restart resumes them from their records."""
         await self.queue.stop()
-        tasks = [t.task for per_claim in self.tracked.values() for t in per_claim.values() if t.running]
+        tasks = [
+            t.task
+            for per_claim in self.tracked.values()
+            for t in per_claim.values()
+            if t.running and t.task is not None
+        ]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

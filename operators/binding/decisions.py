@@ -149,7 +149,7 @@ def allocation_timestamp(claim: Obj | None) -> str | None:
 def binding_devices(claim: Obj | None, drivers: DriverFilter) -> list[BindingDevice]:
     """Allocated devices of served drivers that carry binding conditions (scheduler: a result
     with an empty ``bindingConditions`` list needs no wait)."""
-    if not allocation(claim):
+    if claim is None or not allocation(claim):
         return []
     devices = []
     for result in allocation_results(claim):
@@ -411,10 +411,10 @@ def plan(
     uid = ((claim or {}).get("metadata") or {}).get("uid")
     allocated = allocation_timestamp(claim)
     current = {dev.ref.key: dev for dev in binding_devices(claim, drivers)}
-    for key, k in known.items():
+    for key, old in known.items():
         # Another claim under the same name, a device no longer allocated, or a new allocation
         # (another timestamp) of the same device: the old preparation is over.
-        if k.claim_uid != uid or key not in current or k.allocated != allocated:
+        if old.claim_uid != uid or key not in current or old.allocated != allocated:
             result.undo.append(key)
     for key, dev in current.items():
         k = known.get(key)

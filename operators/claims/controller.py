@@ -291,7 +291,7 @@ class ClaimsController:
             consumer = pg.bind_to(pod, group, pod_claim)
         except pg.BindError as e:
             raise ClaimError(str(e)) from e
-        if pg.is_group_entry(consumer):
+        if group is not None and pg.is_group_entry(consumer):
             if not self.features.workload_claims:
                 raise ClaimError(
                     f"claim {pod_claim['name']} is a PodGroup claim but the DRAWorkloadResourceClaims "

@@ -30,7 +30,7 @@ def configure_logging(level: str | int = "INFO", fmt: str = "json", debug_logger
     """
     if isinstance(level, str):
         level = logging.getLevelName(level.upper())
-    shared = [
+    shared: list[structlog.typing.Processor] = [
         structlog.contextvars.merge_contextvars,
         structlog.stdlib.add_log_level,
         structlog.stdlib.add_logger_name,

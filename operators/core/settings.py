@@ -12,7 +12,7 @@ import dataclasses
 import logging
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -300,7 +300,7 @@ class Settings:
     )
 
     @classmethod
-    def from_env(cls, environ: dict[str, str] | None = None, **overrides: Any) -> Settings:
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         """The settings from ``environ`` (default: the process environment); SettingsError for
         the first value that cannot work."""
         environ = os.environ if environ is None else environ

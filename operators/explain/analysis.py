@@ -197,7 +197,8 @@ class AlternativeReport:
 def analyse_alternative(
     r: Request, classes: dict[str, Obj], pools: list[Pool], usable: list[Obj], state: AllocatedState
 ) -> AlternativeReport:
-    fits, rejected = [], []
+    fits: list[Fit] = []
+    rejected: list[Fit] = []
     counters = {p.id: available_counters(p, state) for p in pools if p.counter_sets}
     device_class = classes.get(r.class_name)
     total = 0

@@ -57,7 +57,8 @@ def _story(story: Obj, indent: str, wide: bool) -> list[str]:
             )
         for f in binding["failed"]:
             lines.append(
-                f"{indent}  binding FAILURE {f['condition']} on {f['device']}: {f.get('message') or f.get('reason') or 'True'}"
+                f"{indent}  binding FAILURE {f['condition']} on {f['device']}: "
+                f"{f.get('message') or f.get('reason') or 'True'}"
             )
     for d in story.get("devices") or []:
         extra = "".join(

@@ -240,6 +240,8 @@ def explain_pod(world: World, pod: Obj) -> Obj:
     for story in stories:
         if story.get("state") == "pending":
             claim = world.find("claims", namespace, story["claim"])
+            if claim is None:
+                continue  # cannot happen: "pending" is the state of a claim found in the world
             reports, notes = analysis.analyse_claim(claim, world.class_map, world.slices, usable, state)
             story.update(_request_section(reports, notes))
             story["summary"] = "not allocated: " + "; ".join(f"{r['name']}: {r['verdict']}" for r in story["requests"])

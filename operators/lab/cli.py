@@ -259,7 +259,7 @@ def status(name: str, run_dir: Path | None) -> None:
     for raw in state.real_nodes:
         info = realnode.RealNodeInfo(**raw)
         files = info.files()
-        ready = "unknown"
+        node_ready = "unknown"
         if kubectl.exists():
             got = subprocess.run(
                 [
@@ -275,10 +275,10 @@ def status(name: str, run_dir: Path | None) -> None:
                 text=True,
                 timeout=20,
             )
-            ready = {"True": "Ready", "False": "NotReady"}.get(got.stdout.strip(), "unknown")
-        healthy &= ready == "Ready"
+            node_ready = {"True": "Ready", "False": "NotReady"}.get(got.stdout.strip(), "unknown")
+        healthy &= node_ready == "Ready"
         click.echo(
-            f"{'node ' + info.name:<26} {ready}  kubelet {info.node_ip}:{info.kubelet_port}, pods {info.subnet} "
+            f"{'node ' + info.name:<26} {node_ready}  kubelet {info.node_ip}:{info.kubelet_port}, pods {info.subnet} "
             f"on {info.bridge}"
         )
         click.echo(f"{'':<26} root {files.root}  (plugins_registry, plugins, cdi, pods, containerd.sock)")

@@ -199,6 +199,12 @@ class Lab:
         return self.files.kubeconfig("admin")
 
     @property
+    def _ports(self) -> Ports:
+        """The ports, chosen when the run directory is prepared."""
+        assert self.ports
+        return self.ports
+
+    @property
     def server(self) -> str:
         assert self.ports
         return f"https://127.0.0.1:{self.ports.apiserver}"
@@ -464,7 +470,7 @@ class Lab:
             self._start_component(f"containerd-{info.name}")
         for info in self.real_nodes:
             self._wait(f"containerd-{info.name}", self._ready_check(f"containerd-{info.name}"))
-            for name, archive in archives.items():
+            for archive in archives.values():
                 self.ctr(info.name, "images", "import", "--snapshotter=overlayfs", str(archive))
             self._start_component(f"kubelet-{info.name}")
         for info in self.real_nodes:
@@ -600,7 +606,8 @@ class Lab:
         with self._lock:
             self.upstream_controllers = upstream_controllers
             if api_limits is not None:
-                self.options.controller_manager_api_limits = tuple(api_limits)
+                qps, burst = api_limits
+                self.options.controller_manager_api_limits = (qps, burst)
             self.restart("kube-controller-manager")
 
     def restart_with_gates(self, disabled_gates: tuple[str, ...]) -> None:
@@ -695,8 +702,8 @@ class Lab:
             )
         self.files.toxiproxy_config.write_text(
             json.dumps(
-                proxy_config(self.ports.apiserver_proxy, self.ports.apiserver)
-                + [node_api_proxy(n.name, n.node_ip, self.ports.apiserver) for n in self.real_nodes]
+                proxy_config(self._ports.apiserver_proxy, self._ports.apiserver)
+                + [node_api_proxy(n.name, n.node_ip, self._ports.apiserver) for n in self.real_nodes]
             )
         )
         self._write_scheduler_config()
@@ -718,13 +725,13 @@ class Lab:
             run_dir=str(self.run_dir),
             kubeconfig=str(self.kubeconfig),
             server=self.server,
-            ports=asdict(self.ports),
+            ports=asdict(self._ports),
             pids=self.processes(),
             supervisor_pid=os.getpid(),
             ready=ready,
             upstream_controllers=self.upstream_controllers,
             proxy_server=self.proxy_server,
-            toxiproxy_api=f"http://127.0.0.1:{self.ports.toxiproxy}",
+            toxiproxy_api=f"http://127.0.0.1:{self._ports.toxiproxy}",
             real_nodes=[asdict(n) for n in self.real_nodes],
         ).save()
 
@@ -742,7 +749,7 @@ class Lab:
             components.build_controller_manager_args(
                 self.bin_dir / "kube-controller-manager",
                 self.files,
-                self.ports,
+                self._ports,
                 self._gates,
                 self.upstream_controllers,
                 self.options.controller_manager_api_limits,
@@ -754,7 +761,7 @@ class Lab:
         self._start(
             "kube-scheduler",
             components.build_scheduler_args(
-                self.bin_dir / "kube-scheduler", self.files, self.ports, self._gates, self._gates_off()
+                self.bin_dir / "kube-scheduler", self.files, self._ports, self._gates, self._gates_off()
             ),
         )
 
@@ -764,14 +771,14 @@ class Lab:
         elif name == "kube-scheduler":
             self._start_scheduler()
         elif name == "etcd":
-            self._start("etcd", components.build_etcd_args(self.bin_dir / "etcd", self.files, self.ports))
+            self._start("etcd", components.build_etcd_args(self.bin_dir / "etcd", self.files, self._ports))
         elif name == "kube-apiserver":
             self._start(
                 "kube-apiserver",
                 components.build_apiserver_args(
                     self.bin_dir / "kube-apiserver",
                     self.files,
-                    self.ports,
+                    self._ports,
                     self._gates,
                     self._gates_off(),
                     real_nodes=self.options.real_nodes > 0,
@@ -781,12 +788,12 @@ class Lab:
             self._start(
                 "kwok",
                 components.build_kwok_args(
-                    self.bin_dir / "kwok", self.files, self.ports, paths.kwok_stages_dir(self.bin_dir)
+                    self.bin_dir / "kwok", self.files, self._ports, paths.kwok_stages_dir(self.bin_dir)
                 ),
             )
         elif name == "toxiproxy":
             self._start(
-                "toxiproxy", components.build_toxiproxy_args(self.bin_dir / "toxiproxy-server", self.files, self.ports)
+                "toxiproxy", components.build_toxiproxy_args(self.bin_dir / "toxiproxy-server", self.files, self._ports)
             )
         elif name.startswith("containerd-"):
             files = self._real_node_info(name).files()
@@ -806,13 +813,13 @@ class Lab:
             raise LabError(f"unknown component {name!r}")
 
     def _ready_check(self, name: str) -> Callable[[], bool]:
-        ports = self.ports
         if name.startswith("containerd-"):
             node = self._real_node_info(name).name
             return lambda: self.ctr(node, "version", check=False).returncode == 0
         if name.startswith("kubelet-"):
             info = self._real_node_info(name)
             return lambda: self._http_ok(f"http://127.0.0.1:{info.healthz_port}/healthz")
+        ports = self._ports
         return {
             "etcd": lambda: self._http_ok(f"http://127.0.0.1:{ports.etcd_client}/health"),
             "kube-apiserver": lambda: self._api_ok("/readyz"),
@@ -832,7 +839,7 @@ class Lab:
 
     def _etcd(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         request = urllib.request.Request(
-            f"http://127.0.0.1:{self.ports.etcd_client}{path}",
+            f"http://127.0.0.1:{self._ports.etcd_client}{path}",
             data=json.dumps(body).encode(),
             method="POST",
             headers={"Content-Type": "application/json"},

@@ -18,7 +18,7 @@ PASSED, FAILED, SKIPPED, MISSING = "passed", "failed", "skipped", "not run"
 _FAILURES = {"failed", "panicked", "timedout", "interrupted", "aborted"}
 
 # The verdict of a case from its two results.
-BOTH_PASS = "passes with both"
+BOTH_PASS = "passes with both"  # noqa: S105 - a verdict, not a password
 OURS_ONLY_FAILS = "fails only with ours"
 UPSTREAM_ONLY_FAILS = "passes only with ours"
 BOTH_FAIL = "fails with both"

@@ -75,7 +75,7 @@ def black_hole_toxics() -> list[dict[str, Any]]:
     """Data in both directions dropped; timeout 0: the connection is never closed by the toxic."""
     return [
         {"name": name, "type": "timeout", "stream": stream, "toxicity": 1.0, "attributes": {"timeout": 0}}
-        for name, stream in zip(BLACK_HOLE, ("upstream", "downstream"))
+        for name, stream in zip(BLACK_HOLE, ("upstream", "downstream"), strict=True)
     ]
 
 
@@ -471,7 +471,7 @@ class HttpFaultProxy:
                 await answer.write(chunk)
             if not self._failing:
                 await answer.write_eof()
-        except Exception:  # noqa: BLE001 - either side went away: the answer ends there
+        except Exception:  # noqa: BLE001, S110 - either side went away: the answer ends there
             pass
         finally:
             self._open.discard(transport)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 import time
 import urllib.request
@@ -43,7 +44,7 @@ class OperatorProcess:
         self.log = log
         self.extra_env = env or {}
         self.python = python or [sys.executable]
-        self.proc = None
+        self.proc: subprocess.Popen | None = None
         self.metrics_port = 0
         self.liveness_port = 0
         self.starts = 0

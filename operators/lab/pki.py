@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
+from collections.abc import Sequence
 from pathlib import Path
 
 from cryptography import x509
@@ -50,7 +51,7 @@ class Pki:
     def client(self, name: str) -> tuple[Path, Path]:
         return self.dir / f"{name}.crt", self.dir / f"{name}.key"
 
-    def create(self, clients: dict[str, tuple[str, str | None]], server_ips: list[str] = ()) -> None:
+    def create(self, clients: dict[str, tuple[str, str | None]], server_ips: Sequence[str] = ()) -> None:
         """``clients`` maps a file name to (CommonName = user, Organization = group);
         ``server_ips``: addresses the serving certificate names besides 127.0.0.1."""
         self.dir.mkdir(parents=True, exist_ok=True)

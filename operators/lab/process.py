@@ -9,6 +9,7 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
 
@@ -16,6 +17,7 @@ _PR_SET_PDEATHSIG = 1
 
 # Looked up once in the parent: the child only calls the function between fork and exec (no
 # dlopen there, whose loader lock another thread may have held at fork time).
+_prctl: Callable[..., int] | None
 try:
     _prctl = ctypes.CDLL("libc.so.6", use_errno=True).prctl
 except OSError:  # not glibc Linux: children are not tied to the parent

@@ -88,7 +88,7 @@ def bridge_name(run_dir: Path, index: int) -> str:
     return f"lab{digest}r{index}"[:15]
 
 
-def _used_subnets() -> set[ipaddress.IPv4Network]:
+def _used_subnets() -> set[ipaddress.IPv4Network | ipaddress.IPv6Network]:
     out = subprocess.run(["ip", "-4", "-o", "addr", "show"], capture_output=True, text=True).stdout
     used = {ipaddress.ip_interface(m).network for m in re.findall(r"inet (\S+)", out)}
     routes = subprocess.run(["ip", "-4", "route", "show"], capture_output=True, text=True).stdout
@@ -141,7 +141,7 @@ def mounts_under(root: Path) -> list[str]:
 def unmount_all(root: Path) -> list[str]:
     """Lazily unmount everything below ``root`` (container root filesystems, pod volumes, shm,
     network namespaces); returns what could not be unmounted."""
-    failed = []
+    failed: list[str] = []
     for _ in range(3):  # stacked mounts need more than one pass
         points = mounts_under(root)
         if not points:

@@ -74,6 +74,8 @@ def parse(text: str, file: str) -> Loaded:
     try:
         while loader.check_node():
             node = loader.get_node()
+            if node is None:  # cannot happen: check_node said there is one
+                break
             line = node.start_mark.line + 1
             problem = aliasing_problem(node)
             if problem:

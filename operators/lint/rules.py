@@ -242,7 +242,7 @@ def served_version(doc: Document, ctx: Context) -> Iterable[Finding]:
             f"use {REMOVED_KINDS[doc.kind]}",
         )
         return
-    served = (ctx.served or {}).get(RESOURCE_GROUP) if ctx.served is not None else list(KNOWN_VERSIONS)
+    served = ctx.served.get(RESOURCE_GROUP, []) if ctx.served is not None else list(KNOWN_VERSIONS)
     version = _version(doc)
     if version not in served:
         where = "this cluster serves" if ctx.served is not None else "Kubernetes 1.37 has"
@@ -594,10 +594,10 @@ def selectors_match(doc: Document, ctx: Context) -> Iterable[Finding]:
         problems = list(_selector_problems(doc, request, path, devices, ctx))
         if not problems:
             groups[group] = None
-        elif groups.setdefault(group, []) is not None:
-            groups[group] += problems
-    for problems in groups.values():
-        yield from problems or []
+        elif (group_so_far := groups.setdefault(group, [])) is not None:
+            group_so_far += problems
+    for group_problems in groups.values():
+        yield from group_problems or []
 
 
 def _selector_problems(

@@ -188,7 +188,10 @@ class NodeAgent:
                 await self._on_health_event(event)
             except Exception as e:  # one bad event must not end health tracking
                 self.log.error(
-                    "health event not handled", event=repr(event), error=f"{type(e).__name__}: {e}", exc_info=True
+                    "health event not handled",
+                    health_event=repr(event),
+                    error=f"{type(e).__name__}: {e}",
+                    exc_info=True,
                 )
 
     async def _on_health_event(self, event: HealthEvent) -> None:
@@ -214,7 +217,7 @@ class NodeAgent:
             if not tainted:
                 continue
             passing = {d for d in tainted if await self._passes(d)}
-            for device in self.health.recover(lambda d: d in passing):
+            for device in self.health.recover(passing.__contains__):
                 self._health_changed()
                 self.metrics.recoveries.labels(self.driver).inc()
                 self.log.info("device recovered, taints removed", device=device)
@@ -269,6 +272,8 @@ class NodeAgent:
         if not self._discovered:
             return  # started with an unusable inventory: keep what an earlier run published
         desired = split_into_slices(self.health.apply(valid), self.inventory.counter_sets)
+        if self.node is None:  # deleted while this call awaited: the loop's retry waits for it
+            raise RuntimeError(f"Node {self.node_name!r} went away while publishing")
         owner = {"name": self.node["metadata"]["name"], "uid": self.node["metadata"]["uid"]}
         # Devices that went or came (MIG reconfigured, a GPU off the bus or back): a new pool
         # generation, even where one slice changes in place.

@@ -125,7 +125,12 @@ class HealthTracker:
                 if not taint.get("key", "").startswith(prefix) or not taint.get("timeAdded"):
                     continue
                 adopted = {k: taint.get(k, "") for k in ("key", "value", "effect", "timeAdded")}
-                if self.booted_at and parse_time(taint["timeAdded"]) < self.booted_at and not self.recovers(adopted):
+                if (
+                    self.booted_at
+                    and (added_at := parse_time(taint["timeAdded"])) is not None  # never None: timeAdded is set
+                    and added_at < self.booted_at
+                    and not self.recovers(adopted)
+                ):
                     continue  # the reboot since then reset the GPU
                 state = self._devices.setdefault(device["name"], _DeviceHealth())
                 state.taints[taint["key"]] = adopted

@@ -58,7 +58,7 @@ def _normalise(value: Any, key: str = "") -> Any:
 
 
 def _taint_times_match(a: list[dict], b: list[dict]) -> bool:
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=True):
         tx, ty = parse_time(x.get("timeAdded")), parse_time(y.get("timeAdded"))
         if tx and ty and abs((tx - ty).total_seconds()) > 1:
             return False
@@ -69,7 +69,7 @@ def devices_equal(a: list[dict] | None, b: list[dict] | None) -> bool:
     a, b = a or [], b or []
     if _normalise(a) != _normalise(b):
         return False
-    return all(_taint_times_match(x.get("taints") or [], y.get("taints") or []) for x, y in zip(a, b))
+    return all(_taint_times_match(x.get("taints") or [], y.get("taints") or []) for x, y in zip(a, b, strict=True))
 
 
 def copy_taint_time_added(current: list[dict], desired: list[dict]) -> list[dict]:
@@ -181,7 +181,7 @@ def plan_pool(
     for index in range(len(desired)):
         if index in matched:
             continue
-        spec: dict[str, Any] = {"driver": driver, "pool": dict(desired_pool), "nodeName": node_name}
+        spec = {"driver": driver, "pool": dict(desired_pool), "nodeName": node_name}
         spec.update(copy.deepcopy(desired[index]))
         plan.creates.append(
             {

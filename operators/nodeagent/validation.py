@@ -243,7 +243,9 @@ def split_valid(
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """(the devices that can be published, one message per problem naming device and field)."""
     capacities = counter_capacities(counter_sets)
-    valid, errors, seen = [], [], set()
+    valid: list[dict[str, Any]] = []
+    errors: list[str] = []
+    seen: set[str | None] = set()
     for device in devices:
         problems = device_problems(device, capacities)
         name = device.get("name") if isinstance(device, dict) else None

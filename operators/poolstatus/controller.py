@@ -15,6 +15,7 @@ As kube-controller-manager v1.37.1 (pkg/controller/resourcepoolstatusrequest/con
 from __future__ import annotations
 
 import asyncio
+import datetime
 import time
 from collections.abc import Callable
 
@@ -44,7 +45,7 @@ class PoolStatusController:
         completed_ttl: float = 3600.0,
         pending_ttl: float = 86400.0,
         cleanup_interval: float = 600.0,
-        clock: Callable[[], object] = utcnow,
+        clock: Callable[[], datetime.datetime] = utcnow,
     ):
         self.kube = kube
         self.resource = requests

@@ -387,7 +387,7 @@ def calculate_pool_status(
     message = f"Calculated status for {len(statuses)} pools"
     if flagged:
         message += f" ({flagged} incomplete)"
-    result: Obj = {"poolCount": pool_count}
+    result = {"poolCount": pool_count}
     if statuses:
         result["pools"] = statuses
     result["conditions"] = [

@@ -287,7 +287,11 @@ class TaintsController:
         if not d.rule_spec_changed(old, new):
             # Status or metadata only (our own status writes come back this way); guard-rail
             # annotations are read when a Pod is due, but a bad one is reported now.
-            if new is not None and (old["metadata"].get("annotations") != new["metadata"].get("annotations")):
+            if (
+                new is not None
+                and old is not None
+                and (old["metadata"].get("annotations") != new["metadata"].get("annotations"))
+            ):
                 self.queue.add(RULE_PREFIX + name)
             return
         self._generation += 1
@@ -485,7 +489,8 @@ class TaintsController:
         remaining = (deadline - utcnow()).total_seconds()
         budgets = self._budgets_of(cached) if api_wait is not None and remaining > 0 else []
         for budget in budgets:
-            if d.budget_allows(self.budgets.get(budget)) - self.attempts.get(budget, 0) <= 0:
+            pdb = self.budgets.get(budget)  # listed from the store just now: never None
+            if pdb is not None and d.budget_allows(pdb) - self.attempts.get(budget, 0) <= 0:
                 # Wait for the budget's next change (or the re-check timer), without a request.
                 self._park(key, budget, remaining)
                 return
@@ -680,10 +685,13 @@ class TaintsController:
         condition = d.rule_condition(rule, self.rule_counts(rule), evicted)
         if not d.condition_changed(d.existing_condition(rule), condition):
             return
-        body = d.rule_status_apply(rule, self.rules_resource.group_version, condition, now)
+        rules_resource = self.rules_resource
+        if rules_resource is None:
+            return  # cannot happen: no rules without a DeviceTaintRule resource
+        body = d.rule_status_apply(rule, rules_resource.group_version, condition, now)
         try:
             updated = await self.kube.apply(
-                self.rules_resource, body, field_manager=d.CONTROLLER_NAME, force=True, subresource="status"
+                rules_resource, body, field_manager=d.CONTROLLER_NAME, force=True, subresource="status"
             )
         except ApiError as e:
             if e.not_found or e.conflict:

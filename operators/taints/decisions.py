@@ -359,7 +359,8 @@ def pod_condition_patch(pod: Obj, now: datetime.datetime) -> Obj:
     )
     changed = previous is None or previous.get("status") != POD_CONDITION["status"]
     condition = dict(
-        POD_CONDITION, lastTransitionTime=format_time(now) if changed else previous.get("lastTransitionTime")
+        POD_CONDITION,
+        lastTransitionTime=format_time(now) if changed or previous is None else previous.get("lastTransitionTime"),
     )
     return {"metadata": {"uid": pod["metadata"]["uid"]}, "status": {"conditions": [condition]}}
 

@@ -14,6 +14,7 @@ class RuleVersionNotServed(Exception):
 async def discover_rules(kube: Kube, pinned: str = "") -> tuple[Resource | None, bool]:
     """The DeviceTaintRule resource at the version the cluster prefers (or the pinned one, which
     must be served), and whether it has a status subresource (not before 1.35)."""
+    rules: Resource | None
     if pinned:
         served = await kube.served_versions(DEVICE_TAINT_RULES.group, DEVICE_TAINT_RULES.plural)
         if pinned not in served:

@@ -143,7 +143,7 @@ def compute(controller: TaintsController, rule: d.Obj, now: datetime.datetime) -
     preview.problems = [
         f"{reason}: {message}" for reason, message in sorted(controller.rule_problems.get(rule["metadata"]["name"], ()))
     ]
-    for (pod, eviction), when in zip(found, estimated):
+    for (pod, eviction), when in zip(found, estimated, strict=True):
         preview.pods.append(
             PodRow(
                 namespace=pod["metadata"]["namespace"],
@@ -216,5 +216,5 @@ def render(preview: Preview, now: datetime.datetime) -> str:
         ]
         widths = [max(len(str(r[i])) for r in (header, *rows)) for i in range(len(header))]
         for row in (header, *rows):
-            lines.append("  ".join(str(v).ljust(w) for v, w in zip(row, widths)).rstrip())
+            lines.append("  ".join(str(v).ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
     return "\n".join(lines)

@@ -453,7 +453,8 @@ class Generator:
                         "selectors": [
                             {
                                 "cel": {
-                                    "expression": f"device.attributes['{d}'].productName == '{self.rng.choice(['LabGPU-80G', 'NoSuchGPU'])}'"
+                                    "expression": f"device.attributes['{d}'].productName == "
+                                    f"'{self.rng.choice(['LabGPU-80G', 'NoSuchGPU'])}'"
                                     f" && device.attributes['{d}'].index == 0"
                                 }
                             }
@@ -522,7 +523,7 @@ class Generator:
                     )
                 )
         else:
-            for node in s.nodes:
+            for _node in s.nodes:
                 for sl in s.slices:
                     for device in sl["spec"].get("devices") or []:
                         if device["name"] == "gpu-3":

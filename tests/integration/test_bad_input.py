@@ -1117,7 +1117,7 @@ async def exits(lab, agent, tmp_path_factory) -> dict[str, tuple[ExitCase, Exit]
         cases = exit_cases(lab, agent, closed_port, garbage, files)
         # The ones that wait for retries first, so that the quick ones fill the gaps.
         order = sorted(cases, key=lambda name: "KUBECONFIG" not in cases[name].env)
-        results = dict(zip(order, await asyncio.gather(*(run(cases[name]) for name in order))))
+        results = dict(zip(order, await asyncio.gather(*(run(cases[name]) for name in order)), strict=True))
     return {name: (case, results[name]) for name, case in cases.items()}
 
 

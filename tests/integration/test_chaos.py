@@ -241,7 +241,7 @@ async def test_leaders_act_again_after_api_server_restarts_and_nothing_is_done_t
 
         async def burst(start: int, count: int) -> None:
             for i in range(start, start + count):
-                for attempt in range(60):
+                for _attempt in range(60):
                     try:
                         await env.pod(f"b{i:03d}", {"gpu": tmpl("t")})
                         break

@@ -527,7 +527,7 @@ async def _run_mode(runs: Runs, kube, lab, controllers, mode: str, token: str, s
     await scraping
     for i, scenario in enumerate(SOLO, start=len(SCENARIOS)):
         results += await asyncio.gather(run(i, scenario), return_exceptions=True)
-    runs.results[mode] = {s.__name__: r for s, r in zip(ALL, results)}
+    runs.results[mode] = {s.__name__: r for s, r in zip(ALL, results, strict=True)}
 
 
 async def _remove_pods(env: ClaimsEnv) -> None:

@@ -202,7 +202,8 @@ async def test_explain_verdicts_agree_with_kube_scheduler(lab, kube, controllers
         allocatable = sum(decided.values())
         print(
             f"\nexplain vs kube-scheduler: {agreed}/{len(scenarios)} agree (seed {SEED}; {allocatable} placed, "
-            f"{len(scenarios) - allocatable} not); create {created - started:.1f}s, explain {explained - created:.1f}s, "
+            f"{len(scenarios) - allocatable} not); create {created - started:.1f}s, "
+            f"explain {explained - created:.1f}s, "
             f"schedule {scheduled - explained:.1f}s"
         )
         shapes = sorted({s.shape for s in scenarios})
@@ -332,7 +333,8 @@ async def test_kubectl_dra_explain_devices_and_preview(lab, kube, namespace, clu
                                 "selectors": [
                                     {
                                         "cel": {
-                                            "expression": f'"model" in device.attributes["{driver}"] && device.attributes["{driver}"].model == "LabGPU"'
+                                            "expression": f'"model" in device.attributes["{driver}"] && '
+                                            f'device.attributes["{driver}"].model == "LabGPU"'
                                         }
                                     }
                                 ],
@@ -451,7 +453,8 @@ async def test_kubectl_dra_explain_devices_and_preview(lab, kube, namespace, clu
         with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
             f.write(
                 f"apiVersion: resource.k8s.io/v1\nkind: DeviceTaintRule\nmetadata:\n  name: preview-{unique}\n"
-                f"spec:\n  deviceSelector:\n    driver: {driver}\n  taint:\n    key: maintenance\n    effect: NoExecute\n"
+                f"spec:\n  deviceSelector:\n    driver: {driver}\n"
+                "  taint:\n    key: maintenance\n    effect: NoExecute\n"
             )
         preview = kubectl_dra(lab, "preview", f.name, "-o", "json")
         os.unlink(f.name)

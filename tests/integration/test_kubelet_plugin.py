@@ -288,7 +288,7 @@ async def test_consumable_capacity_shares_are_prepared_per_share(lab, kube, name
         assert results[0]["device"] == results[1]["device"] == "gpu-0"
         assert results[0]["shareID"] != results[1]["shareID"]
         response = await node.kubelet.prepare(claims)
-        for claim, result in zip(claims, results):
+        for claim, result in zip(claims, results, strict=True):
             entry = response.claims[claim["metadata"]["uid"]]
             assert entry.error == "" and entry.devices[0].share_id == result["shareID"]
             assert entry.devices[0].cdi_device_ids[0].endswith(f"-gpu-0-{result['shareID']}")

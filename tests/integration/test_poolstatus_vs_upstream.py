@@ -193,18 +193,21 @@ async def counters_partitions(env: Env) -> None:
 
 async def shared_capacity(env: Env) -> None:
     driver = env.driver()
-    shareable = lambda n: dev(
-        n,
-        allowMultipleAllocations=True,
-        attributes={"shareable": {"bool": True}},
-        capacity={  # noqa: E731
-            "memory": {
-                "value": "40Gi",
-                "requestPolicy": {"default": "10Gi", "validRange": {"min": "1Gi", "step": "1Gi"}},
+
+    def shareable(n):
+        return dev(
+            n,
+            allowMultipleAllocations=True,
+            attributes={"shareable": {"bool": True}},
+            capacity={
+                "memory": {
+                    "value": "40Gi",
+                    "requestPolicy": {"default": "10Gi", "validRange": {"min": "1Gi", "step": "1Gi"}},
+                },
+                "cores": {"value": "4"},
             },
-            "cores": {"value": "4"},
-        },
-    )
+        )
+
     await env.slice_("sc", driver, "pool", [shareable("s-0"), shareable("s-1"), dev("plain")])
     cls = await env.device_class(driver)
     only_shareable = [{"cel": {"expression": f'device.attributes["{driver}"].shareable == true'}}]
@@ -823,7 +826,7 @@ async def test_exits_with_a_message_when_the_api_is_not_served(tmp_path):
     assert "DRAResourcePoolStatus=true" in message and "resource.k8s.io/v1alpha3=true" in message, message
 
 
-async def test_operator_with_its_own_service_account(base, lab, kube, controllers, poolstatus_operator, runs, tmp_path):
+async def test_operator_with_its_own_service_account(base, lab, kube, controllers, poolstatus_operator, runs, tmp_path):  # noqa: F811 - the fixture imported from test_deploy
     """Exactly the kustomize RBAC (kustomize/base/poolstatus.yaml): leader election, the answer,
     and the retention delete, without a single 403."""
     from .test_deploy import NAMESPACE, assert_no_forbidden, service_account_kubeconfig

@@ -403,7 +403,7 @@ async def _run_all(kube, mode: str, token: str) -> dict[str, dict | BaseExceptio
     results = await asyncio.gather(*(one(i, s) for i, s in enumerate(SCENARIOS)), return_exceptions=True)
     for i, scenario in enumerate(SOLO, start=len(SCENARIOS)):
         results += await asyncio.gather(one(i, scenario), return_exceptions=True)
-    return {s.__name__: r for s, r in zip(ALL, results)}
+    return {s.__name__: r for s, r in zip(ALL, results, strict=True)}
 
 
 async def _assert_quiet(env: TaintsEnv) -> None:

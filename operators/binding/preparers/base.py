@@ -96,7 +96,7 @@ class Preparer(abc.ABC):
     async def undo(self, preparation: Preparation) -> None:
         """Undo whatever ``prepare`` did or started. Raising makes the controller retry with backoff."""
 
-    async def close(self) -> None:
+    async def close(self) -> None:  # noqa: B027 - optional hook: by default nothing to release
         """Release connections at shutdown."""
 
 

@@ -7,6 +7,7 @@ API server it tried (the address from the kubeconfig), what happened, and what t
 from __future__ import annotations
 
 import ssl
+from collections.abc import Sequence
 
 import aiohttp
 
@@ -23,7 +24,7 @@ def _where(kubeconfig: str | None) -> str:
     return f"KUBECONFIG ({kubeconfig})" if kubeconfig else "the in-cluster ServiceAccount configuration"
 
 
-def kubeconfig_problem(kubeconfig: str | None, error: BaseException, missing: list[str] = ()) -> str:
+def kubeconfig_problem(kubeconfig: str | None, error: BaseException, missing: Sequence[str] = ()) -> str:
     """The kubeconfig (or the in-cluster configuration) could not be loaded; ``missing``: the
     files of KUBECONFIG that do not exist."""
     if kubeconfig and missing:

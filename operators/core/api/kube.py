@@ -14,6 +14,7 @@ is never repeated blindly: the caller sees ``ConnectionLost`` and must look befo
 from __future__ import annotations
 
 import asyncio
+import builtins
 import json
 import os
 import ssl
@@ -48,7 +49,7 @@ class ApiError(Exception):
 
     def __init__(self, status: int, body: JSON | str, method: str = "", path: str = ""):
         self.status = status
-        self.body = body if isinstance(body, dict) else {"message": str(body)}
+        self.body: JSON = body if isinstance(body, dict) else {"message": str(body)}
         self.reason = self.body.get("reason", "")
         self.message = self.body.get("message", "")
         super().__init__(f"{method} {path}: {status} {self.reason}: {self.message}")
@@ -275,8 +276,8 @@ class Kube:
                 method=method,
                 path=path,
                 attempt=state.attempt_number,
-                error=str(state.outcome.exception()),
-                wait=round(state.next_action.sleep, 2),
+                error=str(state.outcome.exception() if state.outcome else None),
+                wait=round(state.next_action.sleep if state.next_action else 0.0, 2),
             ),
             reraise=True,
         )
@@ -423,7 +424,8 @@ class Kube:
     # -- verbs over Resource descriptors -----------------------------------------------------
 
     async def get(self, res: Resource, name: str, namespace: str | None = None, subresource: str | None = None) -> JSON:
-        return await self.request("GET", res.path(namespace, name, subresource))
+        answer: JSON = await self.request("GET", res.path(namespace, name, subresource))
+        return answer
 
     async def get_or_none(self, res: Resource, name: str, namespace: str | None = None) -> JSON | None:
         try:
@@ -457,7 +459,7 @@ class Kube:
         field_selector: str | None = None,
         limit: int = 500,
         keep: Callable[[JSON], bool] | None = None,
-    ) -> tuple[list[JSON], str]:
+    ) -> tuple[builtins.list[JSON], str]:
         """All objects, paged, and the resourceVersion of the (consistent) list: the first page's,
         as client-go's pager keeps it (k8s.io/client-go tools/pager/pager.go ``ListPager.list``).
         ``keep``: only the objects it accepts are collected, page by page, so a list of every Pod
@@ -514,24 +516,26 @@ class Kube:
         dry_run: bool = False,
     ) -> JSON:
         namespace = namespace or body.get("metadata", {}).get("namespace")
-        return await self.request(
+        answer: JSON = await self.request(
             "POST",
             res.path(namespace),
             body=body,
             params=[("fieldManager", field_manager), ("dryRun", "All" if dry_run else None)],
         )
+        return answer
 
     async def replace(
         self, res: Resource, body: JSON, *, subresource: str | None = None, field_manager: str | None = None
     ) -> JSON:
         """PUT with the body's resourceVersion: a stale body gives a 409 conflict."""
         meta = body["metadata"]
-        return await self.request(
+        answer: JSON = await self.request(
             "PUT",
             res.path(meta.get("namespace"), meta["name"], subresource),
             body=body,
             params=[("fieldManager", field_manager)],
         )
+        return answer
 
     async def patch(
         self,
@@ -544,26 +548,28 @@ class Kube:
         subresource: str | None = None,
         field_manager: str | None = None,
     ) -> JSON:
-        return await self.request(
+        answer: JSON = await self.request(
             "PATCH",
             res.path(namespace, name, subresource),
             body=patch,
             content_type=content_type,
             params=[("fieldManager", field_manager)],
         )
+        return answer
 
     async def apply(
         self, res: Resource, body: JSON, *, field_manager: str, force: bool = False, subresource: str | None = None
     ) -> JSON:
         """Server-side apply (the body is sent as JSON, which is valid YAML)."""
         meta = body["metadata"]
-        return await self.request(
+        answer: JSON = await self.request(
             "PATCH",
             res.path(meta.get("namespace"), meta["name"], subresource),
             body=body,
             content_type=APPLY_PATCH,
             params=[("fieldManager", field_manager), ("force", "true" if force else None)],
         )
+        return answer
 
     async def delete(
         self,
@@ -584,14 +590,16 @@ class Kube:
             options["gracePeriodSeconds"] = grace_period_seconds
         if propagation_policy:
             options["propagationPolicy"] = propagation_policy
-        return await self.request("DELETE", res.path(namespace, name), body=options)
+        answer: JSON = await self.request("DELETE", res.path(namespace, name), body=options)
+        return answer
 
     # -- discovery ---------------------------------------------------------------------------
 
     async def server_version(self) -> JSON:
-        return await self.request("GET", "/version")
+        answer: JSON = await self.request("GET", "/version")
+        return answer
 
-    async def served_versions(self, group: str, plural: str) -> list[str]:
+    async def served_versions(self, group: str, plural: str) -> builtins.list[str]:
         """Versions of ``group`` that serve ``plural``, the server's preferred version first."""
         try:
             info = await self.request("GET", f"/apis/{group}")

@@ -213,9 +213,9 @@ def kubeconfig_files(kubeconfig: str | None = None) -> list[Path]:
 @dataclass
 class _Merged:
     current: str | None = None
-    contexts: dict[str, tuple[dict, Path]] = field(default_factory=dict)
-    clusters: dict[str, tuple[dict, Path]] = field(default_factory=dict)
-    users: dict[str, tuple[dict, Path]] = field(default_factory=dict)
+    contexts: dict[str, tuple[dict[str, Any], Path]] = field(default_factory=dict)
+    clusters: dict[str, tuple[dict[str, Any], Path]] = field(default_factory=dict)
+    users: dict[str, tuple[dict[str, Any], Path]] = field(default_factory=dict)
 
 
 def _merge(files: list[Path]) -> _Merged:
@@ -263,7 +263,7 @@ def from_kubeconfig(files: list[Path], context: str | None = None) -> ClusterCon
     if cluster_name not in merged.clusters:
         raise KubeconfigError(f"{where}: context {name!r} names cluster {cluster_name!r}, which is not defined")
     cluster, cluster_dir = merged.clusters[cluster_name]
-    user, user_dir = merged.users.get(user_name, ({}, Path()))
+    user, user_dir = merged.users.get(user_name, ({}, Path())) if user_name is not None else ({}, Path())
     host = str(cluster.get("server") or "").rstrip("/")
     if not host:
         raise KubeconfigError(f"{where}: cluster {cluster_name!r} has no server")

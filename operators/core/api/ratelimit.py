@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from typing import overload
 
 
 class TokenBucket:
@@ -30,6 +31,10 @@ class TokenBucket:
         self._tokens = min(float(self.burst), self._tokens + (now - self._last) * self.rate)
         self._last = now
 
+    @overload
+    def reserve(self, max_wait: None = None) -> float: ...
+    @overload
+    def reserve(self, max_wait: float | None) -> float | None: ...
     def reserve(self, max_wait: float | None = None) -> float | None:
         """Take a token; return the seconds until it may be used (0: now). With ``max_wait``,
         a token that would come later than that is not taken: None."""

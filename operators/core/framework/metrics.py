@@ -20,7 +20,7 @@ class _Quiet(WSGIRequestHandler):
         """No access log (as prometheus_client's own server)."""
 
 
-def serve(registry: CollectorRegistry, port: int, address: str = "0.0.0.0") -> None:
+def serve(registry: CollectorRegistry, port: int, address: str = "0.0.0.0") -> None:  # noqa: S104 - in a pod: Prometheus scrapes the pod IP
     """Serve ``/metrics`` (port 0 or below: not served), and ``/debug/tracemalloc`` when tracing
     (``core.memprofile``). Several operators in one process (``dra-operators run claims taints``)
     share the port: a later registry joins the first. Serves as prometheus_client's

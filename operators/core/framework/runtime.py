@@ -141,7 +141,11 @@ class Runtime:
         if self.informers:
             self.supervisor.spawn(f"{self.name}-watchdog", self._watchdog)
         for informer in self.informers.values():
-            self.supervisor.add_check(lambda i=informer: i.stale_reason)
+
+            def stale_reason(i: Informer = informer) -> str:
+                return i.stale_reason
+
+            self.supervisor.add_check(stale_reason)
 
     async def _watchdog(self) -> None:
         while True:

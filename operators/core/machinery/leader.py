@@ -62,6 +62,7 @@ class LeaderElector:
         self._observed: tuple[str, str] | None = None  # (holder, renewTime) last seen
         self._observed_at = 0.0
         self.own_client: Kube | None = None  # closed by release()
+        self.task: asyncio.Task | None = None  # the campaign, set by act_when_leader
         self.log = log.bind(lease=f"{namespace}/{name}", identity=self.identity)
 
     def _body(self, lease: dict | None, acquire: bool) -> dict:

@@ -75,7 +75,8 @@ class Supervisor:
     def spawn(self, name: str, factory: Factory, *, restart: bool = True, **context: Any) -> asyncio.Task:
         """Run ``factory()`` as a task named ``name``; restart it when it fails (unless
         ``restart`` is False: then its failure is fatal)."""
-        if name in self._tasks and self._tasks[name].task and not self._tasks[name].task.done():
+        existing = self._tasks.get(name)
+        if existing is not None and existing.task and not existing.task.done():
             raise RuntimeError(f"task {name} is already supervised")
         entry = _Supervised(name, factory, restart, context)
         self._tasks[name] = entry

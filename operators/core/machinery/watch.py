@@ -138,7 +138,7 @@ class Reflector:
         """One watch request until the server ends it. ``version`` follows every event and
         BOOKMARK, so whatever breaks the request, the next one resumes where this one got to; a
         streamed relist sets it only at its end (until then a break starts the relist over)."""
-        timeout = int(MIN_WATCH_TIMEOUT * (1 + random.random()))
+        timeout = int(MIN_WATCH_TIMEOUT * (1 + random.random()))  # noqa: S311 - jitter, not a secret
         informer = self.informer
         async with self.kube.stream(
             informer.resource.path(),

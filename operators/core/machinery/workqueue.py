@@ -102,9 +102,11 @@ class WorkQueue:
         names = [f"{self.name}-worker-{i}" for i in range(self._workers)] + [f"{self.name}-timer"]
         bodies = [functools.partial(self._worker, i) for i in range(self._workers)] + [self._timer]
         if supervisor is not None:
-            self._tasks = [supervisor.spawn(name, body, queue=self.name) for name, body in zip(names, bodies)]
+            self._tasks = [
+                supervisor.spawn(name, body, queue=self.name) for name, body in zip(names, bodies, strict=True)
+            ]
         else:
-            self._tasks = [asyncio.create_task(body(), name=name) for name, body in zip(names, bodies)]
+            self._tasks = [asyncio.create_task(body(), name=name) for name, body in zip(names, bodies, strict=True)]
 
     async def stop(self) -> None:
         for task in self._tasks:

@@ -62,7 +62,9 @@ class NvmlBackend:
         refresh_interval: float = 30.0,
     ):
         if nvml is None:
-            import pynvml as nvml  # the real library; fails only without the package
+            import pynvml  # the real library; fails only without the package
+
+            nvml = pynvml
         self.nvml = nvml
         self.driver = driver
         try:
@@ -314,7 +316,7 @@ class NvmlBackend:
                 cap = self._capability_minor(info["minor"], *parts)
                 if cap is None:
                     continue
-                node = {"path": f"/dev/nvidia-caps/nvidia-cap{cap}"}
+                node: dict[str, Any] = {"path": f"/dev/nvidia-caps/nvidia-cap{cap}"}
                 if caps_major is not None:
                     node.update(type="c", major=caps_major, minor=cap)
                 nodes.append(node)
@@ -398,13 +400,20 @@ class NvmlBackend:
     async def watch(self, events: asyncio.Queue[HealthEvent], changed: asyncio.Event) -> None:
         loop = asyncio.get_running_loop()
         self._stop.clear()
+
+        def put(event: HealthEvent) -> None:
+            loop.call_soon_threadsafe(events.put_nowait, event)
+
+        def wake() -> None:
+            loop.call_soon_threadsafe(changed.set)
+
         monitor = EventMonitor(
             self.nvml,
             gpus=lambda: self._state.gpus,
             fingerprint=self.fingerprint,
             known_fingerprint=lambda: self._state.fingerprint,
-            put=lambda event: loop.call_soon_threadsafe(events.put_nowait, event),
-            changed=lambda: loop.call_soon_threadsafe(changed.set),
+            put=put,
+            changed=wake,
             stop=self._stop,
             refresh_interval=self.refresh_interval,
         )

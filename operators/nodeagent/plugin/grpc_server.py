@@ -252,7 +252,8 @@ class _Connection(asyncio.Protocol):
         except h2.exceptions.ProtocolError as e:
             log.info("closing a gRPC connection that broke HTTP/2", error=f"{type(e).__name__}: {e}")
             self._flush()  # h2's GOAWAY
-            self._transport.close()
+            if self._transport is not None:  # always: data comes after connection_made
+                self._transport.close()
             return
         for event in events:
             self._handle(event)
@@ -293,7 +294,8 @@ class _Connection(asyncio.Protocol):
         elif isinstance(event, (h2.events.WindowUpdated, h2.events.RemoteSettingsChanged)):
             self._wake_senders()
         elif isinstance(event, h2.events.ConnectionTerminated):
-            self._transport.close()  # the client's GOAWAY: connection_lost cancels what is left
+            if self._transport is not None:  # always: events come after connection_made
+                self._transport.close()  # the client's GOAWAY: connection_lost cancels what is left
 
     def _start(self, stream_id: int, raw_headers: list[tuple[bytes, bytes]]) -> None:
         if self._server.closing:
@@ -307,8 +309,8 @@ class _Connection(asyncio.Protocol):
         method = self._server.mapping[headers[":path"]]
         streaming = method.cardinality.server_streaming
         # Before any of the request is read, so a call over the caps costs nothing more.
-        if refusal := self._server.admission.enter(streaming):
-            self._refuse(stream_id, Status.RESOURCE_EXHAUSTED, refusal)
+        if rejection := self._server.admission.enter(streaming):
+            self._refuse(stream_id, Status.RESOURCE_EXHAUSTED, rejection)
             return
         call = Call(self, stream_id, method, self._server.limits)
         timeout = timeout_seconds(headers["grpc-timeout"]) if "grpc-timeout" in headers else None
@@ -434,8 +436,10 @@ class Server:
         loop = asyncio.get_running_loop()
         if path is not None:
             self._listener = await loop.create_unix_server(lambda: _Connection(self), path)
-        else:
+        elif sock is not None:
             self._listener = await loop.create_server(lambda: _Connection(self), sock=sock)
+        else:
+            raise ValueError("Server.start needs a path or a socket")
 
     def close(self) -> None:
         if self._listener is None:

@@ -18,6 +18,7 @@ import asyncio
 import socket
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeAlias
 
 from grpclib.client import Channel
 from grpclib.const import Status
@@ -33,6 +34,8 @@ log = get_logger("operators.nodeagent.liveness")
 
 SERVICES = ("", "liveness")  # "" = the server as a whole (grpc_health_probe's default)
 READINESS = "readiness"  # also: kubelet has confirmed the plugin's registration
+# The value type of the enum (an int NewType in grpclib's stubs), for annotations.
+ServingStatus: TypeAlias = "health_pb2.HealthCheckResponse.ServingStatus.ValueType"
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 SERVICE_UNKNOWN = health_pb2.HealthCheckResponse.SERVICE_UNKNOWN
@@ -138,7 +141,7 @@ class SelfCheck:
             if socket.has_dualstack_ipv6():
                 sock = socket.create_server(("::", port), family=socket.AF_INET6, dualstack_ipv6=True)
             else:
-                sock = socket.create_server(("0.0.0.0", port))
+                sock = socket.create_server(("0.0.0.0", port))  # noqa: S104 - in a pod: the kubelet probes the pod IP
         except OSError as e:
             raise OSError(
                 f"cannot listen on port {port} for gRPC health checking "
@@ -169,11 +172,11 @@ class _Servicer(health_grpc.HealthBase):
 
     def __init__(self, owner: SelfCheck):
         self._owner = owner
-        self._status: dict[str, int] = {}
-        self._watchers: dict[asyncio.Event, int | None] = {}  # a Watch stream's wake-up -> status sent
+        self._status: dict[str, ServingStatus] = {}
+        self._watchers: dict[asyncio.Event, ServingStatus | None] = {}  # a Watch stream's wake-up -> status sent
         self._shutting_down = False
 
-    async def set(self, service: str, status: int) -> None:
+    async def set(self, service: str, status: ServingStatus) -> None:
         if self._shutting_down or self._status.get(service) == status:
             return
         self._status[service] = status

@@ -3,11 +3,13 @@
 During a DaemonSet rolling update (``maxSurge: 1, maxUnavailable: 0``) the old and the new agent
 run side by side on a node, each registered with kubelet under its own sockets, in the same plugin
 data directory (kubelet uses the newest connected instance for each call). With the Pod's UID
-(``POD_UID`` through the downward API) the names are the Go helper's (k8s.io/dynamic-resource-allocation
-v0.37.1 kubeletplugin/draplugin.go ``RollingUpdateRegistrarSocketFile`` and ``dra<-uid>.sock``):
-registration ``<driver>-<uid>-reg.sock``, else ``<driver>-<b64url(sha256(uid))[:8]>-reg.sock``,
-else ``dra-<b64url(sha256(driver NUL uid))[:16]>-reg.sock``, whichever first fits; DRA service
-``dra-<uid>.sock`` (hashed the same way where too long). Without a UID: ``<driver>-reg.sock`` and ``dra.sock``, as before.
+(``POD_UID`` through the downward API) the names are the Go helper's
+(k8s.io/dynamic-resource-allocation v0.37.1 kubeletplugin/draplugin.go
+``RollingUpdateRegistrarSocketFile`` and ``dra<-uid>.sock``): registration
+``<driver>-<uid>-reg.sock``, else ``<driver>-<b64url(sha256(uid))[:8]>-reg.sock``, else
+``dra-<b64url(sha256(driver NUL uid))[:16]>-reg.sock``, whichever first fits; DRA service
+``dra-<uid>.sock`` (hashed the same way where too long). Without a UID: ``<driver>-reg.sock`` and
+``dra.sock``, as before.
 """
 
 from __future__ import annotations

@@ -156,7 +156,8 @@ class DeviceState:
         self.toolkit_cdi_dirs = list(toolkit_cdi_dirs)
         self.nvidia_runtime = nvidia_runtime
         self.prepared: dict[str, PreparedClaim] = {}
-        self.events = EventRecorder(kube, EVENT_COMPONENT)
+        # kube None: no API server (unit tests); the recorder's posts then fail and are logged, as any failed post.
+        self.events = EventRecorder(kube, EVENT_COMPONENT)  # type: ignore[arg-type]
         self.log = log.bind(driver=self.driver, node=self.node)
         self._lock = CallLock(self.lock_path, self.log)
         self._seen: tuple | None = None  # what the last reconcile of the specs saw (_observe)
@@ -339,9 +340,9 @@ class DeviceState:
             # while this call waited is prepared as it is now, never with the allocation read before.
             fetched = await asyncio.gather(*(self._get_claim(c) for c in claims))
             await self._reload()
-            for requested, claim in zip(claims, fetched):
+            for requested, claim in zip(claims, fetched, strict=True):
                 results[requested["uid"]], record = self._prepare_timed(requested, claim)
-                if record is not None:
+                if record is not None and isinstance(claim, dict):  # prepared: the claim was read
                     new.append((claim, record))
             if new:
                 checkpoint.save(self.checkpoint_path, self.prepared)
@@ -370,7 +371,7 @@ class DeviceState:
                 raise PrepareError(f"ResourceClaim {ref}: {claim}")
             record = self.prepared.get(requested["uid"])
             new = record is None
-            if new:
+            if record is None:
                 record = self.prepared[requested["uid"]] = self._prepare_claim(requested, claim)
             else:
                 self._ensure_spec(record)  # e.g. /var/run/cdi emptied by a reboot
@@ -387,12 +388,16 @@ class DeviceState:
         prepared either way)."""
         published = {d["name"]: d for d in self.agent.published_devices()}
         body = device_status.status_apply(claim, self.driver, record.devices, published)
+        if self.kube is None:
+            raise RuntimeError("no API server to write status.devices to")
         try:
             await self.kube.apply(RESOURCE_CLAIMS, body, field_manager=self.driver, force=True, subresource="status")
         except (ApiError, ConnectionLost) as e:
             self.log.warning("status.devices not written", claim=f"{record.namespace}/{record.name}", error=str(e))
 
     async def _get_claim(self, requested: ClaimRef) -> dict | None | Exception:
+        if self.kube is None:
+            raise RuntimeError("no API server to read the claim from")
         try:
             return await self.kube.get_or_none(RESOURCE_CLAIMS, requested["name"], requested["namespace"])
         except ApiError as e:
@@ -455,7 +460,9 @@ class DeviceState:
 
     def _release_configs(self, record: PreparedClaim | None) -> None:
         release = getattr(self.agent.backend, "release_config", None)
-        for d in record.devices if record and release else []:
+        if not record or not release:
+            return
+        for d in record.devices:
             try:
                 release(d.device, d.config)
             except BackendError as e:  # the device may be gone; unprepare must still succeed

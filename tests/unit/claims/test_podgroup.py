@@ -250,7 +250,7 @@ kubernetes_feature_enabled{name="DRAWorkloadResourceClaims",stage="BETA"} 0
 kubernetes_feature_enabled{name="GenericWorkload",stage="BETA"} 1
 kubernetes_feature_enabled{name="DynamicResourceAllocation",stage=""} 1
 apiserver_request_total{code="200"} 5
-"""
+"""  # noqa: E501 - the API server's metrics, verbatim
     assert parse_feature_gates(text) == {
         "DRAWorkloadResourceClaims": False,
         "GenericWorkload": True,

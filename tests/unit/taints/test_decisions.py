@@ -313,7 +313,8 @@ def test_pod_needs_look_only_when_node_or_claims_change():
             0,
             "NoEffect",
             "False",
-            "2 published devices selected. 0 allocated devices selected. 0 pods would be evicted in 0 different namespaces "
+            "2 published devices selected. 0 allocated devices selected. "
+            "0 pods would be evicted in 0 different namespaces "
             "if the effect was NoExecute. This information will not be updated again. Recreate the DeviceTaintRule "
             "to trigger an update.",
         ),
@@ -385,7 +386,10 @@ def test_guard_rail_annotations():
 def test_eviction_api_only_when_every_reason_opted_in():
     pdb = rule("pdb", annotations={d.EVICTION_API_ANNOTATION: "true", d.MAX_WAIT_ANNOTATION: "60"})
     plain = rule("plain")
-    by_rule = lambda *names: d.Eviction(T0, tuple(d.TaintSource(rule=n, rule_uid=f"uid-{n}") for n in names))
+
+    def by_rule(*names):
+        return d.Eviction(T0, tuple(d.TaintSource(rule=n, rule_uid=f"uid-{n}") for n in names))
+
     assert d.eviction_api_wait([pdb, plain], by_rule("pdb"), 300) == 60
     assert d.eviction_api_wait([pdb, plain], by_rule("pdb", "plain"), 300) is None
     slice_taint = d.Eviction(T0, (d.TaintSource(rule="pdb", rule_uid="uid-pdb"), d.TaintSource(slice="s", device="x")))

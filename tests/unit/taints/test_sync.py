@@ -156,11 +156,14 @@ def result(device_name, tolerations=()):
     return r
 
 
+RESULTS = (result("instance"),)
+
+
 def make_claim(
     name=CLAIM,
     ns=NS,
     owner=("Pod", POD, POD_UID),
-    results=(result("instance"),),
+    results=RESULTS,
     reserved=(("pods", POD, POD_UID),),
     uid=None,
 ):

@@ -370,7 +370,8 @@ CASES = [
         [slice_with_one_device(SLICE1, NODE1, POOL1, DRIVER_A, count=2)],
         CA,
         [],
-        "claim default/claim-0, request req-0: asks for all devices, but resource pool driver-a/pool-1 is currently being updated",
+        "claim default/claim-0, request req-0: asks for all devices, "
+        "but resource pool driver-a/pool-1 is currently being updated",
     ),
     (
         "all-devices-plus-another",

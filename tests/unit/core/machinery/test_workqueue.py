@@ -1,4 +1,5 @@
 import asyncio
+import itertools
 
 from operators.core.machinery.workqueue import Backoff, WorkQueue
 
@@ -44,7 +45,7 @@ async def test_failures_retry_with_backoff_then_forget():
             break
     await queue.stop()
     assert len(attempts) == 4
-    gaps = [b - a for a, b in zip(attempts, attempts[1:])]
+    gaps = [b - a for a, b in itertools.pairwise(attempts)]
     assert gaps[0] >= 0.015 and gaps[1] >= 0.035 and gaps[2] >= 0.075  # 20, 40, 80 ms
     assert queue.failures("k") == 0
 
