@@ -321,8 +321,11 @@ def _ssl_context(
 ) -> ssl.SSLContext | None:
     if not host.startswith("https://"):
         return None
-    ca = None if cluster.get("insecure-skip-tls-verify") else _data_or_file(cluster, "certificate-authority",
-                                                                           cluster_dir, where)
+    ca = (
+        None
+        if cluster.get("insecure-skip-tls-verify")
+        else _data_or_file(cluster, "certificate-authority", cluster_dir, where)
+    )
     # The system's CAs only when the cluster names none (loading them costs about 30 ms).
     context = ssl.create_default_context(cadata=ca.decode(errors="replace")) if ca else ssl.create_default_context()
     if cluster.get("insecure-skip-tls-verify"):
