@@ -24,7 +24,9 @@ What it runs, in one lab (one kwok Node), each part selected by ``BENCH_PARTS``:
 - *cel*: device-selector evaluations per second through ``operators/core/dra/cel.py`` (in process).
 
 ``BENCH_OPERATOR_SRC``: run our operators from another source tree (a checkout of an older
-commit, to measure before and after on the same machine). Results: the run directory
+commit, to measure before and after on the same machine). ``BENCH_BASELINE_SRC``: the claims
+part also runs every burst with the claims operator from that tree, "ours (baseline)", in the
+same run (before and after on the same lab, minutes apart). Results: the run directory
 (``BENCH_RUN_DIR``, default ``.cache/bench/<UTC time>``: ``results.json``, logs) and a section
 of ``bench/RESULTS.md`` per command.
 """
@@ -104,6 +106,7 @@ KNOBS = (
     "BENCH_DEVICES",
     "BENCH_PARTS",
     "BENCH_OPERATOR_SRC",
+    "BENCH_BASELINE_SRC",
     "BENCH_PROFILE",
     "BENCH_RUN_DIR",
 )
@@ -182,10 +185,12 @@ class Operator(OperatorProcess):
     """One of our operators as users run it, from this tree or ``BENCH_OPERATOR_SRC``; with
     ``BENCH_PROFILE``, sampled by py-spy."""
 
-    def __init__(self, name: str, kubeconfig: Path, log: Path, env: dict[str, str] | None = None):
+    def __init__(
+        self, name: str, kubeconfig: Path, log: Path, env: dict[str, str] | None = None, src: str | None = None
+    ):
         env = {"DRA_LEADER_ELECTION": "false", **(env or {})}
         python = [sys.executable]
-        if src := os.environ.get("BENCH_OPERATOR_SRC"):
+        if src := src or os.environ.get("BENCH_OPERATOR_SRC"):
             # -P: not the current directory first on sys.path; the other tree's code is.
             env["PYTHONPATH"] = str(Path(src).resolve())
             python.append("-P")
@@ -387,6 +392,8 @@ class Bench:
         for size in sizes:
             for noisy in (0, noise) if noise else (0,):
                 await self.burst("ours", size, noisy)
+                if os.environ.get("BENCH_BASELINE_SRC"):
+                    await self.burst("ours (baseline)", size, noisy)
                 await self.burst("upstream 500/1000", size, noisy)
                 if size in default_sizes:
                     await self.burst("upstream 20/30", size, noisy)
@@ -395,9 +402,12 @@ class Bench:
         result = Burst(controller, size, noise)
         say(f"claims: {controller}, {size} template Pods, {noise} plain Pods at the same time")
         operator = None
-        if controller == "ours":
+        if controller.startswith("ours"):
             self.controller_manager(False, LAB_LIMITS)
-            operator = Operator("claims", self.lab.kubeconfig, self.run_dir / f"claims-{self.serial + 1}.log")
+            baseline = os.environ.get("BENCH_BASELINE_SRC") if "baseline" in controller else None
+            operator = Operator(
+                "claims", self.lab.kubeconfig, self.run_dir / f"claims-{self.serial + 1}.log", src=baseline
+            )
             operator.start()
         else:
             self.controller_manager(True, LAB_LIMITS if "500" in controller else DEFAULT_LIMITS)
@@ -730,7 +740,8 @@ def report(r: Results) -> str:
         f"- **Date**: {r.started}; commit `{r.commit}`; {os.cpu_count()} cores shared with other sessions' "
         f"tests and builds (load average {r.load_start[0]:.1f} at the start, {r.load_end[0]:.1f} at the end), "
         f"Python {platform.python_version()}; {r.seconds / 60:.0f} min in all.",
-        f"- **Our operators' code**: {os.environ.get('BENCH_OPERATOR_SRC') or 'this tree'}.",
+        f"- **Our operators' code**: {os.environ.get('BENCH_OPERATOR_SRC') or 'this tree'}"
+        + (f"; baseline (claims): {os.environ['BENCH_BASELINE_SRC']}." if os.environ.get("BENCH_BASELINE_SRC") else "."),
         "- **Lab**: one kwok Node; kube-controller-manager restarted for every run with upstream's DRA "
         "controllers on (upstream) or off (ours, our operator a process of its own), at the client limits "
         "named.",
