@@ -741,7 +741,7 @@ def report(r: Results) -> str:
         f"tests and builds (load average {r.load_start[0]:.1f} at the start, {r.load_end[0]:.1f} at the end), "
         f"Python {platform.python_version()}; {r.seconds / 60:.0f} min in all.",
         f"- **Our operators' code**: {os.environ.get('BENCH_OPERATOR_SRC') or 'this tree'}"
-        + (f"; baseline (claims): {os.environ['BENCH_BASELINE_SRC']}." if os.environ.get("BENCH_BASELINE_SRC") else "."),
+        + (f"; baseline (claims): {baseline}." if (baseline := os.environ.get("BENCH_BASELINE_SRC")) else "."),
         "- **Lab**: one kwok Node; kube-controller-manager restarted for every run with upstream's DRA "
         "controllers on (upstream) or off (ours, our operator a process of its own), at the client limits "
         "named.",
