@@ -240,7 +240,7 @@ class Allocation:
                 for s, d in pool.device_entries():
                     if not self._selectable((ci, ri, si), data, s, d):
                         continue
-                    if capacity_problem(r.capacity, d) is not None:
+                    if self._capacity_problem(ci, r, s, d, {}) is not None:
                         continue
                     data.all_devices.append((pool, s, d))
             data.num = len(data.all_devices)
@@ -297,11 +297,23 @@ class Allocation:
     def _capacity_in_use(self, device: DeviceID) -> bool:
         return device in self.state.capacity or device in self.state.shared or device in self.allocating_capacity
 
-    def _capacity_fits(self, r: Request, device: DeviceID, d: Obj) -> bool:
+    def _capacity_problem(self, ci: int, r: Request, s: Obj, d: Obj, in_use: Amounts) -> str | None:
+        """``CmpRequestOverCapacity``, whose error (a negative consumed capacity) aborts."""
+        try:
+            return capacity_problem(r.capacity, d, in_use)
+        except ValueError as e:
+            spec = s["spec"]
+            raise AllocationError(
+                f"claim {claim_key(self.claims[ci])}, request {r.full_name}: checking capacity for device "
+                f"{spec['driver']}/{spec['pool']['name']}/{d['name']}: {e}"
+            ) from None
+
+    def _capacity_fits(self, ci: int, r: Request, s: Obj, d: Obj) -> bool:
+        device = (s["spec"]["driver"], s["spec"]["pool"]["name"], d["name"])
         in_use: Amounts = {}
         add(in_use, self.state.capacity.get(device, {}))
         add(in_use, self.allocating_capacity.get(device, {}))
-        return capacity_problem(r.capacity, d, in_use) is None
+        return self._capacity_problem(ci, r, s, d, in_use) is None
 
     def _counters_fit(self, pool: Pool, d: Obj) -> bool:
         """``checkAvailableCounters``: reserve the device's counters if they fit. Every counter
@@ -363,7 +375,7 @@ class Allocation:
             self.allocating.setdefault(device, set()).add(ci)
             undo.append(lambda: self.allocating[device].discard(ci))
         consumed: Amounts = {}
-        if not self._capacity_fits(r, device, d):
+        if not self._capacity_fits(ci, r, s, d):
             rollback()
             return None
         result = {"request": r.full_name, "driver": device[0], "pool": device[1], "device": device[2]}
@@ -452,7 +464,7 @@ class Allocation:
                         continue
                     if not self._selectable((ci, ri, si), data, s, d):
                         continue
-                    if not self._capacity_fits(r, device, d):
+                    if not self._capacity_fits(ci, r, s, d):
                         continue
                     undo = self._allocate_device(ci, ri, si, pool, s, d, must=False)
                     if undo is None:
