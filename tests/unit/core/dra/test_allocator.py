@@ -4,9 +4,11 @@ Each row ports one case of k8s.io/dynamic-resource-allocation v0.37.1
 structured/internal/allocatortesting/allocator_testing.go (``TestAllocator``), with its name;
 the builders below mirror upstream's (``claimWithRequest``, ``sliceWithOneDevice``, ``device``,
 ``class``, ...) so that a row reads as the Go case does. Compared: the devices each claim gets
-(request, driver, pool, device; admin access, shared), order ignored as upstream's ``ConsistOf``;
-None where upstream expects no result; the error's text where upstream expects an error. Node
-selectors and configs of the result are not modelled (``allocate`` returns device results).
+(request, driver, pool, device; admin access; for a share of a shared device, the capacity it
+consumes), order ignored as upstream's ``ConsistOf``; None where upstream expects no result; the
+error's text where upstream expects an error, except "invalid resource pools were encountered"
+(ErrFailedAllocationOnNode, which the scheduler takes as unschedulable): None. Node selectors
+and configs of the result are not modelled (``allocate`` returns device results).
 
 Skipped, as the allocator does not model them (see its docstring): compatibility-groups-*,
 derived-attributes-*, list-attributes-*, numanode-*, *-device-config / *-class-config /
@@ -14,9 +16,10 @@ claim-config-* (configs), binding-conditions / *-with-binding-conditions-* (node
 result), optional-node-operations (the result's skipNodeOperations), node-restriction,
 multi-host-resource-pool-* (result node selectors), the feature-gate-off variants (*-disabled,
 *-without-feature-gate: every feature is on here), consumable-capacity-fractional-*,
-*-overflow* and exact-count-* (int64 limits of Go quantities), expectNumAllocateOneInvocations
-(the number of search steps). Not yet ported, though in scope: the remaining partitionable-*,
-consumable-capacity-* and distinct-constraint-* rows beyond those below.
+*-overflow*, *-above-int64-* and exact-count-* (int64 limits of Go quantities),
+expectNumAllocateOneInvocations (the number of search steps). Every partitionable-*,
+consumable-capacity-* and distinct-constraint-* row in scope is ported; not yet ported, though
+in scope: the other with-distinct-constraints-* rows.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ SUB0, SUB1 = "subReq-0", "subReq-1"
 CLAIM0, CLAIM1 = "claim-0", "claim-1"
 SLICE1, SLICE2, SLICE3, SLICE4 = "slice-1", "slice-2", "slice-3", "slice-4"
 CS1, CS2, CAP0 = "counter-set-1", "counter-set-2", "capacity-0"
-DEVICE0, DEVICE1, DEVICE2, DEVICE3 = "device-0", "device-1", "device-2", "device-3"
+DEVICE0, DEVICE1, DEVICE2, DEVICE3, DEVICE4 = "device-0", "device-1", "device-2", "device-3", "device-4"
 ALL_NODES, PER_DEVICE = "nodeSelectionAll", "nodeSelectionPerDevice"
 
 
@@ -2153,6 +2156,188 @@ CASES = [
                 shared_result(REQ0, DRIVER_A, POOL1, DEVICE1, {CAP0: "1", "capacity-1": "2"}),
                 shared_result(REQ2, DRIVER_A, POOL1, DEVICE3, {CAP0: "2", "capacity-1": "2"}),
                 shared_result("req-1/subReq-1", DRIVER_A, POOL1, DEVICE1, {CAP0: "1", "capacity-1": "2"}),
+            ]
+        ],
+    ),
+    # -- distinctAttribute --
+    (
+        "distinct-constraint-single-request-count-3-not-distinct",
+        N1,
+        [claim(CLAIM0, request(REQ0, CLASS_A, 3), constraints=[distinct(STRING_ATTR)])],
+        [
+            slice_(
+                SLICE1,
+                NODE1,
+                POOL1,
+                DRIVER_A,
+                device(DEVICE1, attributes={"stringAttribute": attr_str("value1")}),
+                device(DEVICE2, attributes={"stringAttribute": attr_str("value2")}),
+                device(DEVICE3, attributes={"stringAttribute": attr_str("value1")}),
+            )
+        ],
+        CA,
+        [],
+        None,
+    ),
+    (
+        "distinct-constraint-single-request-count-3-all-distinct",
+        N1,
+        [claim(CLAIM0, request(REQ0, CLASS_A, 3), constraints=[distinct(STRING_ATTR)])],
+        [
+            slice_(
+                SLICE1,
+                NODE1,
+                POOL1,
+                DRIVER_A,
+                device(DEVICE1, attributes={"stringAttribute": attr_str("value1")}),
+                device(DEVICE2, attributes={"stringAttribute": attr_str("value2")}),
+                device(DEVICE3, attributes={"stringAttribute": attr_str("value3")}),
+            )
+        ],
+        CA,
+        [],
+        [[result(REQ0, DRIVER_A, POOL1, d) for d in (DEVICE1, DEVICE2, DEVICE3)]],
+    ),
+    (
+        "distinct-constraint-two-requests-with-count-not-distinct",
+        N1,
+        [
+            claim(
+                CLAIM0,
+                request(REQ0, CLASS_A, 2),
+                request(REQ1, CLASS_A),
+                constraints=[distinct(STRING_ATTR, REQ0, REQ1)],
+            )
+        ],
+        [
+            slice_(
+                SLICE1,
+                NODE1,
+                POOL1,
+                DRIVER_A,
+                device(DEVICE1, attributes={"stringAttribute": attr_str("value1")}),
+                device(DEVICE2, attributes={"stringAttribute": attr_str("value2")}),
+                device(DEVICE3, attributes={"stringAttribute": attr_str("value1")}),
+            )
+        ],
+        CA,
+        [],
+        None,
+    ),
+    (
+        "distinct-constraint-single-request-multiple-devices-attribute-not-set",
+        N1,
+        [claim(CLAIM0, request(REQ0, CLASS_A, 3), constraints=[distinct(ATTR)])],
+        [slice_(SLICE1, NODE1, POOL1, DRIVER_A, device(DEVICE1), device(DEVICE2), device(DEVICE3))],
+        CA,
+        [],
+        None,
+    ),
+    (
+        "distinct-constraint-single-request-not-enough-distinct-values",
+        N1,
+        [claim(CLAIM0, request(REQ0, CLASS_A, 3), constraints=[distinct(ATTR)])],
+        [
+            slice_(
+                SLICE1,
+                NODE1,
+                POOL1,
+                DRIVER_A,
+                *[
+                    device(d, attributes={"numa": attr_int(n)})
+                    for d, n in ((DEVICE1, 1), (DEVICE2, 2), (DEVICE3, 2), (DEVICE4, 2))
+                ],
+            )
+        ],
+        CA,
+        [],
+        None,
+    ),
+    (
+        "distinct-constraint-single-request-multiple-devices-attribute-set",
+        N1,
+        [claim(CLAIM0, request(REQ0, CLASS_A, 3), constraints=[distinct(ATTR)])],
+        [
+            slice_(
+                SLICE1,
+                NODE1,
+                POOL1,
+                DRIVER_A,
+                *[
+                    device(d, attributes={"numa": attr_int(n)})
+                    for d, n in ((DEVICE1, 1), (DEVICE2, 2), (DEVICE3, 1), (DEVICE4, 3))
+                ],
+            )
+        ],
+        CA,
+        [],
+        [[result(REQ0, DRIVER_A, POOL1, d) for d in (DEVICE1, DEVICE2, DEVICE4)]],
+    ),
+    (
+        "distinct-constraint-one-multi-allocatable-device-with-distinct-constraint",
+        N1,
+        [
+            claim(
+                CLAIM0,
+                request(REQ0, CLASS_A, capacity="1"),
+                request(REQ1, CLASS_A, capacity="1"),
+                constraints=[distinct(STRING_ATTR)],
+            )
+        ],
+        [
+            slice_(
+                SLICE1,
+                NODE1,
+                POOL1,
+                DRIVER_A,
+                multi(
+                    device(DEVICE1, {CAP0: range_capacity("2")}, {"stringAttribute": attr_str("stringAttributeValue")})
+                ),
+            )
+        ],
+        CAM,
+        [],
+        None,
+    ),
+    (
+        "distinct-constraint-two-multi-allocatable-devices-with-distinct-constraint",
+        N1,
+        [
+            claim(
+                CLAIM0,
+                request(REQ0, CLASS_A, capacity="2"),
+                request(REQ1, CLASS_A, capacity="2"),
+                constraints=[distinct(STRING_ATTR)],
+            )
+        ],
+        [
+            slice_(
+                SLICE1,
+                NODE1,
+                POOL1,
+                DRIVER_A,
+                multi(
+                    device(DEVICE1, {CAP0: range_capacity("4")}, {"stringAttribute": attr_str("stringAttributeValue1")})
+                ),
+                count=2,
+            ),
+            slice_(
+                SLICE1,
+                NODE1,
+                POOL1,
+                DRIVER_A,
+                multi(
+                    device(DEVICE2, {CAP0: range_capacity("4")}, {"stringAttribute": attr_str("stringAttributeValue2")})
+                ),
+                count=2,
+            ),
+        ],
+        CAM,
+        [],
+        [
+            [
+                shared_result(REQ0, DRIVER_A, POOL1, DEVICE1, {CAP0: "2"}),
+                shared_result(REQ1, DRIVER_A, POOL1, DEVICE2, {CAP0: "2"}),
             ]
         ],
     ),
