@@ -18,8 +18,8 @@ multi-host-resource-pool-* (result node selectors), the feature-gate-off variant
 *-without-feature-gate: every feature is on here), consumable-capacity-fractional-*,
 *-overflow*, *-above-int64-* and exact-count-* (int64 limits of Go quantities),
 expectNumAllocateOneInvocations (the number of search steps). Every partitionable-*,
-consumable-capacity-* and distinct-constraint-* row in scope is ported; not yet ported, though
-in scope: the other with-distinct-constraints-* rows.
+consumable-capacity-*, distinct-constraint-* and with-distinct-constraints-* row in scope is
+ported.
 """
 
 from __future__ import annotations
@@ -286,6 +286,8 @@ SMALL = device(DEVICE1, {"memory": "1Gi"})
 LARGE = device(DEVICE2, {"memory": "2Gi"})
 ATTR = "driver-a/numa"
 STRING_ATTR = "driver-a/stringAttribute"
+BOOL_ATTR = "driver-a/boolAttribute"
+VERSION_ATTR = "driver-a/driverVersion"
 CAB = {**CA, CLASS_B: class_(CLASS_B, DRIVER_B)}
 CAM = {CLASS_A: class_multi(CLASS_A, DRIVER_A, True)}
 
@@ -702,30 +704,111 @@ CASES = [
     (
         "with-distinct-constraints",
         N1,
-        [claim(CLAIM0, request(REQ0, CLASS_A), request(REQ1, CLASS_A), constraints=[distinct(ATTR)])],
+        [
+            claim(
+                CLAIM0,
+                request(REQ0, CLASS_A),
+                request(REQ1, CLASS_A),
+                request(REQ2, CLASS_A),
+                request(REQ3, CLASS_A),
+                constraints=[
+                    distinct(BOOL_ATTR, REQ0, REQ1),
+                    distinct(VERSION_ATTR, REQ0, REQ1, REQ2),
+                    distinct(ATTR, REQ0, REQ1, REQ2, REQ3),
+                ],
+            )
+        ],
         [
             slice_(
                 SLICE1,
                 NODE1,
                 POOL1,
                 DRIVER_A,
-                device(DEVICE1, attributes={"numa": attr_int(1)}),
-                device(DEVICE2, attributes={"numa": attr_int(1)}),
-                device(DEVICE3, attributes={"numa": attr_int(2)}),
+                *[
+                    multi(
+                        device(
+                            d,
+                            attributes={
+                                "driverVersion": attr_version(version),
+                                "numa": attr_int(numa),
+                                "boolAttribute": attr_bool(flag),
+                            },
+                        )
+                    )
+                    for d, version, numa, flag in (
+                        (DEVICE1, "1.0.0", 0, True),
+                        (DEVICE2, "1.0.1", 1, False),
+                        (DEVICE3, "1.0.2", 2, True),
+                        (DEVICE4, "1.0.0", 3, True),
+                    )
+                ],
             )
         ],
         CA,
         [],
-        [[result(REQ0, DRIVER_A, POOL1, DEVICE1), result(REQ1, DRIVER_A, POOL1, DEVICE3)]],
+        [
+            [
+                shared_result(REQ0, DRIVER_A, POOL1, DEVICE1),
+                shared_result(REQ1, DRIVER_A, POOL1, DEVICE2),
+                shared_result(REQ2, DRIVER_A, POOL1, DEVICE3),
+                shared_result(REQ3, DRIVER_A, POOL1, DEVICE4),
+            ]
+        ],
     ),
     (
         "with-distinct-constraints-attribute-not-set",
         N1,
-        [claim(CLAIM0, request(REQ0, CLASS_A), constraints=[distinct(ATTR)])],
-        ONE,
+        [claim(CLAIM0, request(REQ0, CLASS_A), constraints=[distinct(BOOL_ATTR, REQ0)])],
+        [slice_(SLICE1, NODE1, POOL1, DRIVER_A, multi(device(DEVICE1)))],
         CA,
         [],
         None,
+    ),
+    (
+        "with-distinct-constraints-unknown-type-attribute",
+        N1,
+        [claim(CLAIM0, request(REQ0, CLASS_A), constraints=[distinct(BOOL_ATTR, REQ0)])],
+        [slice_(SLICE1, NODE1, POOL1, DRIVER_A, multi(device(DEVICE1, attributes={"boolAttribute": {}})))],
+        CA,
+        [],
+        "unsupported attribute value",
+    ),
+    (
+        "with-distinct-constraints-with-subrequests",
+        N1,
+        [
+            claim(
+                CLAIM0,
+                *[
+                    prioritized(
+                        r,
+                        sub_request(SUB0, CLASS_A, 1, cel(f'device.attributes["{DRIVER_A}"].boolAttribute')),
+                        sub_request(SUB1, CLASS_A),
+                    )
+                    for r in (REQ0, REQ1, REQ2)
+                ],
+                constraints=[distinct(BOOL_ATTR, REQ0, REQ1)],
+            )
+        ],
+        [
+            slice_(
+                SLICE1,
+                NODE1,
+                POOL1,
+                DRIVER_A,
+                multi(device(DEVICE1, attributes={"boolAttribute": attr_bool(True)})),
+                multi(device(DEVICE2, attributes={"boolAttribute": attr_bool(False)})),
+            )
+        ],
+        CA,
+        [],
+        [
+            [
+                shared_result("req-0/subReq-0", DRIVER_A, POOL1, DEVICE1),
+                shared_result("req-1/subReq-1", DRIVER_A, POOL1, DEVICE2),
+                shared_result("req-2/subReq-0", DRIVER_A, POOL1, DEVICE1),
+            ]
+        ],
     ),
     (
         "unknown-allocation-mode",
@@ -921,63 +1004,15 @@ CASES = [
         N1,
         [claim(CLAIM0, request(REQ0, CLASS_A))],
         [
-            counter_slice(SLICE1, NODE1, POOL1, DRIVER_A, counter_set("counter-set-1", memory="8Gi"), count=2),
-            slice_(
-                SLICE2,
-                NODE1,
-                POOL1,
-                DRIVER_A,
-                device(DEVICE0, consumesCounters=[consumes("counter-set-1", memory="4Gi")]),
-                count=2,
-            ),
+            slice_(SLICE1, NODE1, POOL1, DRIVER_A, counter_device(DEVICE1, consumes(CS1, memory="4Gi")), count=2),
+            counter_slice(SLICE2, NODE1, POOL1, DRIVER_A, counter_set(CS1, memory="8Gi"), count=2),
         ],
         CA,
         [],
-        [[result(REQ0, DRIVER_A, POOL1, DEVICE0)]],
+        [[result(REQ0, DRIVER_A, POOL1, DEVICE1)]],
     ),
     (
         "partitionable-devices-no-capacity-available",
-        N1,
-        [claim(CLAIM0, request(REQ0, CLASS_A))],
-        [
-            counter_slice(SLICE1, NODE1, POOL1, DRIVER_A, counter_set("counter-set-1", memory="8Gi"), count=2),
-            slice_(
-                SLICE2,
-                NODE1,
-                POOL1,
-                DRIVER_A,
-                device(DEVICE0, consumesCounters=[consumes("counter-set-1", memory="4Gi")]),
-                device(DEVICE1, consumesCounters=[consumes("counter-set-1", memory="8Gi")]),
-                count=2,
-            ),
-        ],
-        CA,
-        [(DRIVER_A, POOL1, DEVICE0)],
-        None,
-    ),
-    (
-        "partitionable-devices-multiple-devices",
-        N1,
-        [claim(CLAIM0, request(REQ0, CLASS_A), request(REQ1, CLASS_A))],
-        [
-            counter_slice(SLICE1, NODE1, POOL1, DRIVER_A, counter_set("counter-set-1", memory="8Gi"), count=2),
-            slice_(
-                SLICE2,
-                NODE1,
-                POOL1,
-                DRIVER_A,
-                device(DEVICE0, consumesCounters=[consumes("counter-set-1", memory="8Gi")]),
-                device(DEVICE1, consumesCounters=[consumes("counter-set-1", memory="4Gi")]),
-                device(DEVICE2, consumesCounters=[consumes("counter-set-1", memory="4Gi")]),
-                count=2,
-            ),
-        ],
-        CA,
-        [],
-        [[result(REQ0, DRIVER_A, POOL1, DEVICE1), result(REQ1, DRIVER_A, POOL1, DEVICE2)]],
-    ),
-    (
-        "partitionable-devices-device-counter-consumption-references-unknown-counter-set",
         N1,
         [claim(CLAIM0, request(REQ0, CLASS_A))],
         [
@@ -986,8 +1021,43 @@ CASES = [
                 NODE1,
                 POOL1,
                 DRIVER_A,
-                device(DEVICE0, consumesCounters=[consumes("no-such-set", memory="4Gi")]),
-            )
+                counter_device(DEVICE1, consumes(CS1, memory="4Gi"), from_counters=True),
+                counter_device(DEVICE2, consumes(CS1, memory="16Gi"), from_counters=True),
+            ),
+            counter_slice(SLICE2, NODE1, POOL1, DRIVER_A, counter_set(CS1, memory="18Gi")),
+        ],
+        CA,
+        [(DRIVER_A, POOL1, DEVICE2)],
+        None,
+    ),
+    (
+        "partitionable-devices-multiple-devices",
+        N1,
+        [claim(CLAIM0, request(REQ0, CLASS_A), request(REQ1, CLASS_A))],
+        [
+            slice_(
+                SLICE1,
+                NODE1,
+                POOL1,
+                DRIVER_A,
+                counter_device(DEVICE1, consumes(CS1, memory="4Gi"), from_counters=True),
+                counter_device(DEVICE2, consumes(CS1, memory="6Gi"), from_counters=True),
+                counter_device(DEVICE3, consumes(CS1, memory="4Gi"), from_counters=True),
+                count=2,
+            ),
+            counter_slice(SLICE2, NODE1, POOL1, DRIVER_A, counter_set(CS1, memory="8Gi"), count=2),
+        ],
+        CA,
+        [],
+        [[result(REQ0, DRIVER_A, POOL1, DEVICE1), result(REQ1, DRIVER_A, POOL1, DEVICE3)]],
+    ),
+    (
+        "partitionable-devices-device-counter-consumption-references-unknown-counter-set",
+        N1,
+        [claim(CLAIM0, request(REQ0, CLASS_A))],
+        [
+            slice_(SLICE1, NODE1, POOL1, DRIVER_A, counter_device(DEVICE1, consumes(CS2)), count=2),
+            counter_slice(SLICE2, NODE1, POOL1, DRIVER_A, counter_set(CS1), count=2),
         ],
         CA,
         [],
@@ -996,11 +1066,31 @@ CASES = [
     (
         "partitionable-devices-per-device-node-selection-nodename",
         N1,
-        [claim(CLAIM0, request(REQ0, CLASS_A))],
-        [slice_(SLICE1, PER_DEVICE, POOL1, DRIVER_A, device(DEVICE0, nodeName=NODE2), device(DEVICE1, nodeName=NODE1))],
+        [
+            claim(
+                CLAIM0,
+                prioritized(
+                    REQ0,
+                    sub_request(SUB0, CLASS_A, 1, memory_at_least("6Gi")),
+                    sub_request(SUB1, CLASS_A, 1, memory_at_least("4Gi")),
+                ),
+            )
+        ],
+        [
+            slice_(
+                SLICE1,
+                PER_DEVICE,
+                POOL1,
+                DRIVER_A,
+                counter_device(DEVICE1, consumes(CS1, memory="4Gi"), from_counters=True, nodeName=NODE1),
+                counter_device(DEVICE2, consumes(CS1, memory="6Gi"), from_counters=True, nodeName=NODE2),
+                count=2,
+            ),
+            counter_slice(SLICE2, PER_DEVICE, POOL1, DRIVER_A, counter_set(CS1, memory="18Gi"), count=2),
+        ],
         CA,
         [],
-        [[result(REQ0, DRIVER_A, POOL1, DEVICE1)]],
+        [[result("req-0/subReq-1", DRIVER_A, POOL1, DEVICE1)]],
     ),
     (
         "no-allocation-from-incomplete-pools",
