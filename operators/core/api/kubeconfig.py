@@ -30,6 +30,7 @@ import datetime
 import json
 import os
 import ssl
+import subprocess
 import tempfile
 import time
 from collections.abc import Mapping
@@ -142,22 +143,24 @@ class ExecPlugin(Credentials):
         if os.sep in command and not os.path.isabs(command):
             command = str(self.base_dir / command)  # client-go: relative to the kubeconfig's directory
         try:
-            process = await asyncio.create_subprocess_exec(
-                command,
-                *self.args,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
+            # In a thread: subprocess.run kills a plugin that outlives the timeout.
+            done = await asyncio.to_thread(
+                subprocess.run,
+                [command, *self.args],
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
                 env={**os.environ, **self.env, "KUBERNETES_EXEC_INFO": json.dumps(info)},
+                timeout=EXEC_TIMEOUT,
+                check=False,
             )
-            out, err = await asyncio.wait_for(process.communicate(), EXEC_TIMEOUT)
-        except (TimeoutError, OSError) as e:
+        except (subprocess.TimeoutExpired, OSError) as e:
             raise KubeconfigError(
                 f"exec credential plugin {self.command!r} could not run: {type(e).__name__}: {e}"
             ) from e
-        if process.returncode != 0:
+        out, err = done.stdout, done.stderr
+        if done.returncode != 0:
             raise KubeconfigError(
-                f"exec credential plugin {self.command!r} exited with {process.returncode}: "
+                f"exec credential plugin {self.command!r} exited with {done.returncode}: "
                 f"{err.decode(errors='replace').strip()[:500]}"
             )
         try:
