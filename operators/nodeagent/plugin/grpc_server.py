@@ -427,6 +427,7 @@ class Server:
         self.tasks: set[asyncio.Task] = set()
         self._listener: asyncio.AbstractServer | None = None
         self._closed = asyncio.Event()
+        self.path: str | None = None  # the Unix socket it listens on, if any
 
     @property
     def closing(self) -> bool:
@@ -435,6 +436,7 @@ class Server:
     async def start(self, *, path: str | None = None, sock: socket.socket | None = None) -> None:
         loop = asyncio.get_running_loop()
         if path is not None:
+            self.path = path
             self._listener = await loop.create_unix_server(lambda: _Connection(self), path)
         elif sock is not None:
             self._listener = await loop.create_server(lambda: _Connection(self), sock=sock)

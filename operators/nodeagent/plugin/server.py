@@ -29,6 +29,7 @@ log = get_logger("operators.nodeagent.plugin")
 MAX_SOCKET_PATH = sockets.MAX_SOCKET_PATH  # sun_path is 108 bytes with the terminating NUL
 REGISTRATION_CHECK = 5.0  # seconds between checks that our registration socket is still there
 STOP_GRACE = 2.0  # seconds a call under way may take to finish when the agent stops
+CLOSE_TIMEOUT = 5.0  # seconds the cancelled calls may take to unwind before the stop goes on
 
 
 class PluginAgent(Agent, health_service.HealthSource, Protocol):
@@ -117,13 +118,18 @@ class KubeletPlugin:
                 )
 
     async def stop(self) -> None:
-        await self.health_feed.close(grace=STOP_GRACE)
-        # Registration first, so kubelet stops sending calls before the service goes.
-        for server in reversed(self._servers):
-            await self._close(server, grace=STOP_GRACE)
-        self._servers = []
-        for path in (self.registration_socket, self.dra_socket):
-            path.unlink(missing_ok=True)
+        """Registration first, so kubelet stops sending calls before the service goes. Each
+        socket is removed as soon as its server stops listening, as the Go helper's listener
+        removes it, and whatever fails or hangs after that: a socket left behind is a registration
+        kubelet keeps seeing after the agent is gone (once in a rolling update's test run)."""
+        try:
+            await self.health_feed.close(grace=STOP_GRACE)
+            for server in reversed(self._servers):
+                await self._close(server, grace=STOP_GRACE)
+        finally:
+            self._servers = []
+            for path in (self.registration_socket, self.dra_socket):
+                path.unlink(missing_ok=True)
 
     # -- registration ------------------------------------------------------------------------
 
@@ -184,4 +190,10 @@ class KubeletPlugin:
         if grace and not await self.state.idle(grace):
             self.log.warning("a kubelet call did not finish before the stop", grace=grace)
         server.close()
-        await server.wait_closed()
+        for path in (self.registration_socket, self.dra_socket):
+            if server.path == str(path):
+                path.unlink(missing_ok=True)
+        try:
+            await asyncio.wait_for(server.wait_closed(), CLOSE_TIMEOUT)
+        except TimeoutError:
+            self.log.warning("gRPC calls still unwinding after the stop", calls=len(server.tasks))
