@@ -39,7 +39,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from operators.core.api import resources as r
-from operators.core.api.kube import APPLY_PATCH, JSON_PATCH, MERGE_PATCH, STRATEGIC_PATCH, ApiError
+from operators.core.api.kube import APPLY_PATCH, JSON_PATCH, MERGE_PATCH, STRATEGIC_PATCH, ApiError, DerivedVerbs
 from operators.core.api.resources import Resource
 
 JSON = dict[str, Any]
@@ -194,7 +194,7 @@ class Action:
 Reactor = Callable[[Action], Any]
 
 
-class FakeApi:
+class FakeApi(DerivedVerbs):
     """An in-memory API server for one test; ``FakeApi(objects)`` starts with them stored."""
 
     def __init__(self, objects: Iterable[JSON] | dict[Resource, Iterable[JSON]] = ()):
@@ -312,29 +312,6 @@ class FakeApi:
 
     async def get(self, res: Resource, name: str, namespace: str | None = None, subresource: str | None = None) -> JSON:
         return await self._fake_do(res, Action("get", res.plural, namespace, name, subresource))
-
-    async def get_or_none(self, res: Resource, name: str, namespace: str | None = None) -> JSON | None:
-        try:
-            return await self.get(res, name, namespace)
-        except ApiError as e:
-            if e.not_found:
-                return None
-            raise
-
-    async def list(
-        self,
-        res: Resource,
-        namespace: str | None = None,
-        *,
-        label_selector: str | None = None,
-        field_selector: str | None = None,
-        limit: int = 500,
-        keep: Callable[[JSON], bool] | None = None,
-    ) -> list[JSON]:
-        items, _ = await self.list_with_version(
-            res, namespace, label_selector=label_selector, field_selector=field_selector, limit=limit, keep=keep
-        )
-        return items
 
     async def list_with_version(
         self,

@@ -152,7 +152,50 @@ def proxy_variables_set() -> bool:
     return any(os.environ.get(v) or os.environ.get(v.lower()) for v in PROXY_VARIABLES)
 
 
-class Kube:
+class DerivedVerbs:
+    """The verbs that are built on ``get`` and ``list_with_version`` alone, written once for
+    ``Kube`` and for the unit tests' fake API (which answers those two from its tracker)."""
+
+    async def get(self, res: Resource, name: str, namespace: str | None = None, subresource: str | None = None) -> JSON:
+        raise NotImplementedError
+
+    async def list_with_version(
+        self,
+        res: Resource,
+        namespace: str | None = None,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        limit: int = 500,
+        keep: Callable[[JSON], bool] | None = None,
+    ) -> tuple[builtins.list[JSON], str]:
+        raise NotImplementedError
+
+    async def get_or_none(self, res: Resource, name: str, namespace: str | None = None) -> JSON | None:
+        try:
+            return await self.get(res, name, namespace)
+        except ApiError as e:
+            if e.not_found:
+                return None
+            raise
+
+    async def list(
+        self,
+        res: Resource,
+        namespace: str | None = None,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        limit: int = 500,
+        keep: Callable[[JSON], bool] | None = None,
+    ) -> builtins.list[JSON]:
+        items, _ = await self.list_with_version(
+            res, namespace, label_selector=label_selector, field_selector=field_selector, limit=limit, keep=keep
+        )
+        return items
+
+
+class Kube(DerivedVerbs):
     """One connection pool to one API server (an aiohttp session of its own)."""
 
     def __init__(
@@ -426,29 +469,6 @@ class Kube:
     async def get(self, res: Resource, name: str, namespace: str | None = None, subresource: str | None = None) -> JSON:
         answer: JSON = await self.request("GET", res.path(namespace, name, subresource))
         return answer
-
-    async def get_or_none(self, res: Resource, name: str, namespace: str | None = None) -> JSON | None:
-        try:
-            return await self.get(res, name, namespace)
-        except ApiError as e:
-            if e.not_found:
-                return None
-            raise
-
-    async def list(
-        self,
-        res: Resource,
-        namespace: str | None = None,
-        *,
-        label_selector: str | None = None,
-        field_selector: str | None = None,
-        limit: int = 500,
-        keep: Callable[[JSON], bool] | None = None,
-    ) -> list[JSON]:
-        items, _ = await self.list_with_version(
-            res, namespace, label_selector=label_selector, field_selector=field_selector, limit=limit, keep=keep
-        )
-        return items
 
     async def list_with_version(
         self,
