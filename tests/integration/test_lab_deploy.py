@@ -430,7 +430,17 @@ async def test_a_daemonset_rolling_update_while_pods_are_created(deployed, dkube
             printed = deployed.kubectl("logs", "-n", namespace, name, check=False).stdout
             assert re.search(r"^DRA_DEVICE_GPU_\d+=gpu-\d+$", printed, re.M), (name, printed)
         failed = [e for e in await dkube.list(EVENTS, namespace) if e.get("reason") == "FailedPrepareDynamicResources"]
-        assert not failed, [e.get("message") for e in failed]
+        restarts = {
+            p["metadata"]["name"]: [
+                (s.get("restartCount"), s.get("lastState")) for s in p["status"].get("containerStatuses") or []
+            ]
+            for p in await agents()
+        }
+        assert not failed, (
+            [(e.get("lastTimestamp"), e.get("message")) for e in failed],
+            restarts,
+            _plugin_log(deployed),
+        )
 
         live = await agents()
         for node in NODES:
@@ -440,6 +450,18 @@ async def test_a_daemonset_rolling_update_while_pods_are_created(deployed, dkube
             assert ours == [sockets.registration_name(str(registry), DRIVER, agent["metadata"]["uid"])], (node, ours)
     finally:
         await dkube.delete(NAMESPACES, namespace)
+
+
+def _plugin_log(lab: Lab) -> dict[str, list[str]]:
+    """What each node's kubelet logged of DRA plugin (de)registrations and connections: the
+    evidence when kubelet called an agent that was gone."""
+    wanted = re.compile(r"DRA plugin|Connection changed|plugin socket|RegisterPlugin|DRA driver")
+    found = {}
+    for node in NODES:
+        path = lab.files.logs / f"kubelet-{node}.log"
+        lines = path.read_text(errors="replace").splitlines() if path.exists() else ["(no log)"]
+        found[node] = [line[:300] for line in lines if wanted.search(line)][-60:]
+    return found
 
 
 def _readme_walkthrough() -> tuple[list[str], list[str]]:
