@@ -116,6 +116,7 @@ class ExecPlugin(Credentials):
     base_dir: Path
     cluster_info: dict[str, Any] | None = None
     ssl_context: ssl.SSLContext | None = None  # receives a client certificate the plugin returns
+    timeout: float = EXEC_TIMEOUT  # a plugin that hangs (waiting for a browser, a lock) is killed
     _token: str = ""
     _expires: datetime.datetime | None = None
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -150,7 +151,7 @@ class ExecPlugin(Credentials):
                 stdin=subprocess.DEVNULL,
                 capture_output=True,
                 env={**os.environ, **self.env, "KUBERNETES_EXEC_INFO": json.dumps(info)},
-                timeout=EXEC_TIMEOUT,
+                timeout=self.timeout,
                 check=False,
             )
         except (subprocess.TimeoutExpired, OSError) as e:

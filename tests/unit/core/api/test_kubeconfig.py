@@ -164,6 +164,19 @@ async def test_a_failing_exec_plugin_says_so(tmp_path):
         await cluster.credentials.headers()
 
 
+async def test_a_hanging_exec_plugin_is_killed_and_named(tmp_path):
+    """A plugin that never answers (it waits for a login in a browser) fails the request after the
+    timeout instead of holding the operator, and the next request runs it again."""
+    cluster = load(str(write(tmp_path / "kc", config(user=exec_plugin(tmp_path)))))
+    plugin = cluster.credentials
+    plugin.args = ["-c", "import time; time.sleep(60)"]
+    plugin.timeout = 0.5
+    with pytest.raises(KubeconfigError, match="could not run: TimeoutExpired"):  # raised once it is killed
+        await plugin.headers()
+    plugin.args = exec_plugin(tmp_path)["exec"]["args"]
+    assert await plugin.headers() == {"Authorization": "Bearer t1"}
+
+
 async def test_a_401_fetches_fresh_credentials_and_tries_once_more(tmp_path):
     """A rotated token file: the request that gets 401 with the old token succeeds with the new
     one, as client-go's transport does after refreshing."""
