@@ -43,7 +43,7 @@ class KubeletPlugin:
     def __init__(
         self,
         agent: PluginAgent,
-        kube: Kube | None,
+        kube: Kube,
         *,
         registry_dir: str,
         plugins_dir: str,

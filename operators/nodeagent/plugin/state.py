@@ -138,7 +138,7 @@ class DeviceState:
     def __init__(
         self,
         agent: Agent,
-        kube: Kube | None,
+        kube: Kube,
         *,
         data_dir: Path,
         cdi_root: Path,
@@ -156,8 +156,7 @@ class DeviceState:
         self.toolkit_cdi_dirs = list(toolkit_cdi_dirs)
         self.nvidia_runtime = nvidia_runtime
         self.prepared: dict[str, PreparedClaim] = {}
-        # kube None: no API server (unit tests); the recorder's posts then fail and are logged, as any failed post.
-        self.events = EventRecorder(kube, EVENT_COMPONENT)  # type: ignore[arg-type]
+        self.events = EventRecorder(kube, EVENT_COMPONENT)
         self.log = log.bind(driver=self.driver, node=self.node)
         self._lock = CallLock(self.lock_path, self.log)
         self._seen: tuple | None = None  # what the last reconcile of the specs saw (_observe)

@@ -15,6 +15,7 @@ from operators.nodeagent.backends.nvml import NvmlBackend
 from operators.nodeagent.plugin.prepare import PrepareError
 from operators.nodeagent.plugin.server import KubeletPlugin
 from operators.nodeagent.plugin.state import DeviceState
+from tests.fakeapi import FakeApi
 from tests.nvmlmodel import dgx_a100_mixed_mig, h100_box
 
 DRIVER, NODE = "gpu.nvidia.com", "node-a"
@@ -90,7 +91,7 @@ def _setup(tmp_path, model):
     def plugin(**kwargs) -> KubeletPlugin:
         return KubeletPlugin(
             agent,
-            kube=None,
+            kube=FakeApi(),
             registry_dir=str(tmp_path / "reg"),
             plugins_dir=str(tmp_path / "plugins"),
             cdi_root=str(tmp_path / "cdi"),
@@ -99,7 +100,7 @@ def _setup(tmp_path, model):
 
     def state(**kwargs) -> DeviceState:
         return DeviceState(
-            agent, kube=None, data_dir=tmp_path / "plugins" / DRIVER, cdi_root=tmp_path / "cdi", **kwargs
+            agent, kube=FakeApi(), data_dir=tmp_path / "plugins" / DRIVER, cdi_root=tmp_path / "cdi", **kwargs
         )
 
     return SimpleNamespace(model=model, tmp=tmp_path, plugin=plugin, state=state)

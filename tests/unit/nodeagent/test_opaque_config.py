@@ -16,6 +16,7 @@ from operators.nodeagent.plugin import opaque_config
 from operators.nodeagent.plugin.opaque_config import API_VERSION, KIND, ConfigError
 from operators.nodeagent.plugin.prepare import PrepareError, plan_claim
 from operators.nodeagent.plugin.state import DeviceState
+from tests.fakeapi import FakeApi
 from tests.nvmlmodel import dgx_a100_mixed_mig, h100_box
 
 DRIVER, NODE = "gpu.sim.test", "node-a"
@@ -194,7 +195,7 @@ def test_simulated_devices_show_the_merged_config_in_the_environment(tmp_path):
     agent = SimpleNamespace(
         driver=DRIVER, node_name=NODE, backend=backend, node=None, published_devices=lambda: found.devices
     )
-    plugin = DeviceState(agent, kube=None, data_dir=tmp_path / "p" / DRIVER, cdi_root=tmp_path / "cdi")
+    plugin = DeviceState(agent, kube=FakeApi(), data_dir=tmp_path / "p" / DRIVER, cdi_root=tmp_path / "cdi")
     c = claim(
         [
             entry("FromClass", ours(env={"A": "class", "B": "class"})),
@@ -222,7 +223,11 @@ def nvml_plugin(tmp_path, model):
         driver="gpu.nvidia.com", node_name=NODE, backend=backend, node=None, published_devices=lambda: found.devices
     )
     return DeviceState(
-        agent, kube=None, data_dir=tmp_path / "p" / "gpu.nvidia.com", cdi_root=tmp_path / "cdi", nvidia_runtime=True
+        agent,
+        kube=FakeApi(),
+        data_dir=tmp_path / "p" / "gpu.nvidia.com",
+        cdi_root=tmp_path / "cdi",
+        nvidia_runtime=True,
     )
 
 

@@ -20,6 +20,7 @@ from operators.nodeagent.backends.simulated import SimulatedBackend
 from operators.nodeagent.plugin import cdi, checkpoint, durable, reconcile
 from operators.nodeagent.plugin.opaque_config import API_VERSION, KIND
 from operators.nodeagent.plugin.state import DeviceState
+from tests.fakeapi import FakeApi
 from tests.nvmlmodel import h100_box
 
 NODE = "node-a"
@@ -31,7 +32,7 @@ def make_plugin(root: Path, backend, driver: str) -> DeviceState:
     agent = SimpleNamespace(
         driver=driver, node_name=NODE, backend=backend, node=None, published_devices=lambda: found.devices
     )
-    return DeviceState(agent, kube=None, data_dir=root / "p" / driver, cdi_root=root / "cdi", nvidia_runtime=True)
+    return DeviceState(agent, kube=FakeApi(), data_dir=root / "p" / driver, cdi_root=root / "cdi", nvidia_runtime=True)
 
 
 def nvml_claim(uid: str, device: str, strategy: str | None = "Exclusive") -> dict:

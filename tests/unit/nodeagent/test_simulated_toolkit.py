@@ -13,6 +13,7 @@ import yaml
 from operators.nodeagent.backends.simulated import SimulatedBackend
 from operators.nodeagent.plugin.prepare import PrepareError
 from operators.nodeagent.plugin.state import DeviceState
+from tests.fakeapi import FakeApi
 
 DRIVER, NODE = "gpu.sim.test", "node-a"
 
@@ -47,7 +48,7 @@ def setup(tmp_path, toolkit: bool, partitions: int = 0):
     )
     plugin = DeviceState(
         agent,
-        kube=None,
+        kube=FakeApi(),
         data_dir=tmp_path / "p" / DRIVER,
         cdi_root=tmp_path / "cdi",
         toolkit_cdi_dirs=(str(tmp_path / "toolkit"),),
