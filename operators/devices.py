@@ -14,7 +14,7 @@ from typing import Any
 
 from .core.api.kube import Kube
 from .core.api.resources import PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
-from .core.dra.capacity import Amounts, add, q, show
+from .core.dra.capacity import Amounts, add, capacity_problem, q, show
 from .core.dra.claimstate import claim_state
 from .core.dra.devicefit import counters_problem
 from .core.dra.pools import all_pools, allocated_state, available_counters
@@ -194,7 +194,9 @@ def free_capacity(slices: list[dict[str, Any]], claims: list[dict[str, Any]]) ->
                 left = dict(total)
                 add(left, state.capacity.get(device, {}), -1)
                 free.shared[name], free.shared_total[name] = left, total
-                if any(v <= 0 for v in left.values()):
+                # What a plain request would take of it is the allocator's rule (the requestPolicy's
+                # default, else the whole capacity), not "anything left".
+                if capacity_problem(None, d, state.capacity.get(device, {})):
                     free.in_use += 1
                     continue
             shared_in_use = d.get("allowMultipleAllocations") and state.is_allocated(device)

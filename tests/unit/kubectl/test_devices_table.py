@@ -136,9 +136,15 @@ def test_free_counts_shared_capacity_taints_and_admin_access():
     admin = dict(RESULT, adminAccess=True)
     free = free_capacity(slices, [claim("a", [share]), claim("b", [admin])])["n1"]
     # gpu-0 is only watched with admin access (it holds nothing), gpu-1 is tainted, gpu-2's
-    # effect None keeps nobody away, gpu-9 has 8Gi left.
-    assert (free.total, free.free, free.tainted, free.in_use, free.admin) == (4, 3, 1, 0, 1)
+    # effect None keeps nobody away. gpu-9 has 8Gi left, but a plain request would take all
+    # 48Gi (no requestPolicy default: k8s.io/dynamic-resource-allocation v0.37.1
+    # structured/internal/experimental/consumable_capacity.go calculateConsumedCapacity).
+    assert (free.total, free.free, free.tainted, free.in_use, free.admin) == (4, 2, 1, 1, 1)
     assert "gpu-9 shared: memory 8Gi/48Gi left" in free.text()
+    # With a default of 8Gi a plain request fits in what is left.
+    shared["capacity"]["memory"]["requestPolicy"] = {"default": "8Gi", "validRange": {"min": "1Gi"}}
+    free = free_capacity(slices, [claim("a", [share]), claim("b", [admin])])["n1"]
+    assert (free.free, free.in_use) == (3, 0)
     full = dict(share, consumedCapacity={"memory": "48Gi"})
     assert free_capacity(slices, [claim("a", [full])])["n1"].in_use == 1
 
