@@ -6,13 +6,15 @@ PY := $(VENV)/bin/python
 LAB_BIN := .cache/lab/bin
 PYTEST_ARGS ?=
 
-.PHONY: help venv lock lint lab-modules lab-build lab-build-node image test-prerequisites test unit integration run soak bench e2e lab-up lab-down protos clean
+.PHONY: help venv lock lint docs reference lab-modules lab-build lab-build-node image test-prerequisites test unit integration run soak bench e2e lab-up lab-down protos clean
 
 help:
 	@echo "make run           the whole suite on a lab (or \$$KUBECONFIG): operators, node agents, examples, live table"
 	@echo "make test          install, lint, build the lab if needed, run unit and integration tests"
 	@echo "make unit          unit tests only (no lab)"
 	@echo "make lint          ruff (lint, format), mypy, import contracts (lint-imports); part of make test"
+	@echo "make docs          the documentation site from docs/ (mkdocs build --strict) into build/docs; part of make test"
+	@echo "make reference     regenerate docs/reference/*.md from the code (settings, metrics, Events, commands, lint rules)"
 	@echo "make lock          regenerate requirements.lock and requirements-dev.lock from pyproject.toml"
 	@echo "make soak          one-hour churn soak of the four operators (SOAK_SECONDS, SOAK_WARMUP); bench/RESULTS.md"
 	@echo "make bench         ours vs upstream's controllers on one lab (BENCH_SIZES, BENCH_NOISE, ...); bench/RESULTS.md"
@@ -105,13 +107,24 @@ lint: venv
 	  $(VENV)/bin/$$check || failed="$$failed, $$check"; done; \
 	  if [ -n "$$failed" ]; then echo "make lint: failed: $${failed#, }" >&2; exit 1; fi
 
+# The documentation site (mkdocs.yml): strict, so a broken link or anchor, a missing page or a page
+# left out of the navigation fails. Seconds; build/ is ignored by git. `.venv/bin/mkdocs serve`
+# shows it while editing.
+docs: venv
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet --site-dir build/docs
+
+# docs/reference/*.md are generated from the code (operators/docsgen.py); the unit tests in
+# tests/unit/test_docs_reference.py fail when a checked-in page differs from what this writes.
+reference: venv
+	$(PY) -m operators.docsgen docs/reference
+
 # lint first: it takes seconds, the lab minutes. NOTE: until the repository-wide pass (ruff check
 # --fix, ruff format, the remaining manual fixes, the mypy errors outside core.dra) has landed,
 # make lint fails and so does make test; `make unit` and `make integration` run pytest alone.
 # pytest exits 5 when it collected nothing: that is a failure here, never a pass. Two xdist
 # workers: the tests on the shared lab in one, the unit tests and the modules with labs of their
 # own in the other (tests/conftest.py); PYTEST_ARGS="-n 0" runs everything in one process.
-test: lint test-prerequisites
+test: lint docs test-prerequisites
 	$(PY) -m pytest tests/unit tests/integration -n 2 --dist loadgroup --durations=30 $(PYTEST_ARGS); \
 	  code=$$?; if [ $$code -eq 5 ]; then echo "make test: no tests were collected" >&2; exit 1; fi; exit $$code
 
