@@ -143,7 +143,7 @@ soak: venv lab-build
 	$(PY) bench/soak.py
 
 # A benchmark, not a test (not part of `make test`): our claims, taints and node agent against
-# upstream's controllers on one lab; the knobs (BENCH_SIZES, BENCH_NOISE, ...) in README, *Bench*.
+# upstream's controllers on one lab; the knobs (BENCH_SIZES, BENCH_NOISE, ...) in docs/development/bench-soak.md.
 bench: venv lab-build
 	$(if $(BENCH_PROFILE),$(PY) -m pip install --quiet -e '.[bench]')
 	$(PY) bench/bench.py

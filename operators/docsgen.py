@@ -64,8 +64,9 @@ def settings_page() -> str:
     for f in dataclasses.fields(s.Settings):
         kind = type(f.default).__name__ if f.default is not None else "str"
         default = "unset" if f.default in (None, "") else _code(f.default)
+        accepted = s._wanted(f) or "text"
         lines.append(
-            f"| `{f.metadata['env']}` | {kind} | {_cell(default)} | {_cell(s._wanted(f) or 'text')} | {_cell(f.metadata['help'])} |"
+            f"| `{f.metadata['env']}` | {kind} | {_cell(default)} | {_cell(accepted)} | {_cell(f.metadata['help'])} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -80,7 +81,8 @@ def _families(registry: Any) -> Iterator[tuple[str, str, str, tuple[str, ...]]]:
     for collector in list(registry._collector_to_names):
         if isinstance(collector, MetricWrapperBase):
             suffix = "_total" if collector._type == "counter" else ""
-            yield collector._name + suffix, collector._type, collector._documentation, tuple(collector._labelnames)
+            kind = str(collector._type)
+            yield collector._name + suffix, kind, collector._documentation, tuple(collector._labelnames)
         else:
             for family in collector.collect():
                 suffix = "_total" if family.type == "counter" else ""
