@@ -65,3 +65,14 @@ def test_every_command_is_on_its_page():
         assert f"## `dra-operators {name}`" in text, name
     for name in kubectl.commands:
         assert f"## `kubectl dra {name}`" in text, name
+
+
+@pytest.mark.parametrize("operator", docsgen.OPERATOR_NAMES)
+def test_each_operator_page_names_its_events_and_metrics(operator):
+    page = (REFERENCE.parent / "operators" / f"{operator}.md").read_text()
+    for reason, _kind, owner, _path in docsgen.event_reasons():
+        if owner == operator:
+            assert f"`{reason}`" in page, f"docs/operators/{operator}.md does not name the Event reason {reason}"
+    for owner, name, *_ in docsgen.metric_families():
+        if owner == operator:
+            assert f"`{name}`" in page, f"docs/operators/{operator}.md does not name the metric {name}"
