@@ -77,6 +77,12 @@ lab-build:
 lab-build-node:
 	lab/build.sh --node $(LAB_BIN)
 
+# Real nodes need root (mounts, bridges, cgroups): the demo adds one only as root, and the
+# real-node tests skip as another user. So the targets below build the real-node binaries (and
+# run apt-get) only as root; as another user they build just the control plane.
+AS_ROOT := $(filter 0,$(shell id -u))
+REAL_NODE_BUILD := $(if $(AS_ROOT),lab-build-node)
+
 # The container image without a Docker engine (buildah, root; apt-get installs buildah and
 # debootstrap when missing): a docker-archive .cache/image/dra-operators-<version>.tar naming
 # docker.io/library/dra-operators:<version>. The base is Debian's python3 from debootstrap, built
@@ -87,14 +93,14 @@ image:
 unit: venv
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
-integration: venv lab-build lab-build-node
+integration: venv lab-build $(REAL_NODE_BUILD)
 	$(PY) -m pytest tests/integration $(PYTEST_ARGS)
 
 # Everything the tests need, built side by side: the image's build waits mostly on downloads and
 # disk (debootstrap, pip, buildah), the lab's on the CPU (Go).
 # (The image needs root, as the real-node tests that use it; as another user both are skipped.)
 test-prerequisites:
-	$(MAKE) --no-print-directory -j3 venv lab-build lab-build-node $(if $(filter 0,$(shell id -u)),image)
+	$(MAKE) --no-print-directory -j3 venv lab-build $(REAL_NODE_BUILD) $(if $(AS_ROOT),image)
 
 # The static checks, configured in pyproject.toml: ruff's lint and its formatting, mypy (strict
 # for core.dra and core.api, normal elsewhere) and the import contracts (lint-imports). Each runs
@@ -134,7 +140,9 @@ e2e: venv lab-build lab-build-node
 	lab/build.sh --e2e $(LAB_BIN)
 	$(PY) -m operators.lab.e2e $(E2E_ARGS)
 
-run: venv lab-build lab-build-node
+# A lab without real nodes needs only the control plane: no root, no apt-get. As root the demo
+# also starts a real kubelet node, so the real-node binaries are built then.
+run: venv lab-build $(REAL_NODE_BUILD)
 	$(VENV)/bin/dra-operators demo
 
 # A benchmark, not a test (not part of `make test`): an hour of churn, RSS sampled, end state
