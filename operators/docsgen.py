@@ -68,7 +68,73 @@ def settings_page() -> str:
         lines.append(
             f"| `{f.metadata['env']}` | {kind} | {_cell(default)} | {_cell(accepted)} | {_cell(f.metadata['help'])} |"
         )
+    lines += [
+        "",
+        "## Other environment variables",
+        "",
+        "Read outside the settings object: set by Kubernetes for a Pod, or by you for the lab.",
+        "",
+        "| environment variable | meaning | read in |",
+        "|---|---|---|",
+    ]
+    for name, paths in environment_variables().items():
+        meaning = OTHER_VARIABLES.get(name, "")
+        lines.append(f"| `{name}` | {_cell(meaning)} | {', '.join(f'`{p}`' for p in paths)} |")
     return "\n".join(lines) + "\n"
+
+
+# Variables read outside Settings: set by Kubernetes (downward API, kubelet) or by the lab's user.
+OTHER_VARIABLES = {
+    "POD_NAME": "the Pod's name (downward API): the leader-election identity, with a random suffix; "
+    "default: the host name",
+    "POD_NAMESPACE": "the Pod's namespace (downward API): where the Leases are when "
+    "DRA_LEADER_ELECTION_NAMESPACE is unset; default: the ServiceAccount's mounted namespace",
+    "KUBERNETES_SERVICE_HOST": "the API server's address inside a Pod (set by kubelet), with "
+    "KUBERNETES_SERVICE_PORT: used when KUBECONFIG is unset",
+    "KUBERNETES_SERVICE_PORT": "the API server's port inside a Pod (set by kubelet)",
+    "DRA_LAB_HOME": "the lab's directory (binaries, runs, images): default .cache/lab in a checkout, "
+    "else ~/.cache/dra-operators/lab",
+    "DRA_LAB_BIN_DIR": "the lab's binaries: default $DRA_LAB_HOME/bin",
+}
+# Read by the process but not configuration: the shell's or the WSGI server's.
+NOT_CONFIGURATION = {"PATH", "TMPDIR", "PATH_INFO", "QUERY_STRING"}
+
+
+def environment_variables() -> dict[str, list[str]]:
+    """Every upper-case variable the package reads from its environment outside Settings, with
+    the files that read it: ``os.environ.get("X")``, ``os.getenv("X")``, ``env.get("X")`` of an
+    environment mapping, ``os.environ["X"]``."""
+    found: dict[str, set[str]] = {}
+    for path in sorted(ROOT.rglob("*.py")):
+        if path.name in ("settings.py", "docsgen.py") or "kubeletapi" in path.parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            name = None
+            if isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
+                func = node.func
+                receiver = func.value if isinstance(func, ast.Attribute) else None
+                receiver_name = (
+                    receiver.id
+                    if isinstance(receiver, ast.Name)
+                    else receiver.attr
+                    if isinstance(receiver, ast.Attribute)
+                    else ""
+                )
+                if isinstance(func, ast.Attribute) and (
+                    (func.attr == "get" and receiver_name in ("environ", "env", "environment"))
+                    or (func.attr == "getenv" and receiver_name == "os")
+                ):
+                    name = node.args[0].value
+            elif isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
+                value = node.value
+                if isinstance(value, ast.Attribute) and value.attr == "environ":
+                    name = node.slice.value
+            if isinstance(name, str) and name.isupper() and name not in NOT_CONFIGURATION:
+                found.setdefault(name, set()).add(str(path.relative_to(ROOT.parent)))
+    from .core.settings import Settings
+
+    settings = {f.metadata["env"] for f in dataclasses.fields(Settings)}
+    return {name: sorted(paths) for name, paths in sorted(found.items()) if name not in settings}
 
 
 # -- metrics ---------------------------------------------------------------------------------

@@ -76,3 +76,10 @@ def test_each_operator_page_names_its_events_and_metrics(operator):
     for owner, name, *_ in docsgen.metric_families():
         if owner == operator:
             assert f"`{name}`" in page, f"docs/operators/{operator}.md does not name the metric {name}"
+
+
+def test_every_variable_read_outside_settings_is_explained():
+    found = docsgen.environment_variables()
+    assert {"POD_NAMESPACE", "DRA_LAB_HOME"} <= set(found)
+    unexplained = sorted(set(found) - set(docsgen.OTHER_VARIABLES))
+    assert not unexplained, f"say what {unexplained} mean in docsgen.OTHER_VARIABLES, then run `make reference`"
