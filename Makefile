@@ -9,14 +9,14 @@ PYTEST_ARGS ?=
 .PHONY: help venv lock lint docs reference lab-modules lab-build lab-build-node image test-prerequisites test unit integration run soak bench e2e lab-up lab-down protos clean
 
 help:
-	@echo "make run           the whole suite on a lab (or \$$KUBECONFIG): operators, node agents, examples, live table"
-	@echo "make test          install, lint, build the lab if needed, run unit and integration tests"
+	@echo "make run           a lab (no root needed), operators, node agents, examples, live table; uses \$$KUBECONFIG if set"
+	@echo "make test          install, lint, docs, build the lab if needed, run unit and integration tests"
 	@echo "make unit          unit tests only (no lab)"
 	@echo "make lint          ruff (lint, format), mypy, import contracts (lint-imports); part of make test"
 	@echo "make docs          the documentation site from docs/ (mkdocs build --strict) into build/docs; part of make test"
 	@echo "make reference     regenerate docs/reference/*.md from the code (settings, metrics, Events, commands, lint rules)"
 	@echo "make lock          regenerate requirements.lock and requirements-dev.lock from pyproject.toml"
-	@echo "make soak          one-hour churn soak of the four operators (SOAK_SECONDS, SOAK_WARMUP); bench/RESULTS.md"
+	@echo "make soak          one-hour churn soak of claims, taints, binding and node agents (SOAK_SECONDS, SOAK_WARMUP); bench/RESULTS.md"
 	@echo "make bench         ours vs upstream's controllers on one lab (BENCH_SIZES, BENCH_NOISE, ...); bench/RESULTS.md"
 	@echo "make e2e           upstream's DRA e2e suite with ours and with upstream's controllers (root; E2E_ARGS); docs/e2e.md"
 	@echo "make lab-build     build etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kubectl, kwok, toxiproxy"
