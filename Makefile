@@ -6,15 +6,17 @@ PY := $(VENV)/bin/python
 LAB_BIN := .cache/lab/bin
 PYTEST_ARGS ?=
 
-.PHONY: help venv lock lint lab-modules lab-build lab-build-node image test-prerequisites test unit integration run soak bench e2e lab-up lab-down protos clean
+.PHONY: help venv lock lint docs reference lab-modules lab-build lab-build-node image test-prerequisites test unit integration run soak bench e2e lab-up lab-down protos clean
 
 help:
-	@echo "make run           the whole suite on a lab (or \$$KUBECONFIG): operators, node agents, examples, live table"
-	@echo "make test          install, lint, build the lab if needed, run unit and integration tests"
+	@echo "make run           a lab (no root needed), operators, node agents, examples, live table; uses \$$KUBECONFIG if set"
+	@echo "make test          install, lint, docs, build the lab if needed, run unit and integration tests"
 	@echo "make unit          unit tests only (no lab)"
 	@echo "make lint          ruff (lint, format), mypy, import contracts (lint-imports); part of make test"
+	@echo "make docs          the documentation site from docs/ (mkdocs build --strict) into build/docs; part of make test"
+	@echo "make reference     regenerate docs/reference/*.md from the code (settings, metrics, Events, commands, lint rules)"
 	@echo "make lock          regenerate requirements.lock and requirements-dev.lock from pyproject.toml"
-	@echo "make soak          one-hour churn soak of the four operators (SOAK_SECONDS, SOAK_WARMUP); bench/RESULTS.md"
+	@echo "make soak          one-hour churn soak of claims, taints, binding and node agents (SOAK_SECONDS, SOAK_WARMUP); bench/RESULTS.md"
 	@echo "make bench         ours vs upstream's controllers on one lab (BENCH_SIZES, BENCH_NOISE, ...); bench/RESULTS.md"
 	@echo "make e2e           upstream's DRA e2e suite with ours and with upstream's controllers (root; E2E_ARGS); docs/e2e.md"
 	@echo "make lab-build     build etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kubectl, kwok, toxiproxy"
@@ -75,6 +77,12 @@ lab-build:
 lab-build-node:
 	lab/build.sh --node $(LAB_BIN)
 
+# Real nodes need root (mounts, bridges, cgroups): the demo adds one only as root, and the
+# real-node tests skip as another user. So the targets below build the real-node binaries (and
+# run apt-get) only as root; as another user they build just the control plane.
+AS_ROOT := $(filter 0,$(shell id -u))
+REAL_NODE_BUILD := $(if $(AS_ROOT),lab-build-node)
+
 # The container image without a Docker engine (buildah, root; apt-get installs buildah and
 # debootstrap when missing): a docker-archive .cache/image/dra-operators-<version>.tar naming
 # docker.io/library/dra-operators:<version>. The base is Debian's python3 from debootstrap, built
@@ -85,14 +93,14 @@ image:
 unit: venv
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
-integration: venv lab-build lab-build-node
+integration: venv lab-build $(REAL_NODE_BUILD)
 	$(PY) -m pytest tests/integration $(PYTEST_ARGS)
 
 # Everything the tests need, built side by side: the image's build waits mostly on downloads and
 # disk (debootstrap, pip, buildah), the lab's on the CPU (Go).
 # (The image needs root, as the real-node tests that use it; as another user both are skipped.)
 test-prerequisites:
-	$(MAKE) --no-print-directory -j3 venv lab-build lab-build-node $(if $(filter 0,$(shell id -u)),image)
+	$(MAKE) --no-print-directory -j3 venv lab-build $(REAL_NODE_BUILD) $(if $(AS_ROOT),image)
 
 # The static checks, configured in pyproject.toml: ruff's lint and its formatting, mypy (strict
 # for core.dra and core.api, normal elsewhere) and the import contracts (lint-imports). Each runs
@@ -105,13 +113,24 @@ lint: venv
 	  $(VENV)/bin/$$check || failed="$$failed, $$check"; done; \
 	  if [ -n "$$failed" ]; then echo "make lint: failed: $${failed#, }" >&2; exit 1; fi
 
+# The documentation site (mkdocs.yml): strict, so a broken link or anchor, a missing page or a page
+# left out of the navigation fails. Seconds; build/ is ignored by git. `.venv/bin/mkdocs serve`
+# shows it while editing.
+docs: venv
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet --site-dir build/docs
+
+# docs/reference/*.md are generated from the code (operators/docsgen.py); the unit tests in
+# tests/unit/test_docs_reference.py fail when a checked-in page differs from what this writes.
+reference: venv
+	$(PY) -m operators.docsgen docs/reference
+
 # lint first: it takes seconds, the lab minutes. NOTE: until the repository-wide pass (ruff check
 # --fix, ruff format, the remaining manual fixes, the mypy errors outside core.dra) has landed,
 # make lint fails and so does make test; `make unit` and `make integration` run pytest alone.
 # pytest exits 5 when it collected nothing: that is a failure here, never a pass. Two xdist
 # workers: the tests on the shared lab in one, the unit tests and the modules with labs of their
 # own in the other (tests/conftest.py); PYTEST_ARGS="-n 0" runs everything in one process.
-test: lint test-prerequisites
+test: lint docs test-prerequisites
 	$(PY) -m pytest tests/unit tests/integration -n 2 --dist loadgroup --durations=30 $(PYTEST_ARGS); \
 	  code=$$?; if [ $$code -eq 5 ]; then echo "make test: no tests were collected" >&2; exit 1; fi; exit $$code
 
@@ -121,7 +140,9 @@ e2e: venv lab-build lab-build-node
 	lab/build.sh --e2e $(LAB_BIN)
 	$(PY) -m operators.lab.e2e $(E2E_ARGS)
 
-run: venv lab-build lab-build-node
+# A lab without real nodes needs only the control plane: no root, no apt-get. As root the demo
+# also starts a real kubelet node, so the real-node binaries are built then.
+run: venv lab-build $(REAL_NODE_BUILD)
 	$(VENV)/bin/dra-operators demo
 
 # A benchmark, not a test (not part of `make test`): an hour of churn, RSS sampled, end state
@@ -130,7 +151,7 @@ soak: venv lab-build
 	$(PY) bench/soak.py
 
 # A benchmark, not a test (not part of `make test`): our claims, taints and node agent against
-# upstream's controllers on one lab; the knobs (BENCH_SIZES, BENCH_NOISE, ...) in README, *Bench*.
+# upstream's controllers on one lab; the knobs (BENCH_SIZES, BENCH_NOISE, ...) in docs/development/bench-soak.md.
 bench: venv lab-build
 	$(if $(BENCH_PROFILE),$(PY) -m pip install --quiet -e '.[bench]')
 	$(PY) bench/bench.py

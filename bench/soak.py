@@ -1319,7 +1319,7 @@ def write_results_section(command: str, text: str) -> None:
     else:
         current = (
             "# Benchmarks\n\n## Churn soak (`make soak`)\n\n"
-            "What `bench/soak.py` does and how to run it: README, section *Soak*. Each command has one "
+            "What `bench/soak.py` does and how to run it: docs/development/bench-soak.md, *Soak*. Each command has one "
             "section below; running it again rewrites that section.\n\n"
         )
     if begin in current and end in current:

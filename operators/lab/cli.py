@@ -357,7 +357,8 @@ def restart(component: str, name: str, run_dir: Path | None, downtime: float, ki
 @click.option(
     "--keep-apiserver",
     is_flag=True,
-    help="Only compact etcd; kube-apiserver's watch cache then still serves old resourceVersions (see README).",
+    help="Only compact etcd; kube-apiserver's watch cache then still serves old resourceVersions "
+    "(see docs/development/fault-injection.md).",
 )
 def compact(name: str, run_dir: Path | None, keep_apiserver: bool) -> None:
     """Compact etcd at its current revision and restart kube-apiserver: every watch resuming

@@ -535,6 +535,7 @@ def pod_claims(doc: Document, ctx: Context) -> Iterable[Finding]:
 
 
 def device_classes_exist(doc: Document, ctx: Context) -> Iterable[Finding]:
+    """A request's (or subrequest's) deviceClassName that names no DeviceClass in the files or on the cluster."""
     found = claim_spec(doc)
     if not found:
         return

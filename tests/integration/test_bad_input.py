@@ -8,7 +8,7 @@ condition or message naming the object and the fix, and the work next to the bad
 
 The claims and taints operators are the session's (``controllers``); the binding operator and a
 node agent are this module's, shared by its cases; each case has a namespace (or inventory) of
-its own. The README's "Bad input" table lists the cases.
+its own. docs/bad-input.md lists the cases in a table.
 """
 
 from __future__ import annotations

@@ -254,7 +254,7 @@ async def test_admission_policy_holds_in_an_overlay_that_renames_the_namespace(b
         }
 
     # kustomize's plain `namespace:` leaves ServiceAccount subjects of role bindings behind (it
-    # moves only those named "default"): the README's rename uses the NamespaceTransformer.
+    # moves only those named "default"): docs/install.md's rename uses the NamespaceTransformer.
     plain = render("plain", namespace=namespace)
     assert plain["ClusterRoleBinding", "dra-operators:nodeagent"]["subjects"][0]["namespace"] == NAMESPACE
     rendered = render(

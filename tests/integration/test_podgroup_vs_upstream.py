@@ -330,8 +330,8 @@ async def test_gate_on_same_as_upstream(scenario, kube, controllers, unique, lab
 
 
 def without_known_upstream_bugs(snap: dict) -> dict:
-    """Upstream's snapshot without the bug the claims operator deliberately does not copy (README,
-    the claims operator's differences): kubernetes#141274, upstream adds a finished but scheduled
+    """Upstream's snapshot without the bug the claims operator deliberately does not copy (docs/operators/claims.md,
+    where it differs from upstream): kubernetes#141274, upstream adds a finished but scheduled
     Pod back to a shared claim's reservedFor after its cleanup removed it, so the two fight and a
     snapshot may catch the entry. Ours drops it for good."""
     if not isinstance(snap, dict) or "pods" not in snap:

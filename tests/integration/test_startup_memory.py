@@ -3,7 +3,7 @@ operators' start-up LIST of Pods keeps only the Pods that use claims, page by pa
 of plain Pods cost them about one page, not every Pod (a 150,000-Pod cluster reached the 512Mi
 limit at start). Measured as the peak RSS (VmHWM) of one process running both operators, started
 once beside the DRA Pods and 1,000 plain Pods, and once more after ``DRA_STARTUP_PLAIN_PODS``
-(10,000) plain Pods more were added; 50,000 by hand (README, *Memory*). The baseline has plain
+(10,000) plain Pods more were added; 50,000 by hand (docs/architecture.md, *Memory*). The baseline has plain
 Pods too so that both starts take the same path (a watch whose initial events are mostly skipped
 lines; its relist check then asks about the DRA Pods)."""
 
