@@ -455,7 +455,9 @@ async def test_a_daemonset_rolling_update_while_pods_are_created(deployed, dkube
 def _plugin_log(lab: Lab) -> dict[str, list[str]]:
     """What each node's kubelet logged of DRA plugin (de)registrations and connections: the
     evidence when kubelet called an agent that was gone."""
-    wanted = re.compile(r"DRA plugin|Connection changed|plugin socket|RegisterPlugin|DRA driver")
+    wanted = re.compile(
+        r"Connection changed|socket path|RegisterPlugin|health stream|DRA driver|SyncLoop DELETE.*nodeagent"
+    )
     found = {}
     for node in NODES:
         path = lab.files.logs / f"kubelet-{node}.log"
