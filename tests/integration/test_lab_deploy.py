@@ -456,13 +456,14 @@ def _plugin_log(lab: Lab) -> dict[str, list[str]]:
     """What each node's kubelet logged of DRA plugin (de)registrations and connections: the
     evidence when kubelet called an agent that was gone."""
     wanted = re.compile(
-        r"Connection changed|socket path|RegisterPlugin|health stream|DRA driver|SyncLoop DELETE.*nodeagent"
+        r"Connection changed|socket path|RegisterPlugin|health stream|DRA driver"
+        r"|(SyncLoop DELETE|SyncLoop \(probe\)|Probe failed|Killing container).*nodeagent"
     )
     found = {}
     for node in NODES:
         path = lab.files.logs / f"kubelet-{node}.log"
         lines = path.read_text(errors="replace").splitlines() if path.exists() else ["(no log)"]
-        found[node] = [line[:300] for line in lines if wanted.search(line)][-60:]
+        found[node] = [line[:300] for line in lines if wanted.search(line)][-120:]
     return found
 
 
