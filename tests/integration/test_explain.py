@@ -396,7 +396,8 @@ async def test_kubectl_dra_explain_devices_and_preview(lab, kube, namespace, clu
         assert states[("greedy", "toomany")] == "pending"
         free = table["free"][node_name]
         # gpu-0: counters used up by part-0 (in use); part-1 watched with admin access (free);
-        # gpu-1 tainted; gpu-2 shared with 8Gi left (free); gpu-3 in use (binding)
+        # gpu-1 tainted; gpu-2 shared with 8Gi left, but a plain request would take all 48Gi (no
+        # requestPolicy default: upstream calculateConsumedCapacity), so in use; gpu-3 in use (binding)
         assert (
             free["total"],
             free["free"],
@@ -404,7 +405,7 @@ async def test_kubectl_dra_explain_devices_and_preview(lab, kube, namespace, clu
             free["countersUsedUp"],
             free["tainted"],
             free["adminAccess"],
-        ) == (6, 2, 2, 1, 1, 1), free
+        ) == (6, 1, 3, 1, 1, 1), free
         assert free["shared"] == {"gpu-2": {"memory": "8Gi"}}
 
         wide = kubectl_dra(lab, "devices", "-A", "-o", "wide", "--context", "lab")
