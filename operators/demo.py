@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -98,7 +99,6 @@ class Plan:
     remove_on_exit: bool = False
     context: str = ""
     server: str = ""
-    notes: tuple[str, ...] = field(default=())
 
 
 def build_plan(cluster: Cluster | None, ours: Iterable[str], kcm_controllers_off: bool) -> Plan:
@@ -273,6 +273,9 @@ class Demo:
         self.procs: list[subprocess.Popen] = []
         self.kubeconfig = os.environ.get("KUBECONFIG")
         self.kubectl = ["kubectl"]
+        # What it set out to create, by removal step (Removal.what): on exit only these go, so
+        # that a demo stopped early deletes nothing it did not apply.
+        self.created: dict[str, set[str]] = {"examples": set(), "namespaces": set(), "deviceclasses": set()}
 
     def start_cluster(self) -> None:
         if self.kubeconfig:
@@ -322,7 +325,14 @@ class Demo:
             raise click.ClickException(f"kubectl apply {' '.join(args)}: {result.stderr.strip()}")
 
     def apply_example(self, example: str) -> None:
+        self.created["examples"].add(example)
         self.kubectl_apply(*self.example_args(example))
+
+    def apply_device_classes(self, names: Iterable[str], files: Mapping[str, Path]) -> None:
+        for name in names:
+            self.created["deviceclasses"].add(name)
+        for path in sorted({files[n] for n in names}):
+            self.kubectl_apply("--server-side", "-f", str(path))
 
     @staticmethod
     def example_args(example: str) -> list[str]:
@@ -401,6 +411,7 @@ class Demo:
         async with await Kube.connect(self.kubeconfig) as kube:
             for name in names:
                 if await kube.get_or_none(NAMESPACES, name) is None:
+                    self.created["namespaces"].add(name)
                     await kube.create(NAMESPACES, {"metadata": {"name": name}})
 
     async def table(self, interval: float, started: float) -> None:
@@ -445,6 +456,8 @@ class Demo:
         if step.what == "operators":
             self.stop_operators()
             return []
+        if step.what in self.created:
+            step = Removal(step.what, tuple(n for n in step.names if n in self.created[step.what]))
         if step.what == "examples":
             removed = []
             for example in step.names:
@@ -506,7 +519,15 @@ def run_demo(nodes: int, interval: float, yes: bool = False, kcm_controllers_off
     classes = device_class_files()
     plan: Plan | None = None
     if demo.kubeconfig:
-        plan = build_plan(asyncio.run(demo.survey(classes)), classes, kcm_controllers_off)
+        if shutil.which("kubectl") is None:
+            raise click.ClickException(
+                "the demo on a KUBECONFIG cluster applies the examples with kubectl: put it on PATH"
+            )
+        try:
+            cluster = asyncio.run(demo.survey(classes))
+        except Exception as e:  # noqa: BLE001 - the client's message says what failed; nothing was changed
+            raise click.ClickException(f"cannot read the cluster of KUBECONFIG={demo.kubeconfig}: {e}") from None
+        plan = build_plan(cluster, classes, kcm_controllers_off)
         click.echo(describe_plan(plan), err=True)
         _consent(plan, yes)
     elif kcm_controllers_off:
@@ -518,8 +539,7 @@ def run_demo(nodes: int, interval: float, yes: bool = False, kcm_controllers_off
             plan = build_plan(None, classes, kcm_controllers_off)
             demo.kubectl_apply("--server-side", "-f", str(DEVICE_CLASS_DIR))
         else:
-            for path in sorted({classes[n] for n in plan.device_classes}):
-                demo.kubectl_apply("--server-side", "-f", str(path))
+            demo.apply_device_classes(plan.device_classes, classes)
         for operator in plan.operators:
             demo.run_operator(operator, operator, DRA_BINDING_DRIVERS=BINDING_DRIVERS)
         agent_nodes = plan.agent_nodes if plan.agent_nodes is not None else asyncio.run(demo.nodes_to_serve())
