@@ -243,6 +243,15 @@ def removal_order(plan: Plan) -> list[Removal]:
     return steps
 
 
+def nodes_publishing(slices: Iterable[Mapping[str, Any]]) -> set[str]:
+    """The Nodes with a slice of the simulated driver (another node agent of ours publishes there)."""
+    return {
+        str(s["spec"]["nodeName"])
+        for s in slices
+        if s.get("spec", {}).get("driver") == SIMULATED_DRIVER and s.get("spec", {}).get("nodeName")
+    }
+
+
 def slices_to_remove(slices: Iterable[Mapping[str, Any]], nodes: Iterable[str]) -> list[str]:
     """The simulated driver's slices on the Nodes whose node agent the demo ran."""
     served = set(nodes)
@@ -288,6 +297,10 @@ class Demo:
         self.kubeconfig = str(self.lab.kubeconfig)
         self.kubectl = [str(self.lab.bin_dir / "kubectl")]
 
+    async def connect(self) -> Kube:
+        """The API client, for ``async with`` (the unit tests give it the fake API)."""
+        return await Kube.connect(self.kubeconfig)
+
     def context_and_server(self) -> tuple[str, str]:
         documents = []
         for path in (self.kubeconfig or "").split(os.pathsep):
@@ -300,7 +313,7 @@ class Demo:
     async def survey(self, ours: Iterable[str]) -> Cluster:
         """Reads (never writes) what build_plan needs to know of a KUBECONFIG cluster."""
         context, server = self.context_and_server()
-        async with await Kube.connect(self.kubeconfig) as kube:
+        async with await self.connect() as kube:
             nodes = sorted(n["metadata"]["name"] for n in await kube.list(NODES))
             classes = {n for n in ours if await kube.get_or_none(DEVICE_CLASSES, n) is not None}
             namespaces = {n for n in (DEMO_NAMESPACE,) if await kube.get_or_none(NAMESPACES, n) is not None}
@@ -311,7 +324,7 @@ class Demo:
             nodes=tuple(nodes),
             device_classes=frozenset(classes),
             namespaces=frozenset(namespaces),
-            nodes_with_slices=frozenset(str(s.get("spec", {}).get("nodeName")) for s in slices),
+            nodes_with_slices=frozenset(nodes_publishing(slices)),
         )
 
     def kubectl_run(self, verb: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -404,18 +417,18 @@ class Demo:
         return "\n".join(lines)
 
     async def nodes_to_serve(self) -> list[str]:
-        async with await Kube.connect(self.kubeconfig) as kube:
+        async with await self.connect() as kube:
             return sorted(n["metadata"]["name"] for n in await kube.list(NODES))
 
     async def ensure_namespaces(self, names: Iterable[str]) -> None:
-        async with await Kube.connect(self.kubeconfig) as kube:
+        async with await self.connect() as kube:
             for name in names:
                 if await kube.get_or_none(NAMESPACES, name) is None:
                     self.created["namespaces"].add(name)
                     await kube.create(NAMESPACES, {"metadata": {"name": name}})
 
     async def table(self, interval: float, started: float) -> None:
-        async with await Kube.connect(self.kubeconfig) as kube:
+        async with await self.connect() as kube:
             announced = False
             while True:
                 text, rows = await snapshot(kube)
@@ -471,7 +484,7 @@ class Demo:
         return asyncio.run(self.remove_objects(step))
 
     async def remove_objects(self, step: Removal) -> list[str]:
-        async with await Kube.connect(self.kubeconfig) as kube:
+        async with await self.connect() as kube:
 
             async def delete(res: Resource, names: Iterable[str], kind: str) -> list[str]:
                 deleted = []

@@ -3,9 +3,14 @@ KUBECONFIG cluster, when it goes ahead, and what it removes on exit, in which or
 
 from __future__ import annotations
 
+import asyncio
+from pathlib import Path
+
 import pytest
+import yaml
 
 from operators import demo
+from operators.core.api.resources import DEVICE_CLASSES, NAMESPACES, NODES, RESOURCE_SLICES
 from operators.demo import (
     DEMO_NAMESPACE,
     KCM_FLAG,
@@ -14,6 +19,7 @@ from operators.demo import (
     SIMULATED_DRIVER,
     YES_OPTION,
     Cluster,
+    Demo,
     Removal,
     build_plan,
     confirmation,
@@ -23,6 +29,7 @@ from operators.demo import (
     removal_order,
     slices_to_remove,
 )
+from tests.fakeapi import FakeApi
 
 OURS = ("gpu.nvidia.com", "gpu.sim.dra-operators.dev", "mig.nvidia.com")
 
@@ -182,3 +189,95 @@ def test_the_device_classes_are_the_files_of_config_deviceclasses():
     files = device_class_files()
     assert set(files) == set(OURS)
     assert all(path.name == f"{name}.yaml" for name, path in files.items())
+
+
+# -- the I/O edges, on the fake API -----------------------------------------------------------
+
+
+class _Connected:
+    def __init__(self, api: FakeApi):
+        self.api = api
+
+    async def __aenter__(self) -> FakeApi:
+        return self.api
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+
+class _FakeDemo(Demo):
+    def __init__(self, api: FakeApi, tmp_path: Path):
+        super().__init__(nodes=2, logs=tmp_path)
+        self.api = api
+        self.kubeconfig = str(tmp_path / "kubeconfig")
+
+    async def connect(self):  # type: ignore[override]
+        return _Connected(self.api)
+
+
+def _slice(name: str, node: str, driver: str = SIMULATED_DRIVER) -> dict:
+    return {"metadata": {"name": name}, "spec": {"nodeName": node, "driver": driver, "pool": {"name": node}}}
+
+
+def _objects() -> dict:
+    return {
+        NODES: [{"metadata": {"name": n}} for n in ("n1", "n2", "n3")],
+        DEVICE_CLASSES: [{"metadata": {"name": "gpu.nvidia.com"}}],
+        NAMESPACES: [],
+        RESOURCE_SLICES: [_slice("theirs", "n3"), _slice("nvidia", "n1", "gpu.nvidia.com")],
+    }
+
+
+def test_the_survey_reads_what_the_plan_needs(tmp_path):
+    (tmp_path / "kubeconfig").write_text(
+        yaml.safe_dump(
+            {
+                "current-context": "c",
+                "contexts": [{"name": "c", "context": {"cluster": "k"}}],
+                "clusters": [{"name": "k", "cluster": {"server": "https://k:6443"}}],
+            }
+        )
+    )
+    api = FakeApi(_objects())
+    found = asyncio.run(_FakeDemo(api, tmp_path).survey(OURS))
+    assert found == Cluster(
+        context="c",
+        server="https://k:6443",
+        nodes=("n1", "n2", "n3"),
+        device_classes=frozenset({"gpu.nvidia.com"}),
+        namespaces=frozenset(),
+        nodes_with_slices=frozenset({"n3"}),  # of the simulated driver only
+    )
+    assert not api.actions_of("create") and not api.actions_of("delete")
+
+
+def test_the_removal_deletes_what_the_demo_created_and_nothing_else(tmp_path):
+    api = FakeApi(_objects())
+    demo_ = _FakeDemo(api, tmp_path)
+    plan = build_plan(asyncio.run(demo_.survey(OURS)), OURS, kcm_controllers_off=False)
+    assert plan.agent_nodes == ("n1", "n2") and plan.device_classes == OURS[1:]
+    # What the demo did: its namespace, one of its two DeviceClasses (it stopped before the
+    # second), and its node agents published a slice each.
+    asyncio.run(demo_.ensure_namespaces(plan.namespaces))
+    demo_.created["deviceclasses"].add("gpu.sim.dra-operators.dev")
+    for obj, res in (
+        ({"metadata": {"name": "gpu.sim.dra-operators.dev"}}, DEVICE_CLASSES),
+        ({"metadata": {"name": "mig.nvidia.com"}}, DEVICE_CLASSES),  # someone else's, created meanwhile
+        (_slice("ours-1", "n1"), RESOURCE_SLICES),
+        (_slice("ours-2", "n2"), RESOURCE_SLICES),
+    ):
+        api.add(obj, res)
+    removed = [
+        line
+        for step in removal_order(plan)
+        if step.what in ("namespaces", "slices", "deviceclasses")
+        for line in demo_.remove(step)
+    ]
+    assert removed == [
+        f"namespace/{DEMO_NAMESPACE}",
+        "resourceslice/ours-1",
+        "resourceslice/ours-2",
+        "deviceclass/gpu.sim.dra-operators.dev",
+    ]
+    assert sorted(o["metadata"]["name"] for o in api.objects(RESOURCE_SLICES)) == ["nvidia", "theirs"]
+    assert sorted(o["metadata"]["name"] for o in api.objects(DEVICE_CLASSES)) == ["gpu.nvidia.com", "mig.nvidia.com"]
