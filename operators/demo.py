@@ -168,7 +168,10 @@ def describe_plan(plan: Plan) -> str:
         "the ResourceSlices its node agents published, and stop the operators"
     )
     if "claims" in plan.operators:
-        lines.append(f"The cluster's kube-controller-manager must run with {KCM_FLAG} ({KCM_OPTION} says it does).")
+        lines.append(
+            f"The cluster's kube-controller-manager must run without {' and '.join(REPLACES.values())} "
+            f"({KCM_OPTION} says it does: {KCM_FLAG})."
+        )
     else:
         lines.append(
             "Claims from templates and evictions for device taints are left to the cluster's "
