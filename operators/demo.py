@@ -148,9 +148,10 @@ def build_plan(cluster: Cluster | None, ours: Iterable[str], kcm_controllers_off
 def describe_plan(plan: Plan) -> str:
     """What the demo will do to a KUBECONFIG cluster, in the words shown before it asks."""
     agents = ", ".join(plan.agent_nodes or ()) or "none"
+    operators = f"the {', '.join(plan.operators)} operator{'s' if len(plan.operators) > 1 else ''}"
     lines = [
         f"The demo will use the cluster of KUBECONFIG context {plan.context!r} (server {plan.server}):",
-        f"- run here, against it: the {', '.join(plan.operators)} operators, and a simulated node agent "
+        f"- run here, against it: {operators}, and a simulated node agent "
         f"publishing ResourceSlices of {SIMULATED_DRIVER} for each of these Nodes: {agents}",
     ]
     lines.extend(f"- not run: {name}: {why}" for name, why in plan.skipped)
@@ -196,11 +197,6 @@ def refusal() -> str:
         f"not changing a KUBECONFIG cluster without consent: pass {YES_OPTION} "
         f"(make run DEMO_ARGS={YES_OPTION}), or run it at a terminal to be asked, or unset KUBECONFIG for a lab"
     )
-
-
-def manifest_names(documents: Iterable[Mapping[str, Any] | None], kind: str) -> list[str]:
-    """The names of the objects of ``kind`` in parsed YAML documents."""
-    return [d["metadata"]["name"] for d in documents if d and d.get("kind") == kind]
 
 
 def current_context(documents: Iterable[Mapping[str, Any] | None]) -> tuple[str, str]:
@@ -265,12 +261,13 @@ def slices_to_remove(slices: Iterable[Mapping[str, Any]], nodes: Iterable[str]) 
     )
 
 
-def device_class_files(directory: Path = DEVICE_CLASS_DIR) -> dict[str, Path]:
-    """The DeviceClasses of config/deviceclasses/ by name, and the file of each."""
+def device_classes(directory: Path = DEVICE_CLASS_DIR) -> dict[str, dict[str, Any]]:
+    """The DeviceClasses of config/deviceclasses/ by name (a file may hold several)."""
     return {
-        name: path
+        d["metadata"]["name"]: d
         for path in sorted(directory.glob("*.yaml"))
-        for name in manifest_names(yaml.safe_load_all(path.read_text()), "DeviceClass")
+        for d in yaml.safe_load_all(path.read_text())
+        if d and d.get("kind") == "DeviceClass"
     }
 
 
@@ -344,11 +341,23 @@ class Demo:
         self.created["examples"].add(example)
         self.kubectl_apply(*self.example_args(example))
 
-    def apply_device_classes(self, names: Iterable[str], files: Mapping[str, Path]) -> None:
-        for name in names:
-            self.created["deviceclasses"].add(name)
-        for path in sorted({files[n] for n in names}):
-            self.kubectl_apply("--server-side", "-f", str(path))
+    def apply_device_classes(self, names: Iterable[str], classes: Mapping[str, dict[str, Any]]) -> None:
+        """Only the named ones: one that exists already is not touched, even when its file holds
+        a missing one."""
+        names = list(names)
+        if not names:
+            return
+        self.created["deviceclasses"].update(names)
+        result = subprocess.run(
+            [*self.kubectl, f"--kubeconfig={self.kubeconfig}", "apply", "--server-side", "-f", "-"],
+            input=yaml.safe_dump_all([classes[n] for n in names]),
+            capture_output=True,
+            text=True,
+        )
+        if result.returncode != 0:
+            raise click.ClickException(
+                f"kubectl apply of the DeviceClasses {', '.join(names)}: {result.stderr.strip()}"
+            )
 
     @staticmethod
     def example_args(example: str) -> list[str]:
@@ -532,7 +541,7 @@ def _consent(plan: Plan, yes: bool) -> None:
 def run_demo(nodes: int, interval: float, yes: bool = False, kcm_controllers_off: bool = False) -> None:
     started = time.monotonic()
     demo = Demo(nodes, Path(tempfile.mkdtemp(prefix="dra-demo-")))
-    classes = device_class_files()
+    classes = device_classes()
     plan: Plan | None = None
     if demo.kubeconfig:
         if shutil.which("kubectl") is None:

@@ -25,7 +25,7 @@ from operators.demo import (
     confirmation,
     current_context,
     describe_plan,
-    device_class_files,
+    device_classes,
     removal_order,
     slices_to_remove,
 )
@@ -117,7 +117,7 @@ def test_the_description_names_the_cluster_what_it_creates_and_runs(kcm_off):
         assert piece in text
     assert "gpu.sim.dra-operators.dev, mig.nvidia.com" in text and "gpu.nvidia.com," not in text
     assert ("not run: claims" in text) is not kcm_off
-    assert "binding" in text and "on Ctrl-C" in text
+    assert ("the binding operator," in text) is not kcm_off and "on Ctrl-C" in text
 
 
 def test_removal_runs_examples_and_namespaces_before_the_operators_stop():
@@ -185,11 +185,10 @@ def test_current_context(documents, expected):
     assert current_context(documents) == expected
 
 
-def test_the_device_classes_are_the_files_of_config_deviceclasses():
-    files = device_class_files()
-    assert set(OURS) <= set(files)  # the simulated driver's file holds its shared and partition classes too
-    assert all(path.name == f"{name}.yaml" for name, path in files.items() if name in OURS)
-    assert all(f"name: {name}\n" in path.read_text() for name, path in files.items())
+def test_the_device_classes_are_those_of_config_deviceclasses():
+    classes = device_classes()
+    assert set(OURS) <= set(classes)  # the simulated driver's file holds its shared and partition classes too
+    assert all(c["apiVersion"] == "resource.k8s.io/v1" and c["metadata"]["name"] == n for n, c in classes.items())
 
 
 # -- the I/O edges, on the fake API -----------------------------------------------------------
