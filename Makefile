@@ -142,8 +142,10 @@ e2e: venv lab-build lab-build-node
 
 # A lab without real nodes needs only the control plane: no root, no apt-get. As root the demo
 # also starts a real kubelet node, so the real-node binaries are built then.
-run: venv lab-build $(REAL_NODE_BUILD)
-	$(VENV)/bin/dra-operators demo
+# With KUBECONFIG set the demo uses that cluster: DEMO_ARGS="--yes --kcm-dra-controllers-off" (docs).
+# It needs no lab then, so none is built.
+run: venv $(if $(KUBECONFIG),,lab-build $(REAL_NODE_BUILD))
+	$(VENV)/bin/dra-operators demo $(DEMO_ARGS)
 
 # A benchmark, not a test (not part of `make test`): an hour of churn, RSS sampled, end state
 # checked; SOAK_SECONDS (default 3600) and SOAK_WARMUP (600) shorten it. Results: bench/RESULTS.md.

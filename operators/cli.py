@@ -134,11 +134,24 @@ def start_failures(error: BaseException) -> list[str]:
 @main.command("demo")
 @click.option("--nodes", default=2, show_default=True, help="kwok Nodes of the lab (ignored with KUBECONFIG).")
 @click.option("--interval", default=2.0, show_default=True, help="Seconds between table refreshes.")
-def demo(nodes: int, interval: float) -> None:
-    """The whole suite at work (make run): lab, operators, node agents, examples, live table."""
+@click.option(
+    "--yes",
+    is_flag=True,
+    help="With KUBECONFIG: go ahead without asking (what the demo will create and run is printed first).",
+)
+@click.option(
+    "--kcm-dra-controllers-off",
+    is_flag=True,
+    help="With KUBECONFIG: the cluster's kube-controller-manager runs without resourceclaim-controller and "
+    "device-taint-eviction-controller, so the demo runs the claims and taints operators too.",
+)
+def demo(nodes: int, interval: float, yes: bool, kcm_dra_controllers_off: bool) -> None:
+    """The whole suite at work (make run): lab, operators, node agents, examples, live table.
+    With KUBECONFIG set: that cluster, after saying what it will do there and asking (or --yes);
+    on exit it removes what it created."""
     from .demo import run_demo
 
-    run_demo(nodes, interval)
+    run_demo(nodes, interval, yes=yes, kcm_controllers_off=kcm_dra_controllers_off)
 
 
 @main.command("settings")
