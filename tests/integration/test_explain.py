@@ -411,7 +411,7 @@ async def test_kubectl_dra_explain_devices_and_preview(lab, kube, namespace, clu
         wide = kubectl_dra(lab, "devices", "-A", "-o", "wide", "--context", "lab")
         assert wide.returncode == 0, wide.stderr
         assert "ATTRIBUTES" in wide.stdout.splitlines()[0] and "uuid=GPU-3333" in wide.stdout
-        assert f"{node_name}: 2 free of 6" in wide.stdout
+        assert f"{node_name}: 1 free of 6" in wide.stdout
 
         explained = kubectl_dra(lab, "explain", "pod/waiting", "-n", namespace, "-o", "json")
         assert explained.returncode == 0, explained.stderr
