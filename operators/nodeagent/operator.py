@@ -116,9 +116,7 @@ async def check_itself(runtime: Runtime, config: Settings, memo: kopf.Memo) -> N
         sockets,
         runtime.supervisor.problems,
         period=config.nodeagent_self_check_period,
-        registered=(lambda: bool(plugin.registration and plugin.registration[0]))
-        if plugin is not None
-        else (lambda: True),
+        registered=plugin.registered if plugin is not None else (lambda: True),
     )
     runtime.supervisor.add_check(check.problem)
     if config.nodeagent_grpc_health_port:

@@ -230,12 +230,16 @@ class _Connection(asyncio.Protocol):
         self._writable.set()
         self._window = asyncio.Event()  # replaced after each wake-up: senders wait for more window
         self.closed = False
+        self.peer_pid: int | None = None  # the client's process on a Unix socket (0: outside our PID namespace)
 
     # asyncio's side
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]
         sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family == socket.AF_UNIX:
+            credentials = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+            self.peer_pid = struct.unpack("3i", credentials)[0]
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # answers are small: no Nagle delay
         self._h2.initiate_connection()
@@ -428,6 +432,10 @@ class Server:
         self._listener: asyncio.AbstractServer | None = None
         self._closed = asyncio.Event()
         self.path: str | None = None  # the Unix socket it listens on, if any
+
+    def clients(self) -> list[int | None]:
+        """The process of each open connection's client (``_Connection.peer_pid``)."""
+        return [c.peer_pid for c in self.connections if not c.closed]
 
     @property
     def closing(self) -> bool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -69,6 +70,7 @@ class KubeletPlugin:
         self.dra_socket = self.data_dir / sockets.dra_name(str(self.data_dir), pod_uid)
         self.registration_socket = Path(registry_dir) / sockets.registration_name(registry_dir, self.driver, pod_uid)
         self.registration: tuple[bool, str] | None = None  # what kubelet last said of our registration
+        self._unconfirmed_logged = False
         self._servers: list[Server] = []
         self.health_feed = health_service.HealthFeed()
         self.log = log.bind(driver=self.driver, node=self.node)
@@ -136,6 +138,30 @@ class KubeletPlugin:
     async def _serve_registration(self) -> None:
         registration = servicers.Registration(self.driver, str(self.dra_socket), self._registration_status)
         await self._listen(grpc_limits.server([registration]), self.registration_socket)
+
+    def registered(self) -> bool:
+        """Whether kubelet has this instance registered now, for readiness (a rolling update
+        removes the old agent once the new one is ready). kubelet's word alone is not enough:
+        when its NotifyRegistrationStatus call times out (5 s, pluginmanager operation_generator.go
+        ``notifyTimeoutDuration``) kubelet drops the registration it has just made, and tries
+        again later, while a busy agent may still read the late "registered". kubelet keeps a
+        gRPC connection to the DRA socket of every plugin it has registered (dra_plugin_manager.go
+        ``add`` connects at once and reconnects on every ``ConnEnd``; ``remove`` closes it), so
+        registered means both: kubelet said so, and a client other than this process (whose own
+        self-check also calls the socket) holds a connection to the DRA socket."""
+        if not (self.registration and self.registration[0]) or not self._servers:
+            return False
+        kubelet = [pid for pid in self._servers[0].clients() if pid != os.getpid()]
+        if not kubelet and not self._unconfirmed_logged:
+            self._unconfirmed_logged = True
+            self.log.warning(
+                "kubelet said the plugin is registered but holds no connection to its DRA socket; "
+                "not ready until kubelet registers it again",
+                endpoint=str(self.dra_socket),
+            )
+        elif kubelet:
+            self._unconfirmed_logged = False
+        return bool(kubelet)
 
     def _registration_status(self, registered: bool, error: str) -> None:
         self.registration = (registered, error)
