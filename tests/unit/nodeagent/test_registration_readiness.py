@@ -6,8 +6,11 @@ removed the old agent with no plugin left in kubelet ("DRA driver ... is not reg
 from __future__ import annotations
 
 import asyncio
+import shutil
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -26,7 +29,10 @@ HOLD = (
 
 
 @pytest.fixture
-async def plugin(tmp_path):
+async def plugin():
+    # Under /tmp, not tmp_path: a socket path has at most 107 characters, and pytest's directories
+    # under xdist (.../popen-gw0/test_<name>0/...) leave too few.
+    tmp_path = Path(tempfile.mkdtemp(prefix="rr-", dir="/tmp"))
     agent = SimpleNamespace(driver=DRIVER, node_name="n1", node=None, health_listeners=[], published_devices=lambda: [])
     plugin = KubeletPlugin(
         agent,
@@ -36,9 +42,12 @@ async def plugin(tmp_path):
         cdi_root=str(tmp_path / "cdi"),
         pod_uid="6d0c1a9e-2f0b-4a43-9c3c-0b1f0f1f0f1f",
     )
-    await plugin.start()
-    yield plugin
-    await plugin.stop()
+    try:
+        await plugin.start()
+        yield plugin
+        await plugin.stop()
+    finally:
+        shutil.rmtree(tmp_path, ignore_errors=True)
 
 
 async def notify(plugin: KubeletPlugin, registered: bool) -> None:
