@@ -46,7 +46,7 @@ async def start(runtime: Runtime, config: Settings, memo: kopf.Memo) -> None:
     runtime.on_cleanup(controller.queue.stop)
     # Fill the cache before any worker runs: a restarted operator must see the claims it
     # created before it decides that a Pod still needs one. Claims first, Pods last.
-    runtime.informer(RESOURCE_CLAIMS, controller.claims, controller.on_claim, kind="ResourceClaim")
+    claims = runtime.informer(RESOURCE_CLAIMS, controller.claims, controller.on_claim, kind="ResourceClaim")
     runtime.informer(
         RESOURCE_CLAIM_TEMPLATES, controller.templates, controller.on_template, kind="ResourceClaimTemplate"
     )
@@ -59,7 +59,8 @@ async def start(runtime: Runtime, config: Settings, memo: kopf.Memo) -> None:
     serve(metrics.registry, config.metrics_port)
     memo.claims_controller = controller
     # Watches keep the cache warm on a standby; only the leader's workers act.
-    await runtime.lead(config, "dra-operators-claims", controller.queue)
+    # The one thing it creates, ResourceClaims, is read afresh on taking over (see Runtime.lead).
+    await runtime.lead(config, "dra-operators-claims", controller.queue, read_afresh=[claims])
     log.info(
         "claims operator started",
         workers=config.claims_workers,

@@ -98,6 +98,64 @@ async def test_frozen_leader_stops_instead_of_acting(kube, replicas, unique):
     await kube.delete(NAMESPACES, namespace)
 
 
+async def test_a_leader_frozen_in_the_middle_of_its_work_sends_nothing_when_it_wakes(
+    lab, kube, controllers, tmp_path, unique
+):
+    """The leader is stopped (SIGSTOP) while its workers wait for the client-side rate limit to
+    send creates they have already decided on; the standby takes over and gives every Pod its
+    claim. Woken up, the old leader must not send those creates: each would be a second claim for
+    a Pod. Its syncs began while it led, so only the client's write gate (``Kube.write_gate``)
+    stops them; the gate of the work queue is asked before a sync, not during one."""
+    from operators.core.api.resources import NAMESPACES
+
+    controllers.use("none")
+    namespace = f"fw-{unique}"
+    await kube.create(NAMESPACES, {"metadata": {"name": namespace}})
+    election = {
+        "DRA_LEADER_ELECTION": "true",
+        "DRA_LEADER_ELECTION_NAMESPACE": namespace,
+        "DRA_LEADER_ELECTION_LEASE_DURATION": "4",
+    }
+    slow = OperatorProcess(
+        ["claims"], lab.kubeconfig, tmp_path, env={**election, "DRA_API_QPS": "0.5", "DRA_API_BURST": "8"}
+    )
+    slow.log = tmp_path / "claims-slow.log"
+    standby = OperatorProcess(["claims"], lab.kubeconfig, tmp_path, env=election)
+    standby.log = tmp_path / "claims-standby.log"
+    slow.start()
+    try:
+        await wait_for(lambda: _async("became leader" in slow.log.read_text()), timeout=20, what="slow leads")
+        standby.start()
+        await wait_for(lambda: _async(standby.log.exists()), timeout=20, what="standby started")
+        async with ClaimsEnv(kube, f"fw{unique}", devices=30) as env:
+            await env.template("t")
+            await _burst(kube, env, 30)
+            # The burst of 8 is spent on the first creates and status patches; the other workers
+            # now wait in the rate limit with their creates decided.
+            await wait_for(
+                lambda: _async(slow.log.read_text().count("created ResourceClaim") >= 2),
+                timeout=60,
+                what="the slow leader at work",
+            )
+            os.kill(slow.proc.pid, signal.SIGSTOP)
+            await wait_for(
+                lambda: _async("became leader" in standby.log.read_text()), timeout=30, what="standby takes over"
+            )
+            await _all_running_with_one_claim_each(kube, env, 30, timeout=180)
+            frozen_log = slow.log.read_text()
+            os.kill(slow.proc.pid, signal.SIGCONT)  # its bucket is full again: 8 writes at once
+            await wait_for(lambda: _async(slow.proc.poll() is not None), timeout=30, what="the old leader exits")
+            woken = slow.log.read_text()[len(frozen_log) :]
+            assert "created ResourceClaim" not in woken and "may no longer hold its Lease" in woken, woken[-3000:]
+            await _all_running_with_one_claim_each(kube, env, 30, timeout=30)
+    finally:
+        for replica in (slow, standby):
+            if replica.proc and replica.proc.poll() is None:
+                os.kill(replica.proc.pid, signal.SIGCONT)
+            replica.stop()
+        await kube.delete(NAMESPACES, namespace)
+
+
 async def _async(value):
     return value
 

@@ -89,6 +89,16 @@ class ConnectionLost(Exception):
         super().__init__(f"{method} {path}: {type(cause).__name__}: {cause or 'no answer'}")
 
 
+class NotLeader(Exception):
+    """A write not sent because this replica may no longer hold its Lease (``Kube.write_gate``)."""
+
+    def __init__(self, method: str, path: str):
+        self.method, self.path = method, path
+        super().__init__(f"{method} {path}: not sent, this replica may no longer hold its Lease")
+
+
+READ_METHODS = ("GET", "HEAD")
+
 # What is worth another attempt: the transport failing, or the server saying "not now".
 TRANSPORT_ERRORS = (
     aiohttp.ClientConnectionError,
@@ -215,6 +225,10 @@ class Kube(DerivedVerbs):
         self.health = health or apihealth.PROCESS
         self._session = session
         self._owns_session = session is None
+        # Asked right before each write (each attempt) is sent: a leader whose Lease may have
+        # passed to another replica sends nothing more, even from a sync that began while it led
+        # (its retries and rate-limit waits can outlast the Lease). Reads are never held back.
+        self.write_gate: Callable[[], bool] | None = None
 
     @classmethod
     async def connect(
@@ -355,6 +369,8 @@ class Kube(DerivedVerbs):
                 method,
                 path,
             )
+        if self.write_gate is not None and method not in READ_METHODS and not self.write_gate():
+            raise NotLeader(method, path)
         try:
             response = await self._send(
                 method,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import kopf
@@ -124,11 +124,31 @@ class Runtime:
         return counts
 
     async def lead(
-        self, config: Settings, lease: str, queue: WorkQueue, stop: Callable[[], Awaitable[None]] | None = None
+        self,
+        config: Settings,
+        lease: str,
+        queue: WorkQueue,
+        stop: Callable[[], Awaitable[None]] | None = None,
+        *,
+        read_afresh: Sequence[Informer] = (),
     ) -> None:
         """Start ``queue``'s workers now, or once this replica holds ``lease`` (leader election on;
-        the Lease is released at shutdown); then the watchdog."""
-        leader = await act_when_leader(self.kube, config, lease, queue, stop=stop, supervisor=self.supervisor)
+        the Lease is released at shutdown); then the watchdog. ``read_afresh``: the informers of
+        what the controller creates, read again on taking over before any worker runs
+        (``Informer.catch_up``), so that nothing the old leader created is created twice."""
+
+        async def catch_up() -> None:
+            await asyncio.gather(*(informer.catch_up() for informer in read_afresh))
+
+        leader = await act_when_leader(
+            self.kube,
+            config,
+            lease,
+            queue,
+            stop=stop,
+            supervisor=self.supervisor,
+            catch_up=catch_up if read_afresh else None,
+        )
         if leader is not None:
             self.on_cleanup(leader.release)
         self.start_watchdog()

@@ -177,6 +177,35 @@ class Informer:
         """The listing broke before its end: nothing can be concluded; the next relist starts over."""
         self._relist = None
 
+    # -- catch-up: a fresh read for a replica that has just become leader --------------------
+
+    async def catch_up(self) -> int:
+        """A consistent LIST merged into the cache while the watch goes on: what the listing
+        holds and the cache does not (or holds older) is delivered. Nothing is concluded from
+        what the listing lacks (that is a relist's job, and the watch's): an object created
+        after the listing began may already be cached. Safe beside the watch, because the store
+        keeps the newer version and refuses a UID it saw deleted. Returns how many were new."""
+        started = time.monotonic()
+        keep = self.keep
+        items, _ = await self.kube.list_with_version(
+            self.resource,
+            field_selector=self.field_selector,
+            label_selector=self.label_selector,
+            keep=None if keep is None else (lambda obj: keep(obj) or key_of(obj) in self.store),
+        )
+        new = 0
+        for obj in items:
+            cached = self.store.get(key_of(obj))
+            if cached is not None and uid_of(cached) == uid_of(obj):
+                if resource_version(cached) >= resource_version(obj):
+                    continue
+            elif cached is not None:
+                self._deliver(cached, True)  # replaced under the same name meanwhile
+            new += 1
+            self._deliver(self._with_kind(obj), False)
+        self.log.info("read afresh", listed=len(items), new=new, seconds=round(time.monotonic() - started, 2))
+        return new
+
     def _with_kind(self, obj: Obj) -> Obj:
         if self.kind and not obj.get("kind"):
             obj["kind"] = self.kind

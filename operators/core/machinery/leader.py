@@ -5,7 +5,14 @@ operator never act at once.
   ``lease_duration`` (measured on our own clock from when we last saw it change, so clock skew
   between nodes does not matter); writes use the Lease's resourceVersion, so only one wins.
 - The leader renews every ``retry_period``. If it cannot renew within ``renew_deadline`` (shorter
-  than ``lease_duration``) it stops acting at once: before anyone else may take the Lease.
+  than ``lease_duration``) it stops acting at once: before anyone else may take the Lease. "At
+  once" includes a sync already running: its API client sends no write after that moment
+  (``Kube.write_gate``), so every write of the old leader was sent at least
+  ``lease_duration - renew_deadline`` before a new one can take over.
+- A new leader reads the objects it creates afresh before its first sync (``catch_up``): its
+  watch may lag (it was reconnecting after an API server restart, say) and miss what the old
+  leader created last, and a create that is not seen is made twice (a second ResourceClaim for a
+  Pod). Upstream's controllers get the same from starting their informers only once they lead.
 """
 
 from __future__ import annotations
@@ -63,6 +70,7 @@ class LeaderElector:
         self._observed_at = 0.0
         self.own_client: Kube | None = None  # closed by release()
         self.task: asyncio.Task | None = None  # the campaign, set by act_when_leader
+        self.starting: asyncio.Task | None = None  # catch-up, then the workers (act_when_leader)
         self.log = log.bind(lease=f"{namespace}/{name}", identity=self.identity)
 
     def _body(self, lease: dict | None, acquire: bool) -> dict:
@@ -155,10 +163,10 @@ class LeaderElector:
     async def release(self) -> None:
         """Give the Lease up at a clean shutdown, so the standby takes over at once. Renewal is
         stopped first: else it could take the Lease back right after we gave it up."""
-        task = getattr(self, "task", None)
-        if task is not None and task is not asyncio.current_task():
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+        for task in (self.starting, self.task):
+            if task is not None and task is not asyncio.current_task():
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
         try:
             await self._release()
         finally:
@@ -190,17 +198,16 @@ async def act_when_leader(
     queue: WorkQueue,
     stop: Callable[[], Awaitable[None]] | None = None,
     supervisor: Supervisor | None = None,
+    catch_up: Callable[[], Awaitable[object]] | None = None,
 ) -> LeaderElector | None:
-    """Start ``queue``'s workers now (leader election off) or once this replica holds ``lease``;
-    while leading, every sync first checks that the Lease is surely still ours. A replica that
-    loses the Lease runs ``stop`` (default: stop the queue) and exits, to come back as a standby."""
+    """Start ``queue``'s workers now (leader election off) or once this replica holds ``lease``
+    and ``catch_up`` has succeeded; while leading, every sync first checks that the Lease is
+    surely still ours, and so does every write. A replica that loses the Lease runs ``stop``
+    (default: stop the queue) and exits, to come back as a standby."""
     stop = stop or queue.stop
 
-    async def start() -> None:
-        queue.start(supervisor)
-
     if not settings.leader_election:
-        await start()
+        queue.start(supervisor)
         return None
     duration = settings.leader_election_lease_duration
     # A client of its own: renewals must not wait behind the workers' rate limit or connections.
@@ -215,6 +222,26 @@ async def act_when_leader(
     )
     elector.own_client = own
     queue.gate = elector.may_act
+    kube.write_gate = elector.may_act
+
+    async def caught_up_then_work() -> None:
+        delays = iter((0.5, 1.0, 2.0))
+        while catch_up is not None:
+            try:
+                await catch_up()
+                break
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # noqa: BLE001 - an outage: try again; the Lease decides the end
+                delay = next(delays, 2.0)
+                elector.log.warning("cannot read afresh after taking over, retrying", error=str(e), retry_in=delay)
+                await asyncio.sleep(delay)
+        queue.start(supervisor)
+
+    async def start() -> None:
+        # Not awaited by the election (the Lease is renewed while the catch-up runs), and not a
+        # supervised task (those run until stopped; this one ends).
+        elector.starting = asyncio.get_running_loop().create_task(caught_up_then_work(), name=f"catch-up-{lease}")
 
     async def lost() -> None:
         try:

@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..api.kube import ConnectionLost
+from ..api.kube import ConnectionLost, NotLeader
 from ..api.ratelimit import TokenBucket
 from ..logging import get_logger
 
@@ -153,7 +153,7 @@ class WorkQueue:
                     key=key,
                     error=str(e),
                     failures=failures,
-                    exc_info=not isinstance(e, (RetryableError, ConnectionLost)),
+                    exc_info=not isinstance(e, (RetryableError, ConnectionLost, NotLeader)),
                 )
                 self.add_rate_limited(key)
             else:

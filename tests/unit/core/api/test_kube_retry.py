@@ -208,3 +208,21 @@ async def test_stop_at_ends_a_watch_read_at_its_marker_instead_of_the_servers_ti
     # Without the marker the read goes on until the server ends the watch (here: never).
     with pytest.raises(asyncio.TimeoutError):
         await asyncio.wait_for(watch_server.request("GET", "/api/v1/pods", raw=True, retry=False, timeout=3600), 1)
+
+
+async def test_a_closed_write_gate_stops_a_write_between_its_attempts_and_leaves_reads(server):
+    """A leader whose Lease may have passed on sends no more writes, even the retry of one it
+    sent while it led; reads go on (a standby keeps its cache warm)."""
+    from operators.core.api.kube import NotLeader
+
+    kube, state = server
+    open_ = iter([True])
+    kube.write_gate = lambda: next(open_, False)
+    state["script"] = [503]
+    with pytest.raises(NotLeader):
+        await kube.request("PUT", "/api/v1/namespaces/ns/pods/p", body={})
+    assert state["calls"] == ["PUT"]
+    with pytest.raises(NotLeader):
+        await kube.request("POST", "/api/v1/namespaces/ns/pods", body={})
+    assert (await kube.request("GET", "/api/v1/namespaces/ns/pods/p"))["kind"] == "Pod"
+    assert state["calls"] == ["PUT", "GET"]

@@ -180,3 +180,43 @@ async def test_a_quiet_resource_is_not_stale_and_a_compacted_probe_says_nothing(
 
 def test_keys_are_namespace_and_name():
     assert key_of(pod("a", "1")) == "ns/a"
+
+
+async def test_catch_up_delivers_only_what_the_cache_lacks_or_holds_older():
+    """A new leader's fresh read beside a running watch: new objects and newer versions are
+    delivered; a newer cached copy, a UID seen deleted and objects the listing lacks stay as
+    the watch left them (the listing may predate them)."""
+    informer, store, handler = make()
+    store.upsert(pod("same", "1", rv=5))
+    store.upsert(pod("newer-cached", "2", rv=9))
+    store.upsert(pod("older-cached", "3", rv=3))
+    store.upsert(pod("replaced", "4", rv=2))
+    store.upsert(pod("created-after-listing", "5", rv=20))
+    store.upsert(pod("deleted", "6", rv=4))
+    store.delete(pod("deleted", "6"))
+    informer.kube = Api(
+        [
+            pod("same", "1", rv=5),
+            pod("newer-cached", "2", rv=8),
+            pod("older-cached", "3", rv=7),
+            pod("replaced", "40", rv=11),
+            pod("deleted", "6", rv=4),
+            pod("missed", "7", rv=12),
+        ]
+    )
+    assert await informer.catch_up() == 4
+    assert handler.calls == [
+        ("older-cached", "3", False),
+        ("replaced", "4", True),
+        ("replaced", "40", False),
+        ("deleted", "6", False),  # delivered; the store refuses the deleted UID
+        ("missed", "7", False),
+    ]
+    assert "ns/deleted" not in store and store.get("ns/missed")["kind"] == "Pod"
+    assert store.get("ns/newer-cached")["metadata"]["resourceVersion"] == "9"
+    assert store.get("ns/older-cached")["metadata"]["resourceVersion"] == "7"
+    assert "ns/created-after-listing" in store and uid_of_stored(store, "ns/replaced") == "40"
+
+
+def uid_of_stored(store, key):
+    return store.get(key)["metadata"]["uid"]

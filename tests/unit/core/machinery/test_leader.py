@@ -197,3 +197,33 @@ async def test_the_elector_has_a_client_of_its_own_without_the_workers_rate_limi
         await e.release()
         await workers.close()
     assert e.kube.closed
+
+
+async def test_a_new_leader_reads_afresh_before_its_workers_start_and_fences_its_writes():
+    """On taking over: the catch-up (retried through an outage) comes before any sync, the Lease
+    is renewed meanwhile, and the workers' client sends writes only while ``may_act``."""
+    from operators.core.machinery.leader import act_when_leader
+    from operators.core.machinery.workqueue import WorkQueue
+    from operators.core.settings import Settings
+
+    api = LeaseApi()
+    synced: list[str] = []
+    queue = WorkQueue("q", lambda key: asyncio.sleep(0, synced.append(key)), workers=1)
+    queue.add("k")
+    reads: list[bool] = []
+
+    async def catch_up():
+        reads.append(bool(queue._tasks))  # were the workers running yet?
+        if len(reads) == 1:
+            raise ConnectionLost("GET", "/", ConnectionRefusedError())
+
+    settings = Settings(leader_election=True, leader_election_namespace="ns", leader_election_lease_duration=3)
+    e = await act_when_leader(api, settings, "l", queue, catch_up=catch_up)
+    try:
+        while not synced:
+            await asyncio.sleep(0.02)
+        assert reads == [False, False] and synced == ["k"]
+        assert api.write_gate == e.may_act and e.may_act()
+    finally:
+        await e.release()
+        await queue.stop()
