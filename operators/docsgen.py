@@ -324,10 +324,14 @@ def _commands(command: click.Command, path: str, parent: click.Context | None) -
         yield from flags
         yield ""
     if isinstance(command, click.Group):
-        for name in command.list_commands(ctx):
-            sub = command.get_command(ctx, name)
-            if sub is not None and not sub.hidden:
-                yield from _commands(sub, f"{path} {name}", ctx)
+        yield from _subcommands(command, path, ctx)
+
+
+def _subcommands(group: click.Group, path: str, ctx: click.Context) -> Iterator[str]:
+    for name in group.list_commands(ctx):
+        sub = group.get_command(ctx, name)
+        if sub is not None and not sub.hidden:
+            yield from _commands(sub, f"{path} {name}", ctx)
 
 
 def commands_page() -> str:
@@ -347,17 +351,9 @@ def commands_page() -> str:
     ]
     lines += _commands(dra_operators, "dra-operators", None)
     # `dra-operators taints` hands its arguments to the taints operator's own group.
-    lines += _taints(taints)
+    lines += _subcommands(taints, "dra-operators taints", click.Context(taints, info_name="taints"))
     lines += _commands(kubectl_dra, "kubectl dra", None)
     return "\n".join(lines).rstrip() + "\n"
-
-
-def _taints(group: click.Group) -> Iterator[str]:
-    ctx = click.Context(group, info_name="taints")
-    for name in group.list_commands(ctx):
-        sub = group.get_command(ctx, name)
-        if sub is not None:
-            yield from _commands(sub, f"dra-operators taints {name}", ctx)
 
 
 # -- lint rules ------------------------------------------------------------------------------

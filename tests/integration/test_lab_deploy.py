@@ -30,6 +30,7 @@ from operators.lab import Lab
 from operators.lab.cluster import LabState
 from operators.lab.deploy import DAEMONSET, DEPLOYMENTS, NAMESPACE, Target, deploy
 
+from ..readme import kind_walkthrough
 from . import objects
 from .labs import client_of, running_lab, short_run_dir
 from .waiting import describe_namespace, wait_for
@@ -436,11 +437,14 @@ async def test_a_daemonset_rolling_update_while_pods_are_created(deployed, dkube
             ]
             for p in await agents()
         }
-        assert not failed, (
-            [(e.get("lastTimestamp"), e.get("message")) for e in failed],
-            restarts,
-            _plugin_log(deployed),
-        )
+        if failed:
+            # Printed, not put in the assertion: pytest cuts long assertion messages short, and
+            # kubelet's side is the evidence of which agent it called.
+            print("agent restarts:", restarts)
+            for node, lines in _plugin_log(deployed).items():
+                print(f"--- kubelet on {node}: DRA plugin lines")
+                print("\n".join(lines))
+        assert not failed, [(e.get("lastTimestamp"), e.get("message")) for e in failed]
 
         live = await agents()
         for node in NODES:
@@ -467,22 +471,8 @@ def _plugin_log(lab: Lab) -> dict[str, list[str]]:
     return found
 
 
-def _readme_walkthrough() -> tuple[list[str], list[str]]:
-    """The README's kind walkthrough: its commands from the example on, and the lines it shows
-    `kubectl logs basic` printing."""
-    text = (ROOT / "README.md").read_text()
-    block = re.search(r"## Run on kind[^\n]*\n.*?```\n(.*?)```", text, re.S).group(1)
-    commands, shown = [], []
-    for line in block.splitlines():
-        if line.startswith("#   DRA_"):
-            shown.append(line[4:].strip())
-        elif line.startswith("kubectl") and (commands or "config/examples" in line):
-            commands.append(line.split("#")[0].strip())
-    return commands, shown
-
-
 async def test_the_readme_kind_walkthrough_prints_what_it_shows(deployed, dkube):
-    commands, shown = _readme_walkthrough()
+    commands, shown = kind_walkthrough()
     assert commands[-1] == "kubectl logs basic" and shown
     try:
 

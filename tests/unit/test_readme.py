@@ -7,6 +7,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from tests.readme import kind_walkthrough
+
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
 
@@ -24,14 +26,7 @@ def test_every_relative_link_of_the_readme_exists():
 
 
 def test_the_kind_walkthrough_has_the_commands_and_lines_the_deploy_test_reads():
-    # The same parsing as test_lab_deploy.py's _readme_walkthrough.
-    block = re.search(r"## Run on kind[^\n]*\n.*?```\n(.*?)```", README, re.S).group(1)
-    commands, shown = [], []
-    for line in block.splitlines():
-        if line.startswith("#   DRA_"):
-            shown.append(line[4:].strip())
-        elif line.startswith("kubectl") and (commands or "config/examples" in line):
-            commands.append(line.split("#")[0].strip())
+    commands, shown = kind_walkthrough(README)
     assert commands[0] == "kubectl apply -f config/examples/basic-template/"
     assert commands[-1] == "kubectl logs basic"
     assert [s.split("=")[0] for s in shown] == [
