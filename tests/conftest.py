@@ -26,6 +26,9 @@ def group_of(item: pytest.Item) -> str:
     return "own-labs" if item.path.name in OWN_LABS or "unit" in item.path.parts else "shared-lab"
 
 
+# First: xdist's worker reads the marks in its own hook of the same name (it appends the group
+# to each node id there). tests/unit/test_xdist_groups.py checks that the groups hold.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         item.add_marker(pytest.mark.xdist_group(group_of(item)))
