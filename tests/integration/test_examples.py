@@ -446,6 +446,14 @@ async def test_extended_resources(kube, applied, cluster_objects, unique):
         for c in await kube.list(RESOURCE_CLAIMS, ns)
         if c["metadata"]["ownerReferences"][0]["name"] == "beside-device-plugin"
     ]
+    # Gone before its node is (cluster_objects ends first): kwok then no longer answers for the
+    # Pod, and the namespace would wait about a minute for the pod garbage collector's orphan sweep.
+    await kube.delete(PODS, "beside-device-plugin", ns)
+    await wait_for(lambda: _absent_pod(kube, ns, "beside-device-plugin"), timeout=60, what="Pod deleted")
+
+
+async def _absent_pod(kube, namespace, name):
+    return await kube.get_or_none(PODS, name, namespace) is None
 
 
 async def test_every_example_passes_the_lint(lab, simulated_nodes):
