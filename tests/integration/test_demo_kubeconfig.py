@@ -1,0 +1,134 @@
+"""`make run` with KUBECONFIG set (`dra-operators demo --yes`) on a cluster it does not own: the
+shared lab, whose kube-controller-manager runs upstream's DRA controllers. The demo says what it
+will do, refuses without consent, runs only what the cluster lacks (binding and node agents, not
+the claims and taints operators), gets every example Pod running, and on Ctrl-C removes what it
+created and leaves what was there before."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from operators.core.api.kube import MERGE_PATCH
+from operators.core.api.resources import DEVICE_CLASSES, NAMESPACES, NODES, RESOURCE_SLICES
+from operators.demo import DEMO_NAMESPACE, SIMULATED_DRIVER
+
+from .waiting import wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+EVERY_POD_RUNS = "every example Pod runs and holds its device"
+MARK = f"demo-{os.getpid()}"
+
+
+def _demo(lab, *args: str, **popen) -> subprocess.Popen:
+    # MARK is inherited by the processes the demo starts: how the test finds them afterwards.
+    env = dict(os.environ, KUBECONFIG=str(lab.kubeconfig), DRA_TEST_DEMO_MARK=MARK)
+    env["PATH"] = f"{lab.bin_dir}{os.pathsep}{os.path.dirname(sys.executable)}{os.pathsep}{env.get('PATH', '')}"
+    return subprocess.Popen(
+        [sys.executable, "-m", "operators.cli", "demo", "--interval", "1", *args],
+        cwd=ROOT,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        **popen,
+    )
+
+
+async def _state(kube) -> dict[str, set[str]]:
+    return {
+        "namespaces": {n["metadata"]["name"] for n in await kube.list(NAMESPACES)},
+        "deviceclasses": {c["metadata"]["name"] for c in await kube.list(DEVICE_CLASSES)},
+        "slices": {
+            s["metadata"]["name"]
+            for s in await kube.list(RESOURCE_SLICES, field_selector=f"spec.driver={SIMULATED_DRIVER}")
+        },
+    }
+
+
+def _demo_processes() -> list[int]:
+    """The demo and the processes it started (they inherit ``MARK``), still alive."""
+    alive = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes().split(b"\0")
+            state = (entry / "stat").read_text().split(") ")[-1][:1]
+        except OSError:
+            continue
+        if f"DRA_TEST_DEMO_MARK={MARK}".encode() in environ and state != "Z":
+            alive.append(int(entry.name))
+    return alive
+
+
+async def test_without_consent_it_changes_nothing(lab, kube, controllers):
+    controllers.use("upstream")
+    before = await _state(kube)
+    demo = _demo(lab, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, err = demo.communicate(timeout=120)
+    assert demo.returncode != 0, out + err
+    assert "The demo will use the cluster of KUBECONFIG" in err and "--yes" in err, err
+    assert await _state(kube) == before
+
+
+async def test_on_a_cluster_it_does_not_own_it_runs_what_is_missing_and_removes_it_again(
+    lab, kube, controllers, tmp_path
+):
+    controllers.use("upstream")  # kube-controller-manager makes the claims and evicts
+    await _declare_optional_node_operations(kube)
+    before = await _state(kube)
+    output = tmp_path / "demo.out"
+    with output.open("w") as out:
+        demo = _demo(lab, "--yes", stdout=out, stderr=subprocess.STDOUT)
+    try:
+        await wait_for(
+            lambda: _async(EVERY_POD_RUNS in output.read_text() or demo.poll() is not None),
+            timeout=300,
+            interval=1,
+            what="the demo's examples running",
+        )
+        text = output.read_text()
+        assert demo.poll() is None and EVERY_POD_RUNS in text, text[-4000:]
+        assert "not run: claims: kube-controller-manager's resourceclaim-controller does this job" in text, text[:3000]
+        assert "not run: taints:" in text, text[:3000]
+        # (Slices of its node agents: only on Nodes without the simulated driver's slices; the
+        # shared lab may have some left by earlier tests, so none may be new.)
+        assert DEMO_NAMESPACE in (await _state(kube))["namespaces"]
+    finally:
+        if demo.poll() is None:
+            demo.send_signal(signal.SIGINT)  # Ctrl-C
+        await wait_for(lambda: _async(demo.poll() is not None), timeout=180, interval=1, what="the demo exits")
+    text = output.read_text()
+    assert demo.returncode == 0, text[-4000:]
+    assert "demo: stopped" in text and "could not remove" not in text, text[-4000:]
+    after = await wait_for(
+        lambda: _same_as(kube, before), timeout=120, interval=1, what="the cluster as it was before the demo"
+    )
+    assert after == before
+    assert not _demo_processes(), "the demo left processes running"
+
+
+async def _declare_optional_node_operations(kube) -> None:
+    """The binding-conditions example's slice skips node operations (alpha
+    DRAOptionalNodeOperations): kube-scheduler allocates such devices only on Nodes that declare
+    the feature, as a 1.37 kubelet with the gate does; kwok's Nodes declare nothing (the same
+    patch as test_binding.py's example test)."""
+    for node in await kube.list(NODES):
+        declared = set(node["status"].get("declaredFeatures") or []) | {"DRAOptionalNodeOperations"}
+        await kube.request(
+            "PATCH",
+            NODES.path(name=node["metadata"]["name"], subresource="status"),
+            content_type=MERGE_PATCH,
+            body={"status": {"declaredFeatures": sorted(declared)}},
+        )
+
+
+async def _same_as(kube, before):
+    state = await _state(kube)
+    return state if state == before else None
+
+
+async def _async(value):
+    return value
