@@ -3,11 +3,14 @@ pcieRoot), its NIC-like devices, and what reaches the ResourceSlices."""
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 import pytest
 import yaml
 
+from operators.core.dra.allocator import allocate
+from operators.core.dra.pools import AllocatedState
 from operators.nodeagent.backends.deviceattribute import NUMA_NODE, PCIE_ROOT
 from operators.nodeagent.backends.simulated import build_inventory
 from operators.nodeagent.slices import split_into_slices
@@ -119,3 +122,39 @@ def test_slices_carry_the_attributes_with_upstreams_types():
         d["attributes"][NUMA_NODE]["int"] for d in published if d["attributes"]["type"] == {"string": "gpu"}
     }
     assert gpus_by_numa == {0, 1}, "whole GPUs on both NUMA nodes: the constraint has a choice to make"
+
+
+def test_the_numa_aligned_example_needs_its_constraint():
+    """Our port of the scheduler's allocator over the kind inventory: the example's claim gets
+    nic-0 and a GPU on its NUMA node (gpu-1); without the constraint, the first GPU (gpu-0, on
+    the other node) would do. The lab test shows kube-scheduler doing the same."""
+    node = "lab-node-0"
+    driver = "gpu.sim.dra-operators.dev"
+    document = yaml.safe_load((ROOT / "kustomize" / "overlays" / "simulated-devices" / "inventory.yaml").read_text())
+    inventory = build_inventory(document, node, driver)
+    specs = split_into_slices(inventory.devices, inventory.counter_sets)
+    pool = {"name": node, "generation": 1, "resourceSliceCount": len(specs)}
+    slices = [
+        {"metadata": {"name": f"slice-{i}"}, "spec": {"driver": driver, "nodeName": node, "pool": pool, **spec}}
+        for i, spec in enumerate(specs)
+    ]
+    classes = {
+        c["metadata"]["name"]: c
+        for c in yaml.safe_load_all((ROOT / "config" / "deviceclasses" / "gpu.sim.dra-operators.dev.yaml").read_text())
+    }
+    [template] = [
+        d
+        for d in yaml.safe_load_all((ROOT / "config" / "examples" / "numa-aligned" / "example.yaml").read_text())
+        if d["kind"] == "ResourceClaimTemplate"
+    ]
+    claim = {"metadata": {"name": "c", "namespace": "ns", "uid": "u"}, "spec": template["spec"]["spec"]}
+    node_object = {"metadata": {"name": node, "labels": {}}, "status": {}}
+
+    def devices(claim):
+        [results] = allocate(node_object, [claim], copy.deepcopy(slices), classes, AllocatedState())
+        return {r["request"]: r["device"] for r in results}
+
+    assert devices(claim) == {"gpu": "gpu-1", "nic": "nic-0"}
+    unconstrained = copy.deepcopy(claim)
+    del unconstrained["spec"]["devices"]["constraints"]
+    assert devices(unconstrained) == {"gpu": "gpu-0", "nic": "nic-0"}
