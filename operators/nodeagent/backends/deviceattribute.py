@@ -17,13 +17,15 @@ PCIE_ROOT = PREFIX + "pcieRoot"  # string "pci<domain>:<bus>", the device's PCIe
 PCI_BUS_ID = PREFIX + "pciBusID"  # string, extended BDF "0000:3b:00.0"
 NUMA_NODE = PREFIX + "numaNode"  # int, the kernel's numa_node; absent without NUMA affinity
 
-# numa_linux.go maxNUMANodes: Linux's MAX_NUMNODES with CONFIG_NODES_SHIFT at most 10.
+# numa_linux.go maxNUMANodes: Linux's MAX_NUMNODES with CONFIG_NODES_SHIFT at most 10 (upstream
+# checks it for nodes a driver gives, GetNUMANodeAttribute: here the simulated inventory's).
 MAX_NUMA_NODES = 1024
 
 # pci_linux.go verifyPCIBDFFormat: lower-case hex only, as sysfs names the devices.
 _BDF = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-9a-f]")
 # attribute.go: the documented form of a pcieRoot value.
 PCIE_ROOT_FORMAT = re.compile(r"pci[0-9a-f]{4}:[0-9a-f]{2}")
+_INT = re.compile(r"[+-]?[0-9]+")
 
 
 def valid_bus_id(bus_id: str) -> bool:
@@ -60,10 +62,13 @@ def numa_node(bus_id: str, sysfs: str = "/sys") -> int | None:
         return None
     try:
         with open(os.path.join(sysfs, "bus", "pci", "devices", bus_id, "numa_node")) as f:
-            node = int(f.read().strip())
-    except (OSError, ValueError):
+            text = f.read().strip()
+    except (OSError, UnicodeDecodeError):
         return None
-    return node if 0 <= node < MAX_NUMA_NODES else None
+    if not _INT.fullmatch(text):  # what Go's strconv.Atoi takes (Python's int() also takes "1_0")
+        return None
+    node = int(text)
+    return node if node >= 0 else None
 
 
 def numa_node_attribute(node: int) -> dict[str, Any]:

@@ -69,7 +69,7 @@ def test_pcie_root_is_none_where_upstream_returns_an_error(tmp_path, bus_id, und
 
 @pytest.mark.parametrize(
     "content, expected",
-    [("4\n", 4), ("0\n", 0), ("-1\n", None), ("", None), ("x\n", None), ("1024\n", None), (None, None)],
+    [("4\n", 4), ("0\n", 0), ("+2\n", 2), ("-1\n", None), ("", None), ("x\n", None), ("1_0\n", None), (None, None)],
 )
 def test_numa_node_from_sysfs(tmp_path, content, expected):
     """-1 is "no NUMA affinity" (upstream refuses to publish it); a missing or unreadable file
