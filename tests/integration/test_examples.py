@@ -13,7 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from operators.core.api.resources import NAMESPACES, NODES, PODS, RESOURCE_CLAIMS, SERVICE_ACCOUNTS
+from operators.core.api.resources import (
+    NAMESPACES,
+    NODES,
+    PODS,
+    RESOURCE_CLAIMS,
+    RESOURCE_SLICES,
+    SERVICE_ACCOUNTS,
+)
 from operators.nodeagent.backends.simulated import SimulatedBackend
 from operators.nodeagent.plugin import opaque_config
 from operators.nodeagent.plugin.cdi import env_key
@@ -263,6 +270,23 @@ async def test_constraints(kube, applied):
         what="impossible-pair Unschedulable",
         describe=lambda: describe_namespace(kube, ns),
     )
+
+
+async def test_numa_aligned(kube, applied):
+    """kube-scheduler allocates a GPU and the NIC with one resource.kubernetes.io/numaNode, as
+    the agent published them: nic-0 is on NUMA node 1, so the GPU is an odd one, not gpu-0."""
+    ns = await applied.example("numa-aligned")
+    results = (await running_with_claims(kube, ns, ["numa-aligned"]))["numa-aligned"]
+    assert sorted(r["request"] for r in results) == ["gpu", "nic"]
+    [pool] = {r["pool"] for r in results}
+    published = {
+        d["name"]: d["attributes"]
+        for s in await kube.list(RESOURCE_SLICES, field_selector=f"spec.driver={DRIVER},spec.nodeName={pool}")
+        for d in s["spec"].get("devices") or []
+    }
+    numa = {r["request"]: published[r["device"]]["resource.kubernetes.io/numaNode"] for r in results}
+    assert numa == {"gpu": {"int": 1}, "nic": {"int": 1}}, results
+    assert {r["device"] for r in results} & {"gpu-1", "gpu-3"} and "nic-0" in {r["device"] for r in results}
 
 
 async def test_deployment_claim_per_replica(lab, kube, applied):

@@ -206,6 +206,7 @@ EXAMPLE_PODS = {
     "consumable-capacity": ["capacity-small", "capacity-large"],
     "taints-tolerations": ["tolerating"],
     "opaque-config": ["configured"],
+    "numa-aligned": ["numa-aligned"],  # the NIC prepared as any simulated device
 }
 # What else the container must print: the merged class and claim configs of opaque-config.
 EXAMPLE_PRINTS = {

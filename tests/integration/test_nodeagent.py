@@ -172,7 +172,7 @@ def golden_node(lab):
 async def test_golden_simulated_inventory(kube, golden_node, agents):
     node, driver = golden_node, "golden.lab.dra-operators.dev"
     agents(node, driver, GOLDEN / "simulated-inventory.yaml")
-    slices = await wait_pool(kube, driver, node, complete(devices=9), "published pool")
+    slices = await wait_pool(kube, driver, node, complete(devices=10), "published pool")
     node_uid = (await kube.get(NODES, node))["metadata"]["uid"]
     assert_golden("simulated-slices.yaml", normalise(slices, node, driver, node_uid))
 
@@ -182,7 +182,7 @@ async def test_golden_dgx_a100_mixed_mig(kube, node, driver):
     (input dgx-a100-mixed-mig.input.yaml): NVIDIA's device names, attributes and capacities."""
     agent = NodeAgent(
         kube,
-        NvmlBackend(driver, nvml=dgx_a100_mixed_mig()),
+        NvmlBackend(driver, nvml=dgx_a100_mixed_mig(), sysfs_root="/nonexistent-sysfs"),  # not this machine's
         node_name=node,
         driver=driver,
         sync_delay=1,

@@ -4,8 +4,9 @@ Devices and attributes follow NVIDIA's DRA driver (k8s-dra-driver-gpu cmd/gpu-ku
 ``deviceinfo.go`` GetDevice and ``nvlib.go`` getGpuInfo/getMigDevices), so CEL written for it works
 unchanged: ``gpu-<minor>`` with type, uuid, productName, brand, architecture, cudaComputeCapability,
 driverVersion, cudaDriverVersion (versions), ``resource.kubernetes.io/pciBusID`` (and ``pcieRoot``
-where sysfs shows it), capacity ``memory``; with MIG on, ``gpu-<minor>-mig-<profileId>-<start>-<size>``
-with type "mig", uuid, parentUUID, profile and the parent's attributes, capacities memory,
+and ``numaNode`` where sysfs shows them, see ``deviceattribute``), capacity ``memory``; with MIG
+on, ``gpu-<minor>-mig-<profileId>-<start>-<size>`` with type "mig", uuid, parentUUID, profile and
+the parent's attributes, capacities memory,
 multiprocessors, copyEngines, decoders, encoders, jpegEngines, ofaEngines and one
 ``memorySlice<i>`` per memory slice it spans. A GPU with MIG on is not published whole.
 
@@ -29,7 +30,7 @@ from typing import Any
 import structlog
 
 from ..health import HealthEvent
-from . import nvml_names
+from . import deviceattribute, nvml_names
 from .base import BackendError, Inventory
 from .nvml_events import EventMonitor, GpuView
 
@@ -37,7 +38,7 @@ log = structlog.stdlib.get_logger("operators.nodeagent.nvml")
 
 # Re-exported for callers of the old module layout.
 semver = nvml_names.semver
-pcie_root = nvml_names.pcie_root
+pcie_root = deviceattribute.pcie_root
 
 
 @dataclass
@@ -60,6 +61,7 @@ class NvmlBackend:
         dev_root: str = "/dev",
         proc_root: str = "/proc",
         refresh_interval: float = 30.0,
+        sysfs_root: str = "/sys",
     ):
         if nvml is None:
             import pynvml  # the real library; fails only without the package
@@ -77,6 +79,7 @@ class NvmlBackend:
             ) from e
         self.dev_root = dev_root
         self.proc_root = proc_root
+        self.sysfs_root = sysfs_root
         self.refresh_interval = refresh_interval
         self._stop = threading.Event()
         self._state = _Discovery()
@@ -130,10 +133,10 @@ class NvmlBackend:
             "cudaComputeCapability": {"version": nvml_names.semver(f"{major}.{minor_cc}")},
             "driverVersion": {"version": driver_version},
             "cudaDriverVersion": {"version": cuda_version},
-            "resource.kubernetes.io/pciBusID": {"string": bus_id},
+            # pciBusID always (as NVIDIA's driver); pcieRoot and numaNode where sysfs has them.
+            deviceattribute.PCI_BUS_ID: {"string": bus_id},
+            **deviceattribute.pci_attributes(bus_id, self.sysfs_root),
         }
-        if root := nvml_names.pcie_root(bus_id):
-            common["resource.kubernetes.io/pcieRoot"] = {"string": root}
         name = f"gpu-{minor}"
         if not self._mig_enabled(handle):
             state.info[name] = {"minor": minor, "uuid": gpu_uuid, "index": index}

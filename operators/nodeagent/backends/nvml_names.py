@@ -1,11 +1,10 @@
 """How NVIDIA's DRA driver spells what NVML reports (pure): brands, architectures, versions, MIG
-profile names, the PCIe root. Each table is NVIDIA's own, so CEL written for their driver matches.
+profile names. Each table is NVIDIA's own, so CEL written for their driver matches.
 """
 
 from __future__ import annotations
 
 import math
-import os
 import re
 from typing import Any
 
@@ -107,16 +106,3 @@ def mig_profile_name(profile_index: int, mig_memory_mb: int, device_memory_bytes
         raise ValueError(f"unknown GPU instance profile index {profile_index}")
     suffix = "+me" if profile_index in MEDIA_EXTENSIONS else ""
     return f"{slices}g.{mig_memory_gb(device_memory_bytes, mig_memory_mb)}gb{suffix}"
-
-
-def pcie_root(bus_id: str, sysfs: str = "/sys") -> str | None:
-    """The PCIe root complex of a device (``pci0000:00``) from sysfs, as Kubernetes'
-    standard attribute names it; None where sysfs does not show it (the attribute is omitted)."""
-    try:
-        path = os.path.realpath(os.path.join(sysfs, "bus", "pci", "devices", bus_id))
-    except OSError:
-        return None
-    for part in path.split(os.sep):
-        if re.fullmatch(r"pci[0-9a-f]{4}:[0-9a-f]{2}", part):
-            return part
-    return None

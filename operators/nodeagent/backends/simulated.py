@@ -13,6 +13,15 @@ Inventory format (one file for every node, optionally with per-node overrides)::
       bindingConditions: [attached]            # optional, with bindingFailureConditions
       bindingFailureConditions: [attach-failed]
       bindsToNode: true
+      numaNode: 0               # optional: resource.kubernetes.io/numaNode of every GPU of the group,
+                                # or a list with one per GPU; -1 is no NUMA affinity (no attribute).
+                                # Default: the GPU's index modulo 2 (two NUMA nodes)
+      pcieRoot: pci0000:00      # optional: resource.kubernetes.io/pcieRoot, one or a list; default
+                                # pci<numaNode as 4 hex digits>:00 (one root complex per NUMA node)
+    nics:                       # optional: groups of NIC-like devices, named nic-0, nic-1, ...
+    - model: SimNIC-200G        # productName; type is "nic"
+      count: 2
+      numaNode: [0, 1]          # and pcieRoot, attributes: as for gpus (same defaults)
     devices:                    # optional extra devices, published as written (after validation)
     - name: fpga-0
       attributes: {type: {string: fpga}}
@@ -44,6 +53,7 @@ import yaml
 from ...core.dra.quantity import format_binary, parse_quantity
 from ..health import ECC, LOST, XID, HealthEvent
 from ..plugin.cdi import env_key
+from . import deviceattribute
 from .base import BackendError, Inventory
 
 HEALTH_ANNOTATION = "nodeagent.dra-operators.dev/simulated-health"
@@ -60,7 +70,11 @@ _GROUP_KEYS = {
     "bindingFailureConditions",
     "bindsToNode",
     "attributes",
+    "numaNode",
+    "pcieRoot",
 }
+_NIC_KEYS = {"model", "count", "attributes", "numaNode", "pcieRoot"}
+NUMA_NODES = 2  # the default topology: devices alternate between NUMA nodes 0 and 1
 _LIMITS = {"count": 4096, "partitions": 64}  # GPUs per group, partitions per GPU
 
 
@@ -111,6 +125,53 @@ def _group_problems(group: dict[str, Any], where: str) -> list[str]:
     return problems
 
 
+def _per_device(group: dict[str, Any], key: str, count: int, where: str, valid, words: str) -> tuple[list, str | None]:
+    """``key`` of a group for each of its ``count`` devices (None where unset): one value for all
+    of them or a list with one per device; and the problem when it is neither."""
+    value = group.get(key)
+    values = value if isinstance(value, list) else [value] * count
+    if isinstance(value, list) and len(value) != count:
+        return [], f"{where}.{key}: {len(value)} values for {count} devices; give one value or one per device"
+    if not all(v is None or valid(v) for v in values):
+        return [], f"{where}.{key}: {value!r} is not {words}, or a list of them with one per device"
+    return values, None
+
+
+def _valid_numa(value: Any) -> bool:
+    return type(value) is int and -1 <= value < deviceattribute.MAX_NUMA_NODES
+
+
+def _valid_root(value: Any) -> bool:
+    return isinstance(value, str) and bool(deviceattribute.PCIE_ROOT_FORMAT.fullmatch(value))
+
+
+def _topologies(group: dict[str, Any], start: int, count: int, where: str) -> tuple[list[dict], list[str]]:
+    """resource.kubernetes.io/numaNode and pcieRoot of each device of a group (upstream's names
+    and types: deviceattribute/attribute.go), and the problems of the group's fields.
+
+    Unset, a device's NUMA node is its index modulo 2, and its root complex one per NUMA node;
+    -1 (sysfs' "no NUMA affinity") publishes no numaNode, as upstream's helper refuses to."""
+    nodes, problem = _per_device(
+        group, "numaNode", count, where, _valid_numa, f"a NUMA node from -1 to {deviceattribute.MAX_NUMA_NODES - 1}"
+    )
+    roots, problem2 = _per_device(group, "pcieRoot", count, where, _valid_root, "a PCIe root like pci0000:00")
+    problems = [p for p in (problem, problem2) if p]
+    if problems:
+        return [], problems
+    topologies = []
+    for offset, (node, root) in enumerate(zip(nodes, roots, strict=True)):
+        node = (start + offset) % NUMA_NODES if node is None else node
+        if root is None and node >= 0:
+            root = f"pci{node:04x}:00"
+        topology: dict[str, Any] = {}
+        if node >= 0:
+            topology[deviceattribute.NUMA_NODE] = deviceattribute.numa_node_attribute(node)
+        if root:
+            topology[deviceattribute.PCIE_ROOT] = {"string": root}
+        topologies.append(topology)
+    return topologies, []
+
+
 def _gpu_devices(group: dict[str, Any], start: int, node: str, driver: str, where: str) -> tuple[list, list, list]:
     devices, counter_sets, errors = [], [], []
     unknown = set(group) - _GROUP_KEYS
@@ -118,7 +179,8 @@ def _gpu_devices(group: dict[str, Any], start: int, node: str, driver: str, wher
         errors.append(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
     count, problem = _count(group, "count", 1, where)
     partitions, problem2 = _count(group, "partitions", 0, where)
-    problems = [p for p in (problem, problem2) if p] + _group_problems(group, where)
+    topologies, topology_problems = _topologies(group, start, count, where) if not problem else ([], [])
+    problems = [p for p in (problem, problem2) if p] + _group_problems(group, where) + topology_problems
     memory = str(group.get("memory", "16Gi"))
     if not problems and partitions and parse_quantity(memory) % partitions:
         # Counters must add up: every partition's share of the GPU's memory counter is whole bytes.
@@ -139,6 +201,7 @@ def _gpu_devices(group: dict[str, Any], start: int, node: str, driver: str, wher
         }
         if group.get("architecture"):
             attributes["architecture"] = {"string": str(group["architecture"])}
+        attributes.update(topologies[i - start])  # its partitions share it
         for key, value in (group.get("attributes") or {}).items():
             attributes[key] = value
         capacity: dict[str, Any] = {"memory": {"value": memory}}
@@ -185,20 +248,49 @@ def _gpu_devices(group: dict[str, Any], start: int, node: str, driver: str, wher
     return devices, counter_sets, errors
 
 
+def _nic_devices(group: dict[str, Any], start: int, where: str) -> tuple[list, list]:
+    """NIC-like devices ``nic-<i>``: something to align GPUs with (matchAttribute on
+    resource.kubernetes.io/numaNode or pcieRoot); they have nothing to hand over but the
+    environment variables every simulated device gets."""
+    errors = []
+    unknown = set(group) - _NIC_KEYS
+    if unknown:
+        errors.append(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
+    count, problem = _count(group, "count", 1, where)
+    topologies, problems = _topologies(group, start, count, where) if not problem else ([], [problem])
+    if group.get("attributes") is not None and not isinstance(group["attributes"], dict):
+        problems.append(f"{where}.attributes: {group['attributes']!r} is not a mapping of attribute names to values")
+    if problems:
+        return [], errors + [f"{p} (its NICs are not published)" for p in problems]
+    devices = []
+    for i in range(start, start + count):
+        attributes: dict[str, Any] = {
+            "type": {"string": "nic"},
+            "productName": {"string": str(group.get("model", "Simulated NIC"))},
+            "index": {"int": i},
+            **topologies[i - start],
+        }
+        attributes.update(group.get("attributes") or {})
+        devices.append({"name": f"nic-{i}", "attributes": attributes})
+    return devices, errors
+
+
 def build_inventory(document: Any, node: str, driver: str) -> Inventory:
     """The inventory for ``node`` from a parsed YAML document (pure). Whatever the document
     holds, the answer is an inventory: what cannot be used is an error naming where it is."""
     if not isinstance(document, dict):
-        return Inventory(errors=["inventory: the top level must be a mapping with 'gpus' and/or 'devices'"])
+        return Inventory(errors=["inventory: the top level must be a mapping with 'gpus', 'nics' and/or 'devices'"])
     nodes = document.get("nodes") or {}
     if not isinstance(nodes, dict):
         return Inventory(errors=["inventory: nodes must map node names to inventories"])
     if node in nodes:
         document = nodes[node] or {}
         if not isinstance(document, dict):
-            return Inventory(errors=[f"inventory: nodes[{node}] must be a mapping with 'gpus' and/or 'devices'"])
+            return Inventory(
+                errors=[f"inventory: nodes[{node}] must be a mapping with 'gpus', 'nics' and/or 'devices'"]
+            )
     inventory = Inventory()
-    for key in ("gpus", "devices"):
+    for key in ("gpus", "nics", "devices"):
         if not isinstance(document.get(key) or [], list):
             inventory.errors.append(f"inventory: {key} must be a list, not {type(document[key]).__name__}")
     index = 0
@@ -210,6 +302,15 @@ def build_inventory(document: Any, node: str, driver: str) -> Inventory:
         index += _count(group, "count", 1, "")[0]  # a group left out keeps the next groups' names
         inventory.devices += devices
         inventory.counter_sets += counter_sets
+        inventory.errors += errors
+    index = 0
+    for g, group in enumerate(document.get("nics") or [] if isinstance(document.get("nics") or [], list) else []):
+        if not isinstance(group, dict):
+            inventory.errors.append(f"nics[{g}]: must be a mapping")
+            continue
+        devices, errors = _nic_devices(group, index, f"nics[{g}]")
+        index += _count(group, "count", 1, "")[0]
+        inventory.devices += devices
         inventory.errors += errors
     for d, device in enumerate(
         document.get("devices") or [] if isinstance(document.get("devices") or [], list) else []

@@ -129,10 +129,16 @@ groups = objects_like(
     "bindingFailureConditions",
     "bindsToNode",
     "attributes",
-    values=json_values | st.integers(-5, 5000) | st.sampled_from(["16Gi", "1", "-1Gi", "1e3"]),
+    "numaNode",
+    "pcieRoot",
+    values=json_values
+    | st.integers(-5, 5000)
+    | st.sampled_from(["16Gi", "1", "-1Gi", "1e3", "pci0000:00"])
+    | st.lists(st.integers(-2, 1025) | st.sampled_from(["pci0001:80", "x"]), max_size=4),
 )
 inventories = objects_like(
     "gpus",
+    "nics",
     "devices",
     "nodes",
     "nvidiaContainerToolkit",

@@ -43,7 +43,9 @@ GO_NVLIB_BRANDS = {
 
 
 def backend(model, **attrs) -> NvmlBackend:
-    b = NvmlBackend(DRIVER, nvml=model)
+    # The model's GPUs are in no sysfs (so the golden files do not depend on this machine's
+    # /sys); pcieRoot and numaNode from sysfs are tested in test_deviceattribute.py.
+    b = NvmlBackend(DRIVER, nvml=model, sysfs_root="/nonexistent-sysfs")
     for key, value in attrs.items():
         setattr(b, key, value)
     return b
@@ -281,4 +283,12 @@ def test_real_nvml_discovery_contract():
     for d in devices:
         if d["attributes"]["type"]["string"] == "mig":
             assert d["attributes"]["profile"]["string"].split("+")[0].endswith("gb")
+        # numaNode as the kernel reports it, absent for -1 (no NUMA affinity).
+        bus_id = d["attributes"]["resource.kubernetes.io/pciBusID"]["string"]
+        with open(f"/sys/bus/pci/devices/{bus_id}/numa_node") as f:
+            kernel = int(f.read())
+        expected = {"int": kernel} if kernel >= 0 else None
+        assert d["attributes"].get("resource.kubernetes.io/numaNode") == expected, d["name"]
+        root = d["attributes"].get("resource.kubernetes.io/pcieRoot")  # none where upstream finds none
+        assert root is None or root["string"].startswith("pci"), d["name"]
     b.close()
