@@ -137,7 +137,8 @@ def encode_stream(document: dict[str, Any], versions: tuple[str, ...]) -> str:
 
 def decode_stream(text: str) -> list[dict[str, Any]]:
     """The documents of a stream in order (for reading a file back; ValueError when torn)."""
-    decoder, documents, at = json.JSONDecoder(), [], 0
+    decoder, at = json.JSONDecoder(), 0
+    documents: list[Any] = []
     while True:
         while at < len(text) and text[at].isspace():
             at += 1
