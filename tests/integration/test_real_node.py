@@ -1030,7 +1030,8 @@ METADATA_DIR = "/var/run/kubernetes.io/dra-device-attributes"
 
 def cat_script(paths: list[str]) -> str:
     """Print each file between markers (MISSING when it cannot be read), then hold the devices."""
-    parts = [f'echo "=== {p}"; cat {p} || echo MISSING; echo' for p in paths]
+    # cat's complaint on stdout: kubelet's log interleaves the two streams by time only.
+    parts = [f'echo "=== {p}"; cat {p} 2>&1 || echo MISSING; echo' for p in paths]
     return "; ".join(parts) + "; echo done; exec sleep 3600"
 
 
