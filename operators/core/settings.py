@@ -17,6 +17,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .dra.devicemetadata import check_versions, parse_versions
+
 TRUE, FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
 
@@ -58,6 +60,10 @@ def _log_level(value: str) -> str | None:
 def _logger_names(value: str) -> str | None:
     bad = [x.strip() for x in value.split(",") if x.strip() and (" " in x.strip() or x.strip().strip(".") != x.strip())]
     return f"{', '.join(map(repr, bad))} is not a logger name" if bad else None
+
+
+def _metadata_versions(value: str) -> str | None:
+    return check_versions(parse_versions(value))
 
 
 def _xid_list(value: str) -> str | None:
@@ -223,6 +229,14 @@ class Settings:
     nodeagent_cdi_root: str = setting(
         "/var/run/cdi", "DRA_NODEAGENT_CDI_ROOT", "nodeagent: where CDI specs of prepared claims are written"
     )
+    nodeagent_device_metadata: str = setting(
+        "v1beta1",
+        "DRA_NODEAGENT_DEVICE_METADATA",
+        "nodeagent: device metadata files for containers (KEP-5304): the metadata API versions "
+        "written, newest first, comma-separated (v1beta1 must be among them, as upstream's helper "
+        "requires; v1alpha1 too for older readers); off: none",
+        check=_metadata_versions,
+    )
     nodeagent_toolkit_cdi_dirs: str = setting(
         "/etc/cdi,/var/run/cdi",
         "DRA_NODEAGENT_TOOLKIT_CDI_DIRS",
@@ -336,6 +350,8 @@ def _wanted(f: dataclasses.Field) -> str:
             if meta.get("check") is _log_level
             else "logger names separated by commas, like h2,grpclib"
             if meta.get("check") is _logger_names
+            else "metadata versions separated by commas, like v1beta1,v1alpha1, or off"
+            if meta.get("check") is _metadata_versions
             else ""
         )
     words = "a whole number" if kind is int else "a number"

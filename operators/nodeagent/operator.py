@@ -7,6 +7,7 @@ import datetime
 import kopf
 
 from ..core.api.resources import NODES, RESOURCE_SLICES
+from ..core.dra.devicemetadata import parse_versions
 from ..core.framework.metrics import serve
 from ..core.framework.operator import ConfigurationError, OperatorSpec, register
 from ..core.framework.runtime import Runtime
@@ -94,6 +95,7 @@ async def start(runtime: Runtime, config: Settings, memo: kopf.Memo) -> None:
             toolkit_cdi_dirs=tuple(d.strip() for d in config.nodeagent_toolkit_cdi_dirs.split(",") if d.strip()),
             nvidia_runtime=config.nodeagent_nvidia_container_runtime,
             pod_uid=config.pod_uid,
+            device_metadata=parse_versions(config.nodeagent_device_metadata),
         )
         runtime.on_cleanup(plugin.stop)
         await plugin.start(runtime.supervisor)

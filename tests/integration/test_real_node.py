@@ -1021,3 +1021,120 @@ async def test_a_deleted_registration_socket_is_served_again(real_lab, rkube, ag
     await running(rkube, ns, "again")
     uid = (await rkube.get(RESOURCE_CLAIMS, "again", ns))["metadata"]["uid"]
     await delete_and_wait_unprepared(rkube, agent, ns, "again", [uid])
+
+
+# -- device metadata (KEP-5304), ported from upstream's "must mount device metadata ..." ------------
+
+METADATA_DIR = "/var/run/kubernetes.io/dra-device-attributes"
+
+
+def cat_script(paths: list[str]) -> str:
+    """Print each file between markers (MISSING when it cannot be read), then hold the devices."""
+    # cat's complaint on stdout: kubelet's log interleaves the two streams by time only.
+    parts = [f'echo "=== {p}"; cat {p} 2>&1 || echo MISSING; echo' for p in paths]
+    return "; ".join(parts) + "; echo done; exec sleep 3600"
+
+
+async def printed_files(lab: Lab, ns: str, pod: str, container: str) -> dict[str, str]:
+    async def complete():
+        text = logs(lab, ns, pod, container)
+        return text if "done" in text.split() else None
+
+    text = await wait_for(complete, timeout=60, what=f"{pod}/{container} printed its files")
+    files: dict[str, str] = {}
+    for section in text.split("=== ")[1:]:
+        path, _, content = section.partition("\n")
+        files[path] = content.rsplit("\ndone", 1)[0].strip()
+    return files
+
+
+def metadata_document(text: str) -> dict:
+    """The first document of the stream, as upstream's decoder takes the first it knows."""
+    document, _ = json.JSONDecoder().raw_decode(text)
+    return document
+
+
+async def slice_attributes(kube: Kube) -> dict[str, dict]:
+    slices = await kube.list(RESOURCE_SLICES, field_selector=f"spec.nodeName={NODE}")
+    return {d["name"]: d.get("attributes") or {} for s in slices for d in s["spec"].get("devices") or []}
+
+
+def check_metadata(document: dict, claim: dict, request: str, attributes: dict[str, dict]) -> None:
+    assert document["kind"] == "DeviceMetadata"
+    assert document["apiVersion"] == "metadata.resource.k8s.io/v1beta1"
+    meta = claim["metadata"]
+    assert document["metadata"] == {
+        "name": meta["name"],
+        "namespace": meta["namespace"],
+        "uid": meta["uid"],
+        "generation": 1,
+    }
+    [entry] = document["requests"]
+    assert entry["name"] == request
+    results = [r for r in claim["status"]["allocation"]["devices"]["results"] if r["request"] == request]
+    assert [(d["driver"], d["pool"], d["name"]) for d in entry["devices"]] == [
+        (r["driver"], r["pool"], r["device"]) for r in results
+    ]
+    for device in entry["devices"]:
+        assert device["attributes"] == attributes[device["name"]]
+
+
+async def test_device_metadata_is_mounted_per_request_and_removed_on_unprepare(real_lab, rkube, agent, ns):
+    """ "must mount device metadata for resource claims" and "... to the right containers": a
+    container that uses the whole claim reads both requests' files, one that uses req1 only
+    reads req1's and not req0's; after the Pod is gone the files are gone from the host."""
+    body = objects.resource_claim("meta", DRIVER)
+    [request] = body["spec"]["devices"]["requests"]
+    body["spec"]["devices"]["requests"] = [{**request, "name": "req0"}, {**request, "name": "req1"}]
+    await rkube.create(RESOURCE_CLAIMS, body, ns)
+    path = f"{METADATA_DIR}/resourceclaims/meta/%s/{DRIVER}-metadata.json"
+    both = [path % "req0", path % "req1"]
+    pod = busybox_pod(
+        "meta",
+        {"meta": {"resourceClaimName": "meta"}},
+        containers=[
+            container("all-requests", ["meta"], cat_script(both)),
+            {
+                **container("req1-only", [], cat_script(both)),
+                "resources": {"claims": [{"name": "meta", "request": "req1"}]},
+            },
+        ],
+    )
+    await rkube.create(PODS, pod, ns)
+    await running(rkube, ns, "meta")
+    claim = await rkube.get(RESOURCE_CLAIMS, "meta", ns)
+    uid = claim["metadata"]["uid"]
+    attributes = await slice_attributes(rkube)
+    host = agent.files.plugins / DRIVER / "dra-device-metadata" / f"{ns}_meta"
+    assert sorted(p.name for p in host.iterdir()) == ["req0", "req1"]
+
+    everything = await printed_files(real_lab, ns, "meta", "all-requests")
+    for request, file in zip(("req0", "req1"), both, strict=True):
+        check_metadata(metadata_document(everything[file]), claim, request, attributes)
+        # The container reads what the agent wrote on the host, byte for byte.
+        assert everything[file] + "\n" == (host / request / "metadata.json").read_text()
+    one = await printed_files(real_lab, ns, "meta", "req1-only")
+    check_metadata(metadata_document(one[both[1]]), claim, "req1", attributes)
+    assert one[both[0]].endswith("MISSING")  # req0's file is not in this container
+
+    await delete_and_wait_unprepared(rkube, agent, ns, "meta", [uid])
+    assert not host.exists()
+
+
+async def test_device_metadata_of_a_template_claim_is_under_the_pods_claim_name(real_lab, rkube, agent, ns):
+    """ "must mount device metadata for resource claim templates": the generated claim's file is
+    at the Pod's name for the claim, with podClaimName in it."""
+    await rkube.create(RESOURCE_CLAIM_TEMPLATES, objects.resource_claim_template("gpu", DRIVER), ns)
+    file = f"{METADATA_DIR}/resourceclaimtemplates/gpu/gpu/{DRIVER}-metadata.json"
+    await rkube.create(
+        PODS, busybox_pod("tmeta", {"gpu": {"resourceClaimTemplateName": "gpu"}}, script=cat_script([file])), ns
+    )
+    await running(rkube, ns, "tmeta")
+    claim = await pod_claim(rkube, ns, "tmeta")
+    document = metadata_document((await printed_files(real_lab, ns, "tmeta", "main"))[file])
+    assert document["podClaimName"] == "gpu"
+    check_metadata(document, claim, "gpu", await slice_attributes(rkube))
+    host = agent.files.plugins / DRIVER / "dra-device-metadata" / f"{ns}_{claim['metadata']['name']}"
+    assert (host / "gpu" / "metadata.json").exists()
+    await delete_and_wait_unprepared(rkube, agent, ns, "tmeta", [claim["metadata"]["uid"]])
+    assert not host.exists()

@@ -3,7 +3,9 @@
 One transient spec per claim, ``<cdi root>/k8s.<driver>-claim_<claimUID>.json``, kind
 ``k8s.<driver>/claim``, one device per prepared device named ``<claimUID>-<device>`` (plus
 ``-<shareID>`` for a share). The claim and each device's allocation are recorded as annotations,
-so a lost checkpoint can be rebuilt from the CDI root. ``cdiVersion`` is the lowest version the
+so a lost checkpoint can be rebuilt from the CDI root. The first device of each request also
+mounts that request's device metadata file (``metadata``), as upstream's helper adds its
+metadata CDI device to the first device of each request. ``cdiVersion`` is the lowest version the
 content needs (older runtimes reject newer versions); the annotations make that at least 0.6.0.
 """
 
@@ -19,6 +21,9 @@ from . import durable
 CLASS = "claim"
 CLAIM_ANNOTATION = "nodeagent.dra-operators.dev/claim"
 DEVICE_ANNOTATION = "nodeagent.dra-operators.dev/device"
+# What the claim annotation records: "metadata" only for a claim with device metadata files,
+# so the specs of claims prepared without them stay byte for byte as before.
+CLAIM_FIELDS = ("namespace", "name", "uid", "metadata")
 
 
 def kind(driver: str) -> str:
@@ -84,13 +89,14 @@ def merge_edits(*edits: dict[str, Any] | None) -> dict[str, Any] | None:
 def build_claim_spec(
     driver: str, claim: dict[str, str], devices: list[dict[str, Any]], common_edits: dict[str, Any] | None = None
 ) -> dict[str, Any]:
-    """``claim``: {uid, namespace, name}; ``devices``: {cdi_name, edits, record} where
+    """``claim``: {uid, namespace, name} and its device metadata record when it has one;
+    ``devices``: {cdi_name, edits, record} where
     ``record`` is the allocation kept in the device annotation."""
     spec: dict[str, Any] = {
         "cdiVersion": "",
         "kind": kind(driver),
         "annotations": {
-            CLAIM_ANNOTATION: json.dumps({k: claim[k] for k in ("namespace", "name", "uid")}, sort_keys=True)
+            CLAIM_ANNOTATION: json.dumps({k: claim[k] for k in CLAIM_FIELDS if k in claim}, sort_keys=True)
         },
         "devices": [
             {

@@ -6,7 +6,13 @@ prepares twice. A versioned JSON document, written atomically and durably (``dur
     {"kind": "Checkpoint", "apiVersion": ".../v2",
      "preparedClaims": [{"uid", "namespace", "name",
                          "devices": [{"requestNames", "pool", "device", "shareID", "adminAccess",
-                                      "cdiDeviceIDs", "config"}]}]}
+                                      "cdiDeviceIDs", "config"}],
+                         "metadata": {"versions", "podClaimName", "requests"}}]}
+
+``metadata`` (a compatible v2 addition, absent when off) is what prepare decided for the
+device metadata files (``metadata``): the versions written, the Pod's name of the claim and the
+request each top-level request was allocated as (``gpu/large`` for a subrequest), so a lost file
+and the spec's mounts are written again as they were. Older agents ignore it.
 
 v1 (UIDs only, as dra-example-driver writes) is still read and upgraded; its claims come back
 without device details, which unprepare does not need.
@@ -43,17 +49,32 @@ class PreparedDevice:
 
 
 @dataclass
+class MetadataRecord:
+    versions: list[str]
+    podClaimName: str | None = None
+    requests: dict[str, str] = field(default_factory=dict)  # top-level request -> as allocated
+
+
+@dataclass
 class PreparedClaim:
     uid: str
     namespace: str = ""
     name: str = ""
     devices: list[PreparedDevice] = field(default_factory=list)
+    metadata: MetadataRecord | None = None
+
+
+def _claim_document(c: PreparedClaim) -> dict[str, Any]:
+    document = asdict(c)
+    if c.metadata is None:
+        del document["metadata"]  # what an agent without device metadata wrote
+    return document
 
 
 def encode(claims: dict[str, PreparedClaim]) -> dict[str, Any]:
     document: dict[str, Any] = {"kind": "Checkpoint", "apiVersion": CURRENT}
     if claims:
-        document["preparedClaims"] = [asdict(c) for c in sorted(claims.values(), key=lambda c: c.uid)]
+        document["preparedClaims"] = [_claim_document(c) for c in sorted(claims.values(), key=lambda c: c.uid)]
     return document
 
 
@@ -77,6 +98,22 @@ def _device(d: Any) -> PreparedDevice:
     if device.config is not None and not isinstance(device.config, dict):
         raise TypeError("device field config is not an object")
     return device
+
+
+def metadata_record(m: Any) -> MetadataRecord | None:
+    """A claim's metadata entry, its fields of the declared types (TypeError naming the field)."""
+    if m is None:
+        return None
+    if not isinstance(m, dict):
+        raise TypeError(f"metadata is a {type(m).__name__}, not an object")
+    versions, pod_claim, requests = m.get("versions"), m.get("podClaimName"), m.get("requests") or {}
+    if not isinstance(versions, list) or not all(isinstance(v, str) for v in versions):
+        raise TypeError("metadata field versions is not a list of strings")
+    if pod_claim is not None and not isinstance(pod_claim, str):
+        raise TypeError("metadata field podClaimName is not a string")
+    if not isinstance(requests, dict) or not all(isinstance(v, str) for v in requests.values()):
+        raise TypeError("metadata field requests is not an object of strings")
+    return MetadataRecord(versions=versions, podClaimName=pod_claim, requests=requests)
 
 
 def _text(entry: dict[str, Any], key: str, default: str | None = None) -> str:
@@ -114,6 +151,7 @@ def decode(document: Any) -> dict[str, PreparedClaim]:
                 namespace=_text(entry, "namespace", ""),
                 name=_text(entry, "name", ""),
                 devices=[_device(d) for d in devices],
+                metadata=metadata_record(entry.get("metadata")),
             )
         except TypeError as e:
             raise CheckpointCorrupt(f"malformed entry preparedClaims[{i}]: {e}") from None
@@ -147,7 +185,11 @@ def rebuild_from_cdi(specs: list[dict[str, Any]]) -> dict[str, PreparedClaim]:
             claim = json.loads(spec["annotations"][CLAIM_ANNOTATION])
             devices = [_device(json.loads(d["annotations"][DEVICE_ANNOTATION])) for d in spec["devices"]]
             prepared = PreparedClaim(
-                uid=_text(claim, "uid"), namespace=_text(claim, "namespace"), name=_text(claim, "name"), devices=devices
+                uid=_text(claim, "uid"),
+                namespace=_text(claim, "namespace"),
+                name=_text(claim, "name"),
+                devices=devices,
+                metadata=metadata_record(claim.get("metadata")),
             )
         except (KeyError, TypeError, ValueError, AttributeError, RecursionError):
             continue  # not one of ours, or damaged as well: nothing to rebuild from it

@@ -19,6 +19,7 @@ class Allocation:
     share_id: str | None
     admin_access: bool
     config: dict[str, Any] | None = None  # the merged opaque configuration of its request
+    allocated_as: str = ""  # the request as allocated: "gpus/large" for a subrequest
 
 
 class PrepareError(Exception):
@@ -93,6 +94,7 @@ def plan_claim(
                 share_id=share,
                 admin_access=admin,
                 config=opaque_config.for_request(configs, result["request"]),
+                allocated_as=result["request"],
             )
         )
     return allocations

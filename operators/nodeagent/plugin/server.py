@@ -52,6 +52,7 @@ class KubeletPlugin:
         toolkit_cdi_dirs: tuple[str, ...] = ("/etc/cdi", "/var/run/cdi"),
         nvidia_runtime: bool = False,
         pod_uid: str = "",
+        device_metadata: tuple[str, ...] = (),
     ):
         self.agent = agent
         self.driver = agent.driver
@@ -64,6 +65,7 @@ class KubeletPlugin:
             cdi_root=Path(cdi_root),
             toolkit_cdi_dirs=toolkit_cdi_dirs,
             nvidia_runtime=nvidia_runtime,
+            device_metadata=device_metadata,
         )
         # Unique per instance with a Pod UID, so two instances can run during a rolling update.
         self.pod_uid = pod_uid

@@ -15,7 +15,7 @@ import asyncio
 import fcntl
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -24,8 +24,8 @@ from ...core.api.resources import RESOURCE_CLAIMS
 from ...core.logging import get_logger
 from ...core.machinery.events import WARNING, EventRecorder
 from ..backends.base import BackendError
-from . import cdi, checkpoint, device_status, durable, reconcile, toolkit
-from .checkpoint import PreparedClaim, PreparedDevice
+from . import cdi, checkpoint, device_status, durable, metadata, reconcile, toolkit
+from .checkpoint import MetadataRecord, PreparedClaim, PreparedDevice
 from .prepare import PrepareError, plan_claim
 
 if TYPE_CHECKING:
@@ -40,6 +40,7 @@ log = get_logger("operators.nodeagent.plugin")
 SPEC_CHECK = 3.0  # seconds between looks at the checkpoint and our CDI specs (a few stat calls)
 LOCK_POLL = 0.1  # seconds between attempts at the file lock while another instance holds it
 SPEC_RESTORED = "CDISpecRestored"  # Event reason on the ResourceClaim whose spec was written again
+METADATA_RESTORED = "DeviceMetadataRestored"  # ... whose device metadata file was written again
 EVENT_COMPONENT = "dra-nodeagent"
 
 # A claim as kubelet names it: {"namespace", "uid", "name"}.
@@ -144,7 +145,10 @@ class DeviceState:
         cdi_root: Path,
         toolkit_cdi_dirs: tuple[str, ...] = ("/etc/cdi", "/var/run/cdi"),
         nvidia_runtime: bool = False,
+        device_metadata: tuple[str, ...] = (),
     ):
+        """``device_metadata``: the metadata API versions a newly prepared claim's files are
+        written in, newest first (``metadata``); empty: no files."""
         self.agent = agent
         self.kube = kube
         self.driver = agent.driver
@@ -155,6 +159,7 @@ class DeviceState:
         self.lock_path = self.data_dir / "serialize.lock"
         self.toolkit_cdi_dirs = list(toolkit_cdi_dirs)
         self.nvidia_runtime = nvidia_runtime
+        self.device_metadata = tuple(device_metadata)
         self.prepared: dict[str, PreparedClaim] = {}
         self.events = EventRecorder(kube, EVENT_COMPONENT)
         self.log = log.bind(driver=self.driver, node=self.node)
@@ -217,8 +222,8 @@ class DeviceState:
             await self._reconcile_specs(start=True)
 
     def _observe(self) -> tuple:
-        """What the spec check compares: the identity (inode, size, mtime) of the checkpoint and
-        of each of our specs."""
+        """What the spec check compares: the identity (inode, size, mtime) of the checkpoint, of
+        each of our specs and of each prepared claim's metadata file, and the metadata directories."""
 
         def identity(path: Path) -> tuple[int, int, int] | None:
             try:
@@ -228,13 +233,18 @@ class DeviceState:
             return st.st_ino, st.st_size, st.st_mtime_ns
 
         specs = cdi.spec_files(self.cdi_root, self.driver)
-        return identity(self.checkpoint_path), {uid: identity(path) for uid, path in specs.items()}
+        return (
+            identity(self.checkpoint_path),
+            {uid: identity(path) for uid, path in specs.items()},
+            metadata.claim_dirs(self.data_dir),
+            {path: identity(path) for c in self.prepared.values() for path in self._metadata_paths(c)},
+        )
 
     async def check_specs(self) -> None:
         """One look, without the lock; a reconcile under the lock when anything changed since the
         last one, or a prepared claim's spec is not there."""
         seen = self._observe()
-        missing = any(c.devices and c.uid not in seen[1] for c in self.prepared.values())
+        missing = any(c.devices and c.uid not in seen[1] for c in self.prepared.values()) or None in seen[3].values()
         if seen == self._seen and not missing:
             return
         async with self._serialized():
@@ -264,6 +274,7 @@ class DeviceState:
                 )
         for uid, why in plan.write.items():
             self._restore_spec(self.prepared[uid], expected[uid], why)
+        self._reconcile_metadata()
         if start or plan:
             self._reapply_configs()
         self._seen = self._observe()
@@ -308,6 +319,51 @@ class DeviceState:
         )
         if record.namespace and record.name:
             self.events.post(_claim_reference(record), WARNING, SPEC_RESTORED, message)
+
+    def _reconcile_metadata(self) -> None:
+        """Write every prepared claim's metadata file that is missing or unreadable (a container
+        of the claim started later would fail on its mount), and remove the directories of
+        claims not prepared (left by a crash between the files and the checkpoint)."""
+        for record in self.prepared.values():
+            paths = self._metadata_paths(record)
+            if all(metadata.read_file(p) is not None for p in paths):
+                continue
+            try:
+                files = self._build_metadata(record)
+                for path, content in files.items():
+                    if metadata.read_file(path) is None:
+                        metadata.write_file(path, content)
+                        self._metadata_restored(record, path)
+            except (PrepareError, OSError) as e:  # tried again at the next check; logged once per reason
+                key = f"{record.uid}/metadata"
+                if self._rebuild_failures.get(key) != str(e):
+                    self.log.error("cannot write the device metadata of a prepared claim", uid=record.uid, error=str(e))
+                self._rebuild_failures[key] = str(e)
+        wanted = {metadata.claim_dir_name(c.namespace, c.name) for c in self.prepared.values() if c.metadata}
+        for name in sorted(metadata.claim_dirs(self.data_dir) - wanted):
+            namespace, _, claim = name.partition("_")
+            try:
+                metadata.remove_claim(self.data_dir, namespace, claim)
+            except OSError as e:
+                self.log.error("cannot remove the device metadata of a claim that is not prepared", error=str(e))
+                continue
+            self.log.warning(
+                "removed the device metadata of a claim that is not prepared", claim=f"{namespace}/{claim}"
+            )
+
+    def _metadata_restored(self, record: PreparedClaim, path: Path) -> None:
+        message = (
+            f"the device metadata file {path} of this prepared claim was missing or unreadable: written "
+            f"again from the node agent's checkpoint, so its containers can start"
+        )
+        self.log.warning(
+            "restored the device metadata of a prepared claim",
+            claim=f"{record.namespace}/{record.name}",
+            uid=record.uid,
+            file=str(path),
+        )
+        if record.namespace and record.name:
+            self.events.post(_claim_reference(record), WARNING, METADATA_RESTORED, message)
 
     def _reapply_configs(self) -> None:
         for record in self.prepared.values():
@@ -428,14 +484,27 @@ class DeviceState:
         record = PreparedClaim(
             uid=requested["uid"], namespace=requested["namespace"], name=requested["name"], devices=devices
         )
-        # The spec first: it records each device's configuration, so a crash from here until the
-        # checkpoint is saved leaves an orphan spec, undone by the next start (_reconcile_specs).
-        path = cdi.write_spec(self.cdi_root, cdi.spec_file_name(self.driver, record.uid), self._build_spec(record))
+        if self.device_metadata:
+            record.metadata = MetadataRecord(
+                versions=list(self.device_metadata),
+                podClaimName=metadata.pod_claim_name(claim or {}),
+                requests={a.request: a.allocated_as or a.request for a in allocations},
+            )
+        # The metadata files before the spec that mounts them; then the spec: it records each
+        # device's configuration, so a crash from here until the checkpoint is saved leaves an
+        # orphan spec and directory, undone by the next start (_reconcile_specs).
+        try:
+            self._write_metadata(record)
+            path = cdi.write_spec(self.cdi_root, cdi.spec_file_name(self.driver, record.uid), self._build_spec(record))
+        except BaseException:
+            self._remove_metadata(record.namespace, record.name)
+            raise
         try:
             self._apply_configs(record)
         except PrepareError:
             self._release_configs(record)
             durable.remove(path)
+            self._remove_metadata(record.namespace, record.name)
             raise
         return record
 
@@ -489,18 +558,24 @@ class DeviceState:
         return self.cdi_root / cdi.spec_file_name(self.driver, uid)
 
     def _ensure_spec(self, record: PreparedClaim) -> None:
+        if any(not p.exists() for p in self._metadata_paths(record)):
+            self._write_metadata(record)
         if record.devices and not self._spec_path(record.uid).exists():
             cdi.write_spec(self.cdi_root, cdi.spec_file_name(self.driver, record.uid), self._build_spec(record))
 
     def _build_spec(self, record: PreparedClaim) -> dict[str, Any]:
         claim = {"uid": record.uid, "namespace": record.namespace, "name": record.name}
         backend = self.agent.backend
+        recorded: dict[str, Any] = {**claim, "metadata": asdict(record.metadata)} if record.metadata else claim
+        mounts = self._metadata_mounts(record)
         try:
             devices = [
                 {
                     # Ours, not the toolkit's ID that comes first.
                     "cdi_name": cdi.device_name(record.uid, d.device, d.shareID),
-                    "edits": backend.container_edits(d.device, claim, d.shareID, d.adminAccess, d.config),
+                    "edits": cdi.merge_edits(
+                        backend.container_edits(d.device, claim, d.shareID, d.adminAccess, d.config), mounts.get(i)
+                    ),
                     "record": {
                         "pool": d.pool,
                         "device": d.device,
@@ -511,7 +586,7 @@ class DeviceState:
                         "config": d.config,
                     },
                 }
-                for d in record.devices
+                for i, d in enumerate(record.devices)
             ]
         except KeyError as e:
             raise PrepareError(f"device {e} is not known to the {backend.name} backend") from e
@@ -519,10 +594,75 @@ class DeviceState:
             raise PrepareError(f"the {backend.name} backend cannot prepare: {e}") from e
         return cdi.build_claim_spec(
             self.driver,
-            claim,
+            recorded,
             devices,
             cdi.merge_edits(backend.common_edits(), self._claim_edits([d.device for d in record.devices])),
         )
+
+    # -- device metadata files ----------------------------------------------------------------
+
+    def _metadata_paths(self, record: PreparedClaim) -> list[Path]:
+        """The host files a prepared claim's spec mounts (none without a metadata record)."""
+        if not record.metadata:
+            return []
+        requests = dict.fromkeys(r for d in record.devices for r in d.requestNames)
+        return [metadata.host_path(self.data_dir, record.namespace, record.name, r) for r in requests]
+
+    def _metadata_mounts(self, record: PreparedClaim) -> dict[int, dict[str, Any]]:
+        """containerEdits by device index: each request's file on its first device, as upstream's
+        helper adds its metadata CDI device to the first device of each request (draplugin.go,
+        NodePrepareResources), so only containers that use the request see it."""
+        if not record.metadata:
+            return {}
+        edits: dict[int, dict[str, Any]] = {}
+        seen: set[str] = set()
+        for i, d in enumerate(record.devices):
+            for request in d.requestNames:
+                if request in seen:
+                    continue
+                seen.add(request)
+                host = metadata.host_path(self.data_dir, record.namespace, record.name, request)
+                inside = metadata.container_path(self.driver, record.name, request, record.metadata.podClaimName)
+                edits.setdefault(i, {"mounts": []})["mounts"].append(metadata.mount(host, inside))
+        return edits
+
+    def _build_metadata(self, record: PreparedClaim) -> dict[Path, str]:
+        """Each request's file content: its devices with the attributes the agent publishes."""
+        if not record.metadata:
+            return {}
+        published = {d["name"]: d for d in self.agent.published_devices()}
+        by_request: dict[str, list[dict[str, Any]]] = {}
+        for d in record.devices:
+            if d.device not in published:
+                raise PrepareError(f"device {d.device} is not published by the {self.agent.backend.name} backend")
+            entry = {"pool": d.pool, "name": d.device, "attributes": published[d.device].get("attributes")}
+            for request in d.requestNames:
+                by_request.setdefault(request, []).append(entry)
+        claim = {"namespace": record.namespace, "name": record.name, "uid": record.uid}
+        return {
+            metadata.host_path(self.data_dir, record.namespace, record.name, request): metadata.encode_stream(
+                metadata.build_device_metadata(
+                    self.driver,
+                    claim,
+                    record.metadata.requests.get(request, request),
+                    devices,
+                    pod_claim=record.metadata.podClaimName,
+                ),
+                tuple(record.metadata.versions),
+            )
+            for request, devices in by_request.items()
+        }
+
+    def _write_metadata(self, record: PreparedClaim) -> None:
+        for path, content in self._build_metadata(record).items():
+            metadata.write_file(path, content)
+
+    def _remove_metadata(self, namespace: str, name: str) -> None:
+        """A claim's directory, unless a prepared claim of the same name still uses it (one that
+        replaced it: the directory is named by namespace and name, as upstream names it)."""
+        if any(c.metadata and (c.namespace, c.name) == (namespace, name) for c in self.prepared.values()):
+            return
+        metadata.remove_claim(self.data_dir, namespace, name)
 
     def _claim_edits(self, devices: list[str]) -> dict[str, Any] | None:
         """What the backend sets once per claim (NVIDIA_VISIBLE_DEVICES with all its devices)."""
@@ -554,6 +694,11 @@ class DeviceState:
         except OSError as e:
             self.agent.metrics.unprepare.labels(self.driver, "error").inc()
             return f"removing the CDI spec of claim {uid}: {e}"
+        try:
+            self._remove_metadata(requested["namespace"], requested["name"])
+        except OSError as e:  # as upstream's helper: the claim's unprepare fails, kubelet retries
+            self.agent.metrics.unprepare.labels(self.driver, "error").inc()
+            return f"removing the device metadata of claim {uid}: {e}"
         self.agent.metrics.unprepare.labels(self.driver, "success").inc()
         self.log.info("unprepared claim", claim=f"{requested['namespace']}/{requested['name']}", uid=uid)
         return ""
