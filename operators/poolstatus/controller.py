@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 import structlog
 
-from ..core.api.kube import ApiError, ConnectionLost, Kube
+from ..core.api.kube import ApiError, ConnectionLost, Kube, NotLeader
 from ..core.api.resources import RESOURCE_POOL_STATUS_REQUESTS, Resource
 from ..core.dra.metatime import format_time, utcnow
 from ..core.machinery.store import Store, uid_of
@@ -141,6 +141,8 @@ class PoolStatusController:
             name = request["metadata"]["name"]
             try:
                 await self.kube.delete(self.resource, name, uid=uid_of(request))
+            except NotLeader:
+                break  # the Lease may have passed on mid-round: the new leader cleans up
             except (ApiError, ConnectionLost) as e:
                 if not (isinstance(e, ApiError) and e.not_found):
                     log.error("failed to delete expired ResourcePoolStatusRequest", request=name, error=str(e))
