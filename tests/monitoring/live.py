@@ -303,11 +303,20 @@ class Scenario:
     def alert_exprs(self) -> dict[str, str]:
         return {r["alert"]: str(r["expr"]) for g in self.groups["groups"] for r in g.get("rules") or [] if "alert" in r}
 
-    async def wait_alerts(self, matches: Any, timeout: float) -> list[dict[str, Any]]:
-        """The firing alerts ``matches(alert, rule expression)`` picks, once there is one."""
+    async def wait_alerts(
+        self, matches: Any, timeout: float, before: list[dict[str, Any]] | None = None
+    ) -> list[dict[str, Any]]:
+        """The firing alerts ``matches(alert, rule expression)`` picks, once there is one; none of
+        those firing ``before`` (the same name and labels) counts."""
         exprs = self.alert_exprs()
+        old = {json.dumps(a["labels"], sort_keys=True) for a in before or []}
 
         async def found() -> list[dict[str, Any]]:
-            return [a for a in self.firing() if matches(a, exprs.get(a["labels"].get("alertname"), ""))]
+            return [
+                a
+                for a in self.firing()
+                if json.dumps(a["labels"], sort_keys=True) not in old
+                and matches(a, exprs.get(a["labels"].get("alertname"), ""))
+            ]
 
         return await wait_for(found, timeout=timeout, interval=SCRAPE_INTERVAL, what="alert firing")

@@ -47,6 +47,7 @@ async def results(sources: Sources, binaries: Path, tmp_path_factory: pytest.Tem
                 out.timings["expressions evaluated"] = time.monotonic() - started
                 stopped = scenario.agents[STOPPED_NODE]
                 pod, address = f"dra-nodeagent-{STOPPED_NODE}", f"127.0.0.1:{stopped.metrics_port}"
+                before = scenario.firing()
                 stopped.stop()
                 try:
                     out.agent_down_alerts = await scenario.wait_alerts(
@@ -56,6 +57,7 @@ async def results(sources: Sources, binaries: Path, tmp_path_factory: pytest.Tem
                             or "nodeagent" in expr
                         ),
                         ALERT_TIMEOUT,
+                        before,
                     )
                 except AssertionError as e:
                     out.agent_down_error = str(e).splitlines()[0]
