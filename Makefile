@@ -147,7 +147,8 @@ e2e: venv lab-build lab-build-node
 # test (docs/development/monitoring-check.md). The report: build/monitoring-check.md.
 monitoring-check: venv lab-build
 	lab/build.sh --monitoring $(LAB_BIN)
-	rm -f build/monitoring-check.md; DRA_MONITORING_CHECK=1 $(PY) -m pytest tests/monitoring -n 0 --durations=10 $(PYTEST_ARGS); \
+	rm -f build/monitoring-check.md; DRA_MONITORING_CHECK=1 $(PY) -m pytest tests/monitoring -n 0 --durations=10 \
+	  --basetemp=build/monitoring-tmp $(PYTEST_ARGS); \
 	  code=$$?; [ ! -f build/monitoring-check.md ] || cat build/monitoring-check.md; exit $$code
 
 # A lab without real nodes needs only the control plane: no root, no apt-get. As root the demo

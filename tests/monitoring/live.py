@@ -22,10 +22,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from operators.core.api.kube import Kube
+from operators.core.api.kube import MERGE_PATCH, Kube
 from operators.core.api.resources import (
     DEVICE_TAINT_RULES,
     NAMESPACES,
+    NODES,
     PODS,
     RESOURCE_CLAIM_TEMPLATES,
     RESOURCE_CLAIMS,
@@ -47,7 +48,7 @@ DRIVER = "gpu.sim.dra-operators.dev"
 FABRIC_DRIVER = "fabric-gpu.example.com"
 INVENTORY = ROOT / "kustomize" / "overlays" / "simulated-devices" / "inventory.yaml"
 PODS_PER_NODE = 3
-NODES = ("lab-node-0", "lab-node-1")
+LAB_NODES = ("lab-node-0", "lab-node-1")
 STOPPED_NODE = "lab-node-1"
 
 
@@ -136,14 +137,14 @@ class Scenario:
         }
         for name, env in (("claims", {}), ("taints", {}), ("binding", binding_env), ("poolstatus", {})):
             self.operators[name] = OperatorProcess([name], self.lab.kubeconfig, self.logs, env)
-        for node in NODES:
+        for node in LAB_NODES:
             env = {
                 "NODE_NAME": node,
                 "DRA_NODEAGENT_BACKEND": "simulated",
                 "DRA_NODEAGENT_INVENTORY": str(INVENTORY),
                 "DRA_NODEAGENT_SYNC_DELAY": "1",
             }
-            if node == NODES[0]:
+            if node == LAB_NODES[0]:
                 env |= {
                     "DRA_NODEAGENT_REGISTRY_DIR": str(self.plugin_root / "registry"),
                     "DRA_NODEAGENT_PLUGINS_DIR": str(self.plugin_root / "plugins"),
@@ -199,7 +200,7 @@ class Scenario:
             lambda: self.kube.get_or_none(SERVICE_ACCOUNTS, "default", NAMESPACE), timeout=30, what="ServiceAccount"
         )
         await self.kube.create(RESOURCE_CLAIM_TEMPLATES, objects.resource_claim_template("one-gpu", DRIVER), NAMESPACE)
-        for node in NODES:
+        for node in LAB_NODES:
             for i in range(PODS_PER_NODE):
                 pod = objects.pod(f"{node}-{i}", {"gpu": {"resourceClaimTemplateName": "one-gpu"}})
                 pod["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}
@@ -207,12 +208,12 @@ class Scenario:
         await wait_for(self._all_running, timeout=120, what="every Pod Running with its claim allocated")
         # Prepared and unprepared by a fake kubelet on lab-node-0 (kwok Nodes have none).
         await self.kubelet.register()
-        claims = await self._claims_on(NODES[0])
+        claims = await self._claims_on(LAB_NODES[0])
         response = await self.kubelet.prepare(claims)
         assert all(not r.error for r in response.claims.values()), response
         await self.kubelet.unprepare(claims[:1])
         # An eviction: NoExecute on the device of lab-node-1's first Pod.
-        [allocated] = (await self._claims_on(NODES[1], full=True))[:1]
+        [allocated] = (await self._claims_on(LAB_NODES[1], full=True))[:1]
         result = allocated["status"]["allocation"]["devices"]["results"][0]
         await self.kube.create(
             DEVICE_TAINT_RULES,
@@ -227,7 +228,7 @@ class Scenario:
             },
         )
         # A Pod deleted: the claims operator deletes its claim.
-        await self.kube.delete(PODS, f"{NODES[0]}-{PODS_PER_NODE - 1}", NAMESPACE)
+        await self.kube.delete(PODS, f"{LAB_NODES[0]}-{PODS_PER_NODE - 1}", NAMESPACE)
         await self.kube.create(
             RESOURCE_POOL_STATUS_REQUESTS,
             {
@@ -237,7 +238,17 @@ class Scenario:
                 "spec": {"driver": DRIVER},
             },
         )
-        # A fabric device whose preparation fails (binding operator, simulated preparer).
+        # A fabric device whose preparation fails (binding operator, simulated preparer). The
+        # example's slice skips node operations (alpha DRAOptionalNodeOperations): kube-scheduler
+        # allocates such devices only on Nodes that declare the feature, as a 1.37 kubelet with the
+        # gate does (allocator_experimental.go, allocateDevice); kwok's Nodes declare nothing.
+        for node in LAB_NODES:
+            await self.kube.request(
+                "PATCH",
+                NODES.path(name=node, subresource="status"),
+                content_type=MERGE_PATCH,
+                body={"status": {"declaredFeatures": ["DRAOptionalNodeOperations"]}},
+            )
         self.kubectl("apply", "-n", NAMESPACE, "-f", str(ROOT / "config" / "examples" / "binding-conditions"))
 
     async def _all_running(self) -> bool:
@@ -245,7 +256,7 @@ class Scenario:
         claims = await self.kube.list(RESOURCE_CLAIMS, NAMESPACE)
         allocated = [c for c in claims if (c.get("status") or {}).get("allocation")]
         return (
-            len(pods) == len(NODES) * PODS_PER_NODE
+            len(pods) == len(LAB_NODES) * PODS_PER_NODE
             and all(p["status"].get("phase") == "Running" for p in pods)
             and len(allocated) == len(pods)
         )
