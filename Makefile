@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 LAB_BIN := .cache/lab/bin
 PYTEST_ARGS ?=
 
-.PHONY: help venv lock lint docs reference lab-modules lab-build lab-build-node image test-prerequisites test unit integration run soak bench e2e lab-up lab-down protos clean
+.PHONY: help venv lock lint docs reference lab-modules lab-build lab-build-node image test-prerequisites test unit integration run soak bench e2e lab-up lab-down protos clean monitoring-check
 
 help:
 	@echo "make run           a lab (no root needed), operators, node agents, examples, live table; uses \$$KUBECONFIG if set"
@@ -18,6 +18,7 @@ help:
 	@echo "make lock          regenerate requirements.lock and requirements-dev.lock from pyproject.toml"
 	@echo "make soak          one-hour churn soak of claims, taints, binding and node agents (SOAK_SECONDS, SOAK_WARMUP); bench/RESULTS.md"
 	@echo "make bench         ours vs upstream's controllers on one lab (BENCH_SIZES, BENCH_NOISE, ...); bench/RESULTS.md"
+	@echo "make monitoring-check  alert rules and dashboards: promtool, then a real Prometheus on a live lab (docs/development/monitoring-check.md)"
 	@echo "make e2e           upstream's DRA e2e suite with ours and with upstream's controllers (root; E2E_ARGS); docs/e2e.md"
 	@echo "make lab-build     build etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kubectl, kwok, toxiproxy"
 	@echo "make lab-build-node  build what real nodes need: kubelet, containerd, runc, CNI plugins, busybox"
@@ -139,6 +140,16 @@ test: lint docs test-prerequisites
 e2e: venv lab-build lab-build-node
 	lab/build.sh --e2e $(LAB_BIN)
 	$(PY) -m operators.lab.e2e $(E2E_ARGS)
+
+# The alert rules and dashboards of kustomize/components/monitoring: promtool's checks and unit
+# tests, then a real Prometheus (lab/build.sh --monitoring) scraping a lab's operators during a
+# workload, every expression evaluated and the expected alerts fired. A few minutes; not part of
+# test (docs/development/monitoring-check.md). The report: build/monitoring-check.md.
+monitoring-check: venv lab-build
+	lab/build.sh --monitoring $(LAB_BIN)
+	rm -f build/monitoring-check.md; DRA_MONITORING_CHECK=1 $(PY) -m pytest tests/monitoring -n 0 --durations=10 \
+	  --basetemp=build/monitoring-tmp $(PYTEST_ARGS); \
+	  code=$$?; [ ! -f build/monitoring-check.md ] || cat build/monitoring-check.md; exit $$code
 
 # A lab without real nodes needs only the control plane: no root, no apt-get. As root the demo
 # also starts a real kubelet node, so the real-node binaries are built then.

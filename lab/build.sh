@@ -13,8 +13,9 @@
 # Pods and upstream's sample device plugin (the images of both: operators/lab/images.py).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-node=false e2e=false
+node=false e2e=false monitoring=false
 if [[ ${1:-} == --node ]]; then node=true; shift; fi
+if [[ ${1:-} == --monitoring ]]; then monitoring=true; shift; fi
 if [[ ${1:-} == --e2e ]]; then e2e=true; shift; fi
 out=${1:-$here/../.cache/lab/bin}
 mkdir -p "$out"
@@ -75,6 +76,20 @@ if $e2e; then
   build e2e ginkgo github.com/onsi/ginkgo/v2/ginkgo
   build e2e sampledeviceplugin k8s.io/kubernetes/test/images/sample-device-plugin "" "" 0
   echo "lab-build: e2e binaries in $out ($((SECONDS - total))s)"
+  exit 0
+fi
+
+if $monitoring; then
+  total=$SECONDS
+  # Module v0.<major*100+minor>.<patch> is Prometheus <major>.<minor>.<patch> (v0.316.0: 3.16.0),
+  # the version both binaries report.
+  minor=${PROMETHEUS_VERSION#v0.}; patch=${minor#*.}; minor=${minor%%.*}
+  prom_flags="-X github.com/prometheus/common/version.Version=$((minor / 100)).$((minor % 100)).$patch"
+  prom_flags+=" -X github.com/prometheus/common/version.Branch=HEAD"
+  for cmd in prometheus promtool; do
+    build prometheus "$cmd" "github.com/prometheus/prometheus/cmd/$cmd" "$prom_flags" remove_all_sd 0
+  done
+  echo "lab-build: monitoring binaries in $out ($((SECONDS - total))s)"
   exit 0
 fi
 
