@@ -102,7 +102,7 @@ def test_list_type_attributes_on_a_candidate_pool():
 
 
 def test_node_allocatable_resources_on_a_candidate_pool():
-    gpu = device("gpu-0", nodeAllocatableResources={"memory": {"overhead": {"quantity": "1Gi"}}})
+    gpu = device("gpu-0", nodeAllocatableResources={"memory": {"overhead": {"perPod": "1Gi"}}})
     r = report(world([node_slice("n1", [gpu, device("gpu-1")])], [claim()]))
     assert r["verdict"]["allocatable"] is None
     assert features(r) == [
@@ -141,7 +141,7 @@ def test_a_list_type_attribute_named_by_a_selector_counts_even_out_of_reach():
 
 
 def test_a_selector_error_keeps_the_pool_in_reach():
-    gpu = device("gpu-0", nodeAllocatableResources={"memory": {"overhead": {"quantity": "1Gi"}}})
+    gpu = device("gpu-0", nodeAllocatableResources={"memory": {"overhead": {"perPod": "1Gi"}}})
     classes = [device_class(extra=f'device.attributes["{D}"].missing == "x"')]
     r = report(world([node_slice("n1", [gpu])], [claim()], classes=classes))
     assert r["verdict"]["allocatable"] is None
