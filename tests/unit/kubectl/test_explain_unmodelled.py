@@ -179,3 +179,12 @@ def test_cel_leaves_list_type_attributes_out():
     gpu["attributes"]["models"] = {"strings": ["a"]}
     assert cel.matches(f'device.attributes["{D}"].model == "a"', D, gpu)
     assert not cel.matches(f'"models" in device.attributes["{D}"]', D, gpu)
+
+
+def test_kubectl_outcome_unknown_is_neither_yes_nor_no():
+    from operators.kubectl import _outcome
+
+    c = claim(derivedAttributes=DERIVED, constraints=MATCH_DERIVED)
+    assert _outcome(report(world([node_slice("n1", [device("gpu-0")])], [c]))) is None
+    assert _outcome(explain_claim(world([node_slice("n1", [device("gpu-0")])], [c]), c)) is None
+    assert _outcome(report(world([node_slice("n1", [device("gpu-0")])], [claim()]))) is True
