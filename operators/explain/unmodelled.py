@@ -5,18 +5,19 @@ kube-scheduler 1.37 with their gates on (the experimental allocator,
 k8s.io/dynamic-resource-allocation/structured/internal/experimental at v0.37.1) handles:
 
 - derived attributes (DRADerivedAttributes): ``derivedAttributes`` of a request or subrequest,
-  CEL-computed values that constraints compare (allocator_experimental.go, ``deriveAttributes``
-  callers and ``requestAccessor.derivedAttributes``);
+  CEL-computed values that constraints compare (allocator_experimental.go, ``validateDeviceRequest``
+  and ``exactDeviceRequestAccessor.derivedAttributes``);
 - compatibility groups (DRADeviceCompatibilityGroups): ``consumesCounters[].compatibilityGroups``
   of a device; devices on one counter set are co-allocated only if their groups intersect,
   counting the pool's allocated devices (``checkAndConsumeCompatibilityGroups``);
 - list-type attributes (DRAListTypeAttributes): ``ints``/``bools``/``strings``/``versions``
   attribute values, which CEL (``includes``) and ``matchAttribute``/``distinctAttribute`` treat
-  as sets (constraint.go);
+  as sets (k8s.io/dynamic-resource-allocation/cel/compile.go; constraint.go,
+  ``matchesAttribute``);
 - node-allocatable resources (DRANodeAllocatableResources): a device's
   ``nodeAllocatableResources``, which the scheduler counts against the Node's cpu, memory, ...
   (k8s.io/kubernetes/pkg/scheduler/framework/plugins/dynamicresources/
-  nodeallocatabledynamicresources.go).
+  nodeallocatabledynamicresources.go, ``calculateAndCheckNodeAllocatableResources``).
 
 A claim-side feature counts wherever it is written. A device-side one counts when the device is
 in a pool that has a candidate for one of the claim's requests (a device the class and request
