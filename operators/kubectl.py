@@ -160,15 +160,21 @@ def explain(
             for r in reports
         ]
         click.echo("\n\n".join(texts) if texts else "No Pending Pod with ResourceClaims.")
-    if any(not _fine(r) for r in reports):
+    outcomes = [_outcome(r) for r in reports]
+    if False in outcomes:
         sys.exit(1)
+    if None in outcomes:
+        sys.exit(2)  # a feature explain does not model decides: neither yes nor no
 
 
-def _fine(report: dict) -> bool:
+def _outcome(report: dict) -> bool | None:
+    """True: allocatable (or not pending); False: not; None: unknown (not modelled)."""
     if "pod" in report:
-        return bool(report["verdict"]["allocatable"])
+        return report["verdict"]["allocatable"]
     story = report["claim"]
-    return story["state"] != "pending" or bool((story.get("verdict") or {}).get("allocatable"))
+    if story["state"] != "pending":
+        return True
+    return (story.get("verdict") or {"allocatable": False})["allocatable"]
 
 
 # -- devices -----------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from ..core.dra.devicefit import FITS, ORDER, Fit, device_fit
 from ..core.dra.nodeselection import node_selector_matches, pod_node_problem
 from ..core.dra.pools import AllocatedState, Pool, all_pools, available_counters
 from ..core.dra.resourceclaim import is_allocated
+from . import unmodelled
 
 Obj = dict[str, Any]
 CLOSEST = 3
@@ -47,16 +48,18 @@ class NodeOutcome:
 
 @dataclass
 class Verdict:
-    allocatable: bool
+    allocatable: bool | None  # None: a feature explain does not model decides (not_modelled)
     summary: str
     nodes: list[NodeOutcome] = field(default_factory=list)
     error: str = ""
+    not_modelled: list[unmodelled.NotModelled] = field(default_factory=list)
 
     def to_json(self) -> Obj:
         return {
             "allocatable": self.allocatable,
             "summary": self.summary,
             "error": self.error or None,
+            "notModelled": [f.to_json() for f in self.not_modelled] or None,
             "nodes": [
                 {
                     "node": o.node,
@@ -94,6 +97,9 @@ def verdict(
                     )
     usable, rejected = usable_nodes(pod, nodes)
     outcomes = [NodeOutcome(name, False, why, filtered=True) for name, why in rejected.items()]
+    if usable and (found := unmodelled.features(to_allocate, classes, slices)):
+        # No yes/no from a model that leaves out what decides: the scheduler's answer may differ.
+        return Verdict(None, unmodelled.summary(found), outcomes, not_modelled=found)
     errors = []
     for node in usable:
         name = node["metadata"]["name"]

@@ -77,7 +77,10 @@ def _story(story: Obj, indent: str, wide: bool) -> list[str]:
 
 
 def _verdict(verdict: Obj, wide: bool) -> list[str]:
-    lines = [f"Verdict: {'allocatable' if verdict['allocatable'] else 'NOT allocatable'}: {verdict['summary']}"]
+    word = {True: "allocatable", False: "NOT allocatable", None: "UNKNOWN"}[verdict["allocatable"]]
+    lines = [f"Verdict: {word}: {verdict['summary']}"]
+    for f in verdict.get("notModelled") or []:
+        lines.append(f"  not modelled: {f['feature']} (feature gate {f['featureGate']}): {f['field']}")
     for node in verdict.get("nodes") or []:
         if node.get("error"):
             text = f"ERROR {node['error']}"

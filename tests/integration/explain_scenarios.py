@@ -558,3 +558,47 @@ class Generator:
             self._hold(s, i)
         self._pod(s)
         return s
+
+    # -- 1.37 allocator features explain does not model -----------------------------------------
+
+    UNMODELLED = ("derived attributes", "compatibility groups", "list-type attributes", "node-allocatable resources")
+
+    def unmodelled(self, feature: str) -> Scenario:
+        """One Pod with one claim for one device, on slices or a claim that use ``feature``."""
+        token, driver, namespace = self._names()
+        s = Scenario(token, feature, driver, namespace)
+        s.nodes = self._nodes(token, taint=False)
+        if feature == "compatibility groups":
+            self._partitions(s)
+            for body in s.slices:
+                for i, device in enumerate(body["spec"].get("devices") or []):
+                    # the whole GPU and its first partition share no group with the second
+                    device["consumesCounters"][0]["compatibilityGroups"] = ["g0" if i < 2 else "g1"]
+        else:
+            self._node_local(s)
+        for body in s.slices:
+            for device in body["spec"].get("devices") or []:
+                device.pop("taints", None)
+                if feature == "list-type attributes":
+                    device["attributes"]["models"] = {"strings": ["a", "b"]}
+                if feature == "node-allocatable resources":
+                    device["nodeAllocatableResources"] = {"memory": {"overhead": {"perPod": "1Mi"}}}
+        s.classes.append(self._class(f"any-{token}", driver))
+        exactly: Obj = {"deviceClassName": f"any-{token}", "allocationMode": "ExactCount", "count": 1}
+        devices: Obj = {"requests": [{"name": "gpu", "exactly": exactly}]}
+        if feature == "derived attributes":
+            exactly["derivedAttributes"] = [
+                {"name": "derived/numa", "expression": f'device.attributes["{driver}"].numa'}
+            ]
+            devices["constraints"] = [{"matchAttribute": "derived/numa"}]
+        s.claims = [
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceClaim",
+                "metadata": {"name": "c0", "namespace": namespace},
+                "spec": {"devices": devices},
+            }
+        ]
+        self._pod(s)
+        s.pod["spec"].pop("affinity", None)
+        return s

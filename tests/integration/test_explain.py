@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from operators.core.api.kube import JSON_PATCH, ApiError, Kube
+from operators.core.api.kube import JSON_PATCH, MERGE_PATCH, ApiError, Kube
 from operators.core.api.resources import (
     DEVICE_CLASSES,
     NAMESPACES,
@@ -29,7 +29,7 @@ from operators.core.api.resources import (
     RESOURCE_SLICES,
     SERVICE_ACCOUNTS,
 )
-from operators.explain import fetch
+from operators.explain import fetch, unmodelled
 from operators.explain.render import render_pod
 from operators.explain.story import explain_pod
 
@@ -210,6 +210,80 @@ async def test_explain_verdicts_agree_with_kube_scheduler(lab, kube, controllers
         print("shapes:", ", ".join(shapes))
         assert not disagreements, "\n\n".join(disagreements)
         assert 0 < allocatable < len(scenarios), "the generator must give both outcomes"
+    finally:
+        await _gather_limited(delete_scenario(kube, s) for s in scenarios)
+
+
+async def test_explain_names_the_allocator_features_it_does_not_model(lab, kube, controllers):
+    """Derived attributes, compatibility groups, list-type attributes, node-allocatable resources:
+    the API server (every DRA gate on) keeps each field, and explain's verdict is unknown, naming
+    the feature and where it is used, whatever kube-scheduler then decides."""
+    controllers.use("none")
+    run = f"u{os.getpid() % 1000:03d}{int(time.time()) % 1000:03d}"[:7]
+    generator = Generator(SEED, run)
+    scenarios = [generator.unmodelled(feature) for feature in Generator.UNMODELLED]
+    try:
+        for s in scenarios:
+            slices, s.slices = s.slices, []
+            await create_scenario(kube, s)
+            s.slices = slices
+            if s.shape == "node-allocatable resources":
+                # The API server takes such slices only for Nodes that declare the feature
+                # (admission plugin nodedeclaredfeatures); kwok's Nodes declare nothing.
+                for node in s.nodes:
+                    await kube.request(
+                        "PATCH",
+                        NODES.path(name=node["metadata"]["name"], subresource="status"),
+                        content_type=MERGE_PATCH,
+                        body={"status": {"declaredFeatures": ["DRANodeAllocatableResources"]}},
+                    )
+            for body in s.slices:
+                await kube.create(RESOURCE_SLICES, body)
+
+        async def nodes_ready() -> bool:
+            nodes = [
+                n
+                for n in await kube.list(NODES, label_selector=LABEL)
+                if n["metadata"]["labels"][LABEL].startswith(run)
+            ]
+            return len(nodes) == 2 * len(scenarios) and all(node_ready(n) for n in nodes)
+
+        await wait_for(nodes_ready, timeout=90, interval=0.5, what="the scenarios' kwok Nodes Ready and untainted")
+        world = await fetch.world(kube, None)
+        for s in scenarios:  # the API server kept the field: its gate is on
+            kept = [c for c in world.claims if c["metadata"]["namespace"] == s.namespace] + [
+                b for b in world.slices if b["spec"]["driver"] == s.driver
+            ]
+            assert unmodelled.features(kept[:1], world.class_map, kept[1:]), s.describe()
+        decided: dict[str, bool] = {}
+        for s in scenarios:
+            report = explain_pod(world, world.find("pods", s.namespace, "pod"))
+            verdict = report["verdict"]
+            assert verdict["allocatable"] is None, f"{s.shape}: {verdict['summary']}"
+            assert verdict["summary"].startswith(f"not modelled: {s.shape} ("), verdict["summary"]
+            assert {f["feature"] for f in verdict["notModelled"]} == {s.shape}
+            assert "Verdict: UNKNOWN: not modelled: " + s.shape in render_pod(report)
+        await _gather_limited(
+            kube.patch(
+                PODS, "pod", [{"op": "remove", "path": "/spec/schedulingGates"}], s.namespace, content_type=JSON_PATCH
+            )
+            for s in scenarios
+        )
+
+        async def all_decided() -> bool:
+            for s in scenarios:
+                if s.namespace not in decided:
+                    pod = await kube.get(PODS, "pod", s.namespace)
+                    claims = await kube.list(RESOURCE_CLAIMS, s.namespace)
+                    if (result := outcome(pod, claims)) is not None:
+                        decided[s.namespace] = result
+            return len(decided) == len(scenarios)
+
+        await wait_for(all_decided, timeout=120, interval=0.5, what="kube-scheduler's decision on every Pod")
+        print(
+            "\nnot modelled, kube-scheduler: "
+            + ", ".join(f"{s.shape}: {'placed' if decided[s.namespace] else 'not placed'}" for s in scenarios)
+        )
     finally:
         await _gather_limited(delete_scenario(kube, s) for s in scenarios)
 

@@ -8,7 +8,8 @@ at v0.37.1 (the allocator kube-scheduler 1.37 picks with every DRA feature on: `
 The order is upstream's (pools by driver and name, binding-condition pools last; slices by name;
 devices in slice order; requests and subrequests in claim order), so a CEL selector that fails
 at runtime fails here exactly when the scheduler reaches it, and the search backtracks the same
-way. Not covered: derived attributes, compatibility groups, list-type attributes, optional node
+way. Not covered: derived attributes, compatibility groups, list-type attributes, node-allocatable
+resources (operators.explain.unmodelled finds where they reach a claim), optional node
 operations (``skipNodeOperations`` devices are never usable on a Node that does not declare the
 feature, as on kwok Nodes), the filter timeout.
 """

@@ -9,7 +9,9 @@ cel-expr-python cannot carry Python objects as CEL values, so quantities and ver
 tagged maps (``{"__k8s_quantity__": "<exact fraction>"}``, ``{"__k8s_semver__": "1.2.3"}``) that
 the Kubernetes library functions (quantity, semver, compareTo, ...) unwrap.
 Not covered: Kubernetes' cost estimate and cost limit (no Python engine has one); list-type
-attributes (alpha).
+attributes (alpha, DRAListTypeAttributes): they are left out of ``device``, so a selector that
+does not name one decides as upstream's does, and one that names one fails as for a missing key
+(``kubectl dra explain`` names such a selector as not modelled).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from .quantity import parse_quantity
 MAX_EXPRESSION_LENGTH = 10 * 1024  # CELSelectorExpressionMaxLength
 
 _Q, _SV = "__k8s_quantity__", "__k8s_semver__"
+LIST_KINDS = ("ints", "bools", "strings", "versions")  # DeviceAttribute's list-type values
 
 
 class SelectorError(Exception):
@@ -211,6 +214,8 @@ def device_variable(driver: str, device: dict[str, Any]) -> dict[str, Any]:
     """The ``device`` CEL variable for one ResourceSlice device (resource.k8s.io/v1 layout)."""
     attributes: dict[str, dict[str, Any]] = {}
     for name, value in (device.get("attributes") or {}).items():
+        if any(kind in (value or {}) for kind in LIST_KINDS):
+            continue  # not covered, see above
         domain, ident = _qualified(driver, name)
         attributes.setdefault(domain, {})[ident] = _attribute(value)
     capacity: dict[str, dict[str, Any]] = {}
