@@ -366,6 +366,12 @@ def waiting_for_claims(
     return count, oldest
 
 
+def age_seconds(obj: Obj, now: datetime.datetime) -> float:
+    """Seconds since ``obj`` was created (0 when it has no creationTimestamp)."""
+    created = parse_time(obj["metadata"].get("creationTimestamp"))
+    return max(0.0, (now - created).total_seconds()) if created is not None else 0.0
+
+
 def allocated_devices(claims: Iterable[Obj]) -> dict[tuple[str, str], int]:
     """Devices allocated by the claims, by (driver, pool): what the pool's published devices less
     this is free. A device shared by several claims (admin access, consumable capacity) counts

@@ -535,6 +535,7 @@ class TaintsController:
                 self.metrics.eviction(d.EVICTION_API, d.EVICTED)
                 self._evicted(key, uid, eviction, logger, "Eviction API")
                 return  # the budget's next status says how many more may go
+            self.metrics.eviction(d.EVICTION_API, d.GAVE_UP)
             logger.warning(
                 "PodDisruptionBudget still refuses after the longest wait, deleting the pod", max_wait=api_wait
             )

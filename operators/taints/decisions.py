@@ -575,7 +575,8 @@ def eviction_api_wait(rules: Sequence[Obj], eviction: Eviction, default_max_wait
 
 # dra_operators_taints_evictions_total{method, outcome}
 EVICTION_API, DELETE = "eviction_api", "delete"
-EVICTED, BLOCKED, FAILED = "evicted", "blocked", "failed"
+# gave_up: the Eviction API still refused after the longest wait; the Pod is deleted instead.
+EVICTED, BLOCKED, FAILED, GAVE_UP = "evicted", "blocked", "failed", "gave_up"
 
 
 def blocked_pods(parked: Mapping[str, Iterable[str]]) -> int:

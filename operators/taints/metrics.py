@@ -48,7 +48,8 @@ class Metrics:
         self.evictions = Counter(
             "dra_operators_taints_evictions",
             "Pod evictions by method (eviction_api, delete) and outcome (evicted; blocked: the "
-            "Eviction API answered 429, a PodDisruptionBudget refused; failed: any other error)",
+            "Eviction API answered 429, a PodDisruptionBudget refused; gave_up: still refused after "
+            "the longest wait, so the Pod is deleted; failed: any other error)",
             ["method", "outcome"],
             registry=self.registry,
         )
