@@ -26,8 +26,10 @@ def merge_families(families: Iterable[Metric]) -> list[Metric]:
         first = merged.get(family.name)
         if first is None:
             merged[family.name] = family
-        else:
-            first.samples = [*first.samples, *family.samples]
+        else:  # a new family: a collector may hand out the same object on every scrape
+            joined = Metric(first.name, first.documentation, first.type, first.unit)
+            joined.samples = [*first.samples, *family.samples]
+            merged[family.name] = joined
     return list(merged.values())
 
 
