@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
 from functools import cache
 
 import pytest
 import yaml
-from markdown.extensions.toc import slugify
 
 from operators import docsgen
 from tests.paths import ROOT
@@ -99,6 +99,12 @@ def test_every_alert_has_a_severity_and_its_three_annotations():
         assert re.fullmatch(r"\d+m", alert["for"]), alert["alert"]  # no alert fires on one bad scrape
 
 
+def _slugify(heading: str) -> str:
+    """Python-Markdown's default heading id (markdown.extensions.toc.slugify, as mkdocs uses it)."""
+    text = unicodedata.normalize("NFKD", heading).encode("ascii", "ignore").decode("ascii")
+    return re.sub(r"[-\s]+", "-", re.sub(r"[^\w\s-]", "", text).strip().lower())
+
+
 def _headings(markdown: str) -> set[str]:
     """The anchors mkdocs gives the page's headings (outside fenced code)."""
     anchors, fenced = set(), False
@@ -106,7 +112,7 @@ def _headings(markdown: str) -> set[str]:
         if line.startswith("```"):
             fenced = not fenced
         elif line.startswith("#") and not fenced:
-            anchors.add(slugify(line.lstrip("#").strip(), "-"))
+            anchors.add(_slugify(line.lstrip("#").strip()))
     return anchors
 
 
