@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+import subprocess
 import unicodedata
 from functools import cache
 
@@ -213,3 +215,28 @@ def test_the_dashboard_json_exists_once_and_the_component_makes_its_configmap():
     assert generator["files"] == ["dashboards/dra-operators.json"]
     assert generator["options"]["labels"]["grafana_dashboard"] == "1"
     assert sorted(p.name for p in (COMPONENT / "dashboards").iterdir()) == ["dra-operators.json"]
+
+
+def _promtool() -> str | None:
+    built = ROOT / ".cache" / "lab" / "bin" / "promtool"  # lab/build.sh --monitoring
+    return str(built) if built.exists() else shutil.which("promtool")
+
+
+def test_promtool_checks_the_rules_runs_their_tests_and_parses_the_dashboards_queries(tmp_path):
+    """make monitoring-check does this too (and evaluates every query on a live lab); here it is
+    part of make test wherever promtool has been built."""
+    promtool = _promtool()
+    if promtool is None:
+        pytest.skip("no promtool (.cache/lab/bin/promtool: lab/build.sh --monitoring, or on PATH)")
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump(_rule()["spec"], sort_keys=False))
+    shutil.copy(RULE_TESTS, tmp_path / "rules-test.yaml")
+    # Each dashboard query as a recording rule, to have promtool parse it: Grafana's variables
+    # replaced as Grafana would (an interval, "All" namespaces).
+    queries = [
+        {"record": f"dashboard:query{i}", "expr": q.replace("$__rate_interval", "1m").replace("$namespace", ".*")}
+        for i, q in enumerate(_dashboard_queries())
+    ]
+    (tmp_path / "dashboard.yaml").write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": queries}]}))
+    for args in (["check", "rules", "rules.yaml", "dashboard.yaml"], ["test", "rules", "rules-test.yaml"]):
+        result = subprocess.run([promtool, *args], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0, result.stdout + result.stderr
