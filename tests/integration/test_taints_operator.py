@@ -285,8 +285,8 @@ async def test_eviction_api_mode_deletes_after_the_longest_wait(kube, controller
     operator = controllers.operators["taints"]
     evictions = "dra_operators_taints_evictions_total"
     before = {
-        outcome: sum(v for _, v in samples(operator.metrics(), evictions, outcome=outcome))
-        for outcome in ("gave_up", "evicted")
+        (method, outcome): sum(v for _, v in samples(operator.metrics(), evictions, method=method, outcome=outcome))
+        for method, outcome in (("eviction_api", "gave_up"), ("delete", "evicted"))
     }
     async with TaintsEnv(kube, f"mw{unique}", "ours") as env:
         await env.template("t")
@@ -324,9 +324,12 @@ async def test_eviction_api_mode_deletes_after_the_longest_wait(kube, controller
         assert condition["reason"] == "DeletionByDeviceTaintManager"
         text = operator.metrics()
         assert sum(v for _, v in samples(text, evictions, method="eviction_api", outcome="gave_up")) == (
-            before["gave_up"] + 1
+            before["eviction_api", "gave_up"] + 1
         )
-        assert sum(v for _, v in samples(text, evictions, method="delete", outcome="evicted")) >= before["evicted"] + 1
+        assert (
+            sum(v for _, v in samples(text, evictions, method="delete", outcome="evicted"))
+            >= before["delete", "evicted"] + 1
+        )
         assert metric(text, "dra_operators_taints_pods_blocked_by_pdb") == 0
 
 
