@@ -194,7 +194,7 @@ class _EveryOperator:
         from .core.machinery.leader import master_status
 
         yield master_status([])
-        yield from watch_families([], 0.0)
+        yield from watch_families("", [], 0.0)
         # Linux only (prometheus_client reads /proc); RSS and CPU are the ones the dashboard shows.
         yield from (f for f in PROCESS_COLLECTOR.collect() if f.name in PROCESS_FAMILIES)
 

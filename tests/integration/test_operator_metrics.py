@@ -4,6 +4,8 @@ allocated per pool, the claim creation latency, the watches and the process."""
 
 from __future__ import annotations
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from operators.core.api.resources import NAMESPACES
 from operators.core.framework.metrics import samples
 
@@ -57,8 +59,8 @@ async def test_a_claims_leader_reports_its_lease_queue_waiting_pods_and_allocati
         text = operator.metrics()
         assert _value(text, "process_resident_memory_bytes") > 0
         assert _value(text, "process_cpu_seconds_total") > 0
-        assert _value(text, "dra_operators_watch_stuck", resource="pods") == 0
-        assert _value(text, "dra_operators_watch_silence_seconds", resource="pods") is not None
+        assert _value(text, "dra_operators_watch_stuck", operator="claims", resource="pods") == 0
+        assert _value(text, "dra_operators_watch_silence_seconds", operator="claims", resource="pods") is not None
         assert _value(text, "dra_operators_pods_waiting_for_claims") == 0
         adds_before = _value(text, "workqueue_adds_total", name="resource_claim")
         assert adds_before is not None and _value(text, "workqueue_depth", name="resource_claim") is not None
@@ -123,3 +125,30 @@ async def test_a_standby_reports_zero_for_the_lease(lab, kube, controllers, tmp_
         standby.stop()
         leader.stop()
         await kube.delete(NAMESPACES, namespace)
+
+
+async def test_two_operators_in_one_process_serve_each_family_once(lab, kube, controllers, tmp_path):
+    """``dra-operators run claims taints``: one port; the families both have (work queues, watches)
+    are served once each, with the samples of both operators."""
+    controllers.use("none")
+    both = OperatorProcess(["claims", "taints"], lab.kubeconfig, tmp_path)
+    both.start()
+    try:
+
+        async def served() -> bool:
+            return await _metric_is(both, "workqueue_depth", lambda v: v >= 0, name="device-taint-eviction-controller")
+
+        await wait_for(served, timeout=30, what="both operators' metrics on the port")
+        text = both.metrics()
+        families = [f.name for f in text_string_to_metric_families(text)]
+        assert len(families) == len(set(families)), sorted(f for f in families if families.count(f) > 1)
+        assert _value(text, "workqueue_depth", name="resource_claim") is not None
+        for operator in ("claims", "taints"):
+            assert _value(text, "dra_operators_watch_stuck", operator=operator, resource="pods") == 0
+        # Series are unique too: each (family, labels) once.
+        series = [
+            (s.name, tuple(sorted(s.labels.items()))) for f in text_string_to_metric_families(text) for s in f.samples
+        ]
+        assert len(series) == len(set(series))
+    finally:
+        both.stop()

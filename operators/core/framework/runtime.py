@@ -231,7 +231,7 @@ class _RuntimeCollector(Collector):
         self._runtime = runtime
 
     def collect(self):
-        yield from watch_families(list(self._runtime.informers.values()), time.monotonic())
+        yield from watch_families(self._runtime.name, list(self._runtime.informers.values()), time.monotonic())
         if self._runtime.electors:  # none with leader election off, as client-go
             yield master_status(self._runtime.electors)
 

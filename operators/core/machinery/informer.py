@@ -280,21 +280,22 @@ def _int(version: str) -> int:
         return 0
 
 
-def watch_families(informers: Iterable[Informer], now: float) -> list[GaugeMetricFamily]:
-    """Per watched resource: seconds since its watch last heard anything (an event or a bookmark;
-    the API server sends a bookmark about every minute on a quiet resource), and whether the
-    watchdog found it stuck (``check_stale``)."""
+def watch_families(operator: str, informers: Iterable[Informer], now: float) -> list[GaugeMetricFamily]:
+    """Per watched resource of ``operator``: seconds since its watch last heard anything (an event
+    or a bookmark; the API server sends a bookmark about every minute on a quiet resource), and
+    whether the watchdog found it stuck (``check_stale``). Labelled by operator too: operators
+    that share a process (and its metrics port) may watch the same resource."""
     silence = GaugeMetricFamily(
         "dra_operators_watch_silence_seconds",
         "Seconds since the watch of a resource last heard an event or bookmark",
-        labels=["resource"],
+        labels=["operator", "resource"],
     )
     stuck = GaugeMetricFamily(
         "dra_operators_watch_stuck",
         "1 while the watchdog finds the watch of a resource stuck (liveness fails), else 0",
-        labels=["resource"],
+        labels=["operator", "resource"],
     )
     for informer in informers:
-        silence.add_metric([informer.resource.plural], max(0.0, now - informer.last_event_at))
-        stuck.add_metric([informer.resource.plural], 1.0 if informer.stale_reason else 0.0)
+        silence.add_metric([operator, informer.resource.plural], max(0.0, now - informer.last_event_at))
+        stuck.add_metric([operator, informer.resource.plural], 1.0 if informer.stale_reason else 0.0)
     return [silence, stuck]

@@ -29,8 +29,9 @@ def test_master_status_is_one_for_the_leader_and_zero_for_a_standby():
 def test_watch_families_are_the_silence_and_whether_stuck():
     informer = SimpleNamespace(resource=RESOURCE_CLAIMS, last_event_at=100.0, stale_reason="")
     stuck = SimpleNamespace(resource=SimpleNamespace(plural="pods"), last_event_at=40.0, stale_reason="silent")
-    silence, stuck_family = watch_families([informer, stuck], now=130.0)
+    silence, stuck_family = watch_families("claims", [informer, stuck], now=130.0)
     assert [(s.labels["resource"], s.value) for s in silence.samples] == [("resourceclaims", 30.0), ("pods", 90.0)]
+    assert {s.labels["operator"] for s in silence.samples + stuck_family.samples} == {"claims"}
     assert [(s.labels["resource"], s.value) for s in stuck_family.samples] == [("resourceclaims", 0.0), ("pods", 1.0)]
 
 
@@ -45,12 +46,17 @@ async def test_instrument_exports_the_runtimes_families():
     runtime.instrument(registry, queue)
     informer = runtime.informer(RESOURCE_CLAIMS, Store(), lambda *args: None)
     assert registry.get_sample_value("workqueue_depth", {"name": "things"}) == 0
-    assert registry.get_sample_value("dra_operators_watch_stuck", {"resource": "resourceclaims"}) == 0
-    assert registry.get_sample_value("dra_operators_watch_silence_seconds", {"resource": "resourceclaims"}) >= 0
+    assert registry.get_sample_value("dra_operators_watch_stuck", {"operator": "t", "resource": "resourceclaims"}) == 0
+    assert (
+        registry.get_sample_value(
+            "dra_operators_watch_silence_seconds", {"operator": "t", "resource": "resourceclaims"}
+        )
+        >= 0
+    )
     assert registry.get_sample_value("leader_election_master_status", {"name": "lease"}) is None  # no election
     informer.stale_reason = "stuck"
     runtime.electors.append(SimpleNamespace(name="lease", is_leader=True))
-    assert registry.get_sample_value("dra_operators_watch_stuck", {"resource": "resourceclaims"}) == 1
+    assert registry.get_sample_value("dra_operators_watch_stuck", {"operator": "t", "resource": "resourceclaims"}) == 1
     assert registry.get_sample_value("leader_election_master_status", {"name": "lease"}) == 1
     await runtime.stop()
 
