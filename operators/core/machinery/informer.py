@@ -282,7 +282,8 @@ def _int(version: str) -> int:
 
 def watch_families(operator: str, informers: Iterable[Informer], now: float) -> list[GaugeMetricFamily]:
     """Per watched resource of ``operator``: seconds since its watch last heard anything (an event
-    or a bookmark; the API server sends a bookmark about every minute on a quiet resource), and
+    or a bookmark; the API server sends a bookmark about every minute on a quiet resource:
+    ``defaultBookmarkFrequency``, k8s.io/apiserver pkg/storage/cacher/cacher.go), and
     whether the watchdog found it stuck (``check_stale``). Labelled by operator too: operators
     that share a process (and its metrics port) may watch the same resource."""
     silence = GaugeMetricFamily(
