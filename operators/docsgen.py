@@ -163,6 +163,7 @@ def metric_families() -> list[tuple[str, str, str, str, tuple[str, ...]]]:
     from prometheus_client import CollectorRegistry
 
     from .core.api import apihealth
+    from .core.machinery.workqueue import QueueMetrics
 
     found = []
     for name in OPERATOR_NAMES:
@@ -170,11 +171,44 @@ def metric_families() -> list[tuple[str, str, str, str, tuple[str, ...]]]:
         metrics = module.Metrics(CollectorRegistry())
         if hasattr(metrics, "watch_claims"):
             metrics.watch_claims(list)
+        if hasattr(metrics, "watch_parked"):
+            metrics.watch_parked(dict)
+        if hasattr(metrics, "watch_pods"):
+            metrics.watch_pods(list, lambda key: None)
         found += [(name, *family) for family in sorted(_families(metrics.registry))]
     registry = CollectorRegistry()
     registry.register(apihealth.ApiHealth())
+    registry.register(_EveryOperator())
+    QueueMetrics(registry)
     found += [("every operator", *family) for family in sorted(_families(registry))]
     return found
+
+
+class _EveryOperator:
+    """The families ``Runtime.instrument`` and ``serve`` add to every operator, without samples."""
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client import PROCESS_COLLECTOR
+
+        from .core.machinery.informer import watch_families
+        from .core.machinery.leader import master_status
+
+        yield master_status([])
+        yield from watch_families("", [], 0.0)
+        # Linux only (prometheus_client reads /proc); RSS and CPU are the ones the dashboard shows.
+        yield from (f for f in PROCESS_COLLECTOR.collect() if f.name in PROCESS_FAMILIES)
+
+
+# prometheus_client's ProcessCollector families that ``serve`` exports (and the alerts and the
+# dashboard may use).
+PROCESS_FAMILIES = (
+    "process_cpu_seconds",
+    "process_max_fds",
+    "process_open_fds",
+    "process_resident_memory_bytes",
+    "process_start_time_seconds",
+    "process_virtual_memory_bytes",
+)
 
 
 def metrics_page() -> str:

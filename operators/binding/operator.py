@@ -63,6 +63,7 @@ async def start(runtime: Runtime, config: Settings, memo: kopf.Memo) -> None:
         metrics=metrics,
     )
     runtime.on_cleanup(controller.stop)
+    runtime.instrument(metrics.registry, controller.queue)
     # Fill the cache before any worker runs: records on claims tell a restarted operator which
     # preparations to resume and which to undo; rules tell it which cool-offs to end.
     runtime.informer(RESOURCE_CLAIMS, controller.claims, controller.on_claim, kind="ResourceClaim")

@@ -12,6 +12,7 @@ from ..core.api.kube import APPLY_PATCH, ApiError, ConnectionLost, Kube
 from ..core.api.resources import POD_GROUPS, PODS, RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS
 from ..core.dra import podgroup as pg
 from ..core.dra import resourceclaim as rc
+from ..core.dra.metatime import utcnow
 from ..core.machinery import slim
 from ..core.machinery.events import WARNING, EventRecorder
 from ..core.machinery.store import Store, key_of
@@ -364,6 +365,7 @@ class ClaimsController:
                 ) from e
             raise ClaimError(f"create ResourceClaim : {e.message or e}") from e
         self.metrics.claim_created(claim, "success")
+        self.metrics.creation_latency.observe(d.age_seconds(owner, utcnow()))
         self.claims.upsert(claim)
         logger.info(
             "created ResourceClaim",

@@ -8,15 +8,19 @@ differs. How a Pod names its claims and whose a claim is: ``core.resourceclaim``
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+import datetime
+from collections import Counter
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from ..core.dra import podgroup as pg
+from ..core.dra.metatime import parse_time
 from ..core.dra.resourceclaim import (
     ClaimNotCreatedYet,
     Obj,
     UnsupportedPodClaim,
+    allocation_results,
     claim_name,
     controller_ref,
     is_allocated,
@@ -324,3 +328,56 @@ def owner_labels(claim: Obj) -> tuple[str, str]:
         return "", ""
     group_version = ref.get("apiVersion", "")
     return (group_version.split("/", 1)[0] if "/" in group_version else ""), ref.get("kind", "")
+
+
+# -- metrics computed from the caches at scrape time -----------------------------------------
+
+
+def waiting_for_claims(
+    pods: Iterable[Obj], get_claim: Callable[[str], Obj | None], now: datetime.datetime
+) -> tuple[int, float]:
+    """(Pods waiting for a ResourceClaim from a template, seconds since the oldest of them was
+    created): Pods that will still run with a template claim whose ResourceClaim is not recorded
+    in their status yet, or is recorded but not (or no longer) in the cache. Such a Pod cannot
+    be scheduled; a count that stays up means the operator cannot create claims (a missing
+    template, RBAC, quota, an admission webhook)."""
+    count, oldest = 0, 0.0
+    for pod in pods:
+        if pod["metadata"].get("deletionTimestamp") or is_pod_done(pod):
+            continue
+        namespace = pod["metadata"]["namespace"]
+        waiting = False
+        for pod_claim in pod_claims(pod):
+            if not pod_claim.get("resourceClaimTemplateName"):
+                continue
+            try:
+                name, _ = claim_name(pod, pod_claim)
+            except ClaimNotCreatedYet:
+                waiting = True
+                break
+            if name and get_claim(f"{namespace}/{name}") is None:
+                waiting = True
+                break
+        if waiting:
+            count += 1
+            created = parse_time(pod["metadata"].get("creationTimestamp"))
+            if created is not None:
+                oldest = max(oldest, (now - created).total_seconds())
+    return count, oldest
+
+
+def age_seconds(obj: Obj, now: datetime.datetime) -> float:
+    """Seconds since ``obj`` was created (0 when it has no creationTimestamp)."""
+    created = parse_time(obj["metadata"].get("creationTimestamp"))
+    return max(0.0, (now - created).total_seconds()) if created is not None else 0.0
+
+
+def allocated_devices(claims: Iterable[Obj]) -> dict[tuple[str, str], int]:
+    """Devices allocated by the claims, by (driver, pool): what the pool's published devices less
+    this is free. A device shared by several claims (admin access, consumable capacity) counts
+    once per claim, as the claims see it."""
+    tally: Counter[tuple[str, str]] = Counter()
+    for claim in claims:
+        for result in allocation_results(claim):
+            tally[(result.get("driver") or "", result.get("pool") or "")] += 1
+    return dict(tally)

@@ -43,7 +43,9 @@ async def start(runtime: Runtime, config: Settings, memo: kopf.Memo) -> None:
     metrics = Metrics()
     controller = ClaimsController(kube, workers=config.claims_workers, features=features, metrics=metrics)
     metrics.watch_claims(controller.claims.values)
+    metrics.watch_pods(controller.pods.values, controller.claims.get)
     runtime.on_cleanup(controller.queue.stop)
+    runtime.instrument(metrics.registry, controller.queue)
     # Fill the cache before any worker runs: a restarted operator must see the claims it
     # created before it decides that a Pod still needs one. Claims first, Pods last.
     claims = runtime.informer(RESOURCE_CLAIMS, controller.claims, controller.on_claim, kind="ResourceClaim")

@@ -47,6 +47,10 @@ class NodeAgent:
         self.sync_delay = sync_delay
         self.health = health
         self.metrics = metrics or Metrics()
+        # Series from the start (0: no success yet), so that an agent whose very first publishing
+        # fails has both series DRANodeAgentNotPublishing needs.
+        self.metrics.last_success.labels(driver)
+        self.metrics.consecutive_failures.labels(driver)
         self.slices = Store()
         self.nodes = Store()  # just this agent's Node; a Store so that relists are checked like any other
         self.publisher = PoolPublisher(kube, self.slices, driver, node_name)
@@ -252,6 +256,7 @@ class NodeAgent:
                 delay = _RETRY_DELAYS[min(self._failures, len(_RETRY_DELAYS) - 1)]
                 self._failures += 1
                 self.metrics.errors.labels(self.driver).inc()
+                self.metrics.consecutive_failures.labels(self.driver).set(self._failures)
                 self.log.warning(
                     "publishing failed, will retry",
                     error=f"{type(e).__name__}: {e}",
@@ -261,6 +266,8 @@ class NodeAgent:
                 asyncio.get_running_loop().call_later(delay, self._wake.set)
                 continue
             self._failures = 0
+            self.metrics.consecutive_failures.labels(self.driver).set(0)
+            self.metrics.last_success.labels(self.driver).set(time.time())
             self.metrics.duration.labels(self.driver).observe(time.monotonic() - started)
 
     async def publish(self) -> None:
@@ -271,7 +278,8 @@ class NodeAgent:
             await self._report(problems)
         if not self._discovered:
             return  # started with an unusable inventory: keep what an earlier run published
-        desired = split_into_slices(self.health.apply(valid), self.inventory.counter_sets)
+        devices = self.health.apply(valid)
+        desired = split_into_slices(devices, self.inventory.counter_sets)
         if self.node is None:  # deleted while this call awaited: the loop's retry waits for it
             raise RuntimeError(f"Node {self.node_name!r} went away while publishing")
         owner = {"name": self.node["metadata"]["name"], "uid": self.node["metadata"]["uid"]}
@@ -281,6 +289,7 @@ class NodeAgent:
         hardware_changed = bool(published) and published != {d["name"] for d in valid}
         result = await self.publisher.publish(desired, owner, new_generation=hardware_changed)
         self.metrics.devices.labels(self.driver).set(len(valid))
+        self.metrics.set_device_states(self.driver, self.node_name, devices, self.health.tainted_devices())
         self.metrics.slices.labels(self.driver).set(len(desired))
         if result.deleted or result.updated or result.created:
             self.log.info(

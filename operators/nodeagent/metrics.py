@@ -2,7 +2,24 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+# dra_nodeagent_devices{state}
+PUBLISHED, TAINTED, UNHEALTHY = "published", "tainted", "unhealthy"
+
+
+def device_states(devices: list[dict[str, Any]], unhealthy: Iterable[str]) -> dict[str, int]:
+    """Published devices; those published with any taint (health taints and the backend's own);
+    those this agent holds unhealthy (tainted by its health tracking)."""
+    names = {d["name"] for d in devices}
+    return {
+        PUBLISHED: len(devices),
+        TAINTED: sum(1 for d in devices if d.get("taints")),
+        UNHEALTHY: len(names & set(unhealthy)),
+    }
 
 
 class Metrics:
@@ -53,9 +70,34 @@ class Metrics:
         self.prepared_claims = Gauge(
             "dra_nodeagent_prepared_claims", "Claims prepared on this node", ["driver"], registry=self.registry
         )
+        self.device_states = Gauge(
+            "dra_nodeagent_devices",
+            "Devices of the node's pool by state: published, tainted (published with a taint), "
+            "unhealthy (tainted by this agent's health tracking)",
+            ["driver", "pool", "state"],
+            registry=self.registry,
+        )
+        self.last_success = Gauge(
+            "dra_nodeagent_last_publish_success_timestamp_seconds",
+            "Unix time of the last successful publishing of the pool (0: none yet)",
+            ["driver"],
+            registry=self.registry,
+        )
+        self.consecutive_failures = Gauge(
+            "dra_nodeagent_publish_consecutive_failures",
+            "Failed publishing attempts since the last success (0: the last attempt succeeded)",
+            ["driver"],
+            registry=self.registry,
+        )
         self.recoveries = Counter(
             "dra_nodeagent_health_recoveries",
             "Devices that lost their health taints",
             ["driver"],
             registry=self.registry,
         )
+
+    def set_device_states(
+        self, driver: str, pool: str, devices: list[dict[str, Any]], unhealthy: Iterable[str]
+    ) -> None:
+        for state, count in device_states(devices, unhealthy).items():
+            self.device_states.labels(driver, pool, state).set(count)

@@ -76,6 +76,7 @@ async def start(runtime: Runtime, config: Settings, memo: kopf.Memo) -> None:
         health=HealthTracker(driver, ignored, config.nodeagent_health_quiet_period, booted_at=boot_time()),
     )
     runtime.on_cleanup(agent.stop)
+    runtime.instrument(metrics.registry)
     runtime.informer(NODES, agent.nodes, agent.on_node, field_selector=f"metadata.name={config.node_name}", kind="Node")
     runtime.informer(
         RESOURCE_SLICES, agent.slices, agent.on_slice, field_selector=agent.slice_selector, kind="ResourceSlice"

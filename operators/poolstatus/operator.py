@@ -48,6 +48,7 @@ async def start(runtime: Runtime, config: Settings, memo: kopf.Memo) -> None:
         cleanup_interval=config.poolstatus_cleanup_interval,
     )
     runtime.on_cleanup(controller.queue.stop)
+    runtime.instrument(metrics.registry, controller.queue)
     # Every cache is filled before the first request is answered (upstream waits for its
     # informers' sync): requests last, so they are queued when the rest is known.
     runtime.informer(RESOURCE_SLICES, controller.slices, controller.on_slice, kind="ResourceSlice")

@@ -515,6 +515,7 @@ class TaintsController:
                     await self.kube.request("POST", PODS.path(namespace, name, "eviction"), body=d.eviction_body(pod))
                 except ApiError as e:
                     if e.status == 429:
+                        self.metrics.eviction(d.EVICTION_API, d.BLOCKED)
                         logger.info(
                             "eviction refused by a PodDisruptionBudget, will retry",
                             message=e.message,
@@ -525,13 +526,16 @@ class TaintsController:
                     if e.not_found or e.conflict:
                         self._done(key, uid)
                         return
+                    self.metrics.eviction(d.EVICTION_API, d.FAILED)
                     raise RetryableError(f"evict pod {key}: {e}") from e
                 finally:
                     self.in_flight.pop(uid, None)
                     for budget in budgets:
                         self.attempts[budget] -= 1
+                self.metrics.eviction(d.EVICTION_API, d.EVICTED)
                 self._evicted(key, uid, eviction, logger, "Eviction API")
                 return  # the budget's next status says how many more may go
+            self.metrics.eviction(d.EVICTION_API, d.GAVE_UP)
             logger.warning(
                 "PodDisruptionBudget still refuses after the longest wait, deleting the pod", max_wait=api_wait
             )
@@ -554,9 +558,11 @@ class TaintsController:
             if e.not_found:
                 self._done(key, uid)
                 return
+            self.metrics.eviction(d.DELETE, d.FAILED)
             raise RetryableError(f"delete pod {key}: {e}") from e
         finally:
             self.in_flight.pop(uid, None)
+        self.metrics.eviction(d.DELETE, d.EVICTED)
         self._evicted(key, uid, eviction, logger, "delete")
 
     def _unpark(self, key: str) -> None:

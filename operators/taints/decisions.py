@@ -10,7 +10,7 @@ Where ours deliberately differs, the function says so.
 from __future__ import annotations
 
 import datetime
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ..core.dra.metatime import format_time, parse_time, utcnow
@@ -569,3 +569,17 @@ def eviction_api_wait(rules: Sequence[Obj], eviction: Eviction, default_max_wait
         except BadAnnotation:
             waits.append(default_max_wait)
     return max(waits) if waits else None
+
+
+# -- eviction metrics --------------------------------------------------------------------------
+
+# dra_operators_taints_evictions_total{method, outcome}
+EVICTION_API, DELETE = "eviction_api", "delete"
+# gave_up: the Eviction API still refused after the longest wait; the Pod is deleted instead.
+EVICTED, BLOCKED, FAILED, GAVE_UP = "evicted", "blocked", "failed", "gave_up"
+
+
+def blocked_pods(parked: Mapping[str, Iterable[str]]) -> int:
+    """Pods waiting because a PodDisruptionBudget allows no disruption now (parked under each of
+    their budgets: a Pod under two budgets counts once)."""
+    return len({key for keys in parked.values() for key in keys})

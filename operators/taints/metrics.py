@@ -1,9 +1,29 @@
 """The taints operator's metrics, named as kube-controller-manager's
-device-taint-eviction-controller names them (pkg/controller/devicetainteviction/metrics, v1.37.1)."""
+device-taint-eviction-controller names them (pkg/controller/devicetainteviction/metrics, v1.37.1);
+ours (prefixed dra_operators_taints_) for the outcomes of evictions, which upstream does not count."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Mapping
+
 from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from . import decisions as d
+
+
+class _BlockedCollector(Collector):
+    def __init__(self, parked: Callable[[], Mapping[str, Iterable[str]]]):
+        self._parked = parked
+
+    def collect(self):
+        yield GaugeMetricFamily(
+            "dra_operators_taints_pods_blocked_by_pdb",
+            "Pods due for eviction that wait because a PodDisruptionBudget allows no disruption now",
+            value=d.blocked_pods(self._parked()),
+        )
+
 
 # 5 ms to 4 min, as upstream.
 DELETION_BUCKETS = (0.005, 0.025, 0.1, 0.5, 1, 2.5, 10, 30, 60, 120, 180, 240)
@@ -24,6 +44,21 @@ class Metrics:
             buckets=DELETION_BUCKETS,
             registry=self.registry,
         )
+
+        self.evictions = Counter(
+            "dra_operators_taints_evictions",
+            "Pod evictions by method (eviction_api, delete) and outcome (evicted; blocked: the "
+            "Eviction API answered 429, a PodDisruptionBudget refused; gave_up: still refused after "
+            "the longest wait, so the Pod is deleted; failed: any other error)",
+            ["method", "outcome"],
+            registry=self.registry,
+        )
+
+    def watch_parked(self, parked: Callable[[], Mapping[str, Iterable[str]]]) -> None:
+        self.registry.register(_BlockedCollector(parked))
+
+    def eviction(self, method: str, outcome: str) -> None:
+        self.evictions.labels(method, outcome).inc()
 
     def pod_deleted(self, latency: float) -> None:
         self.deletions.inc()

@@ -48,6 +48,8 @@ async def start(runtime: Runtime, config: Settings, memo: kopf.Memo) -> None:
         workload_claims=workload.workload_claims,
     )
     runtime.on_cleanup(controller.queue.stop)
+    runtime.instrument(metrics.registry, controller.queue)
+    metrics.watch_parked(lambda: controller.parked)
     # Fill the caches before any worker runs: deadlines come from the API's state, so a
     # restarted operator finds every pending eviction again, with the same due time.
     # PodDisruptionBudgets: the Eviction API mode waits for them to allow a disruption.

@@ -18,6 +18,7 @@ import yaml
 
 from operators.core.api.kube import MERGE_PATCH
 from operators.core.api.resources import DEVICE_CLASSES, EVENTS, NODES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
+from operators.core.framework.metrics import samples
 from operators.nodeagent.agent import NodeAgent
 from operators.nodeagent.backends.nvml import NvmlBackend
 from operators.nodeagent.backends.simulated import HEALTH_ANNOTATION
@@ -350,6 +351,21 @@ async def test_health_taint_recovery_and_ignorable_xid(kube, node, driver, agent
     assert taints(slices, "gpu-2")[0]["effect"] == "None"
     assert taints(slices, "gpu-0") == []
     assert len(slices) == 1 and len(slices[0]["spec"]["devices"]) == 3
+
+    # The pool by state (docs/monitoring.md): both tainted devices are the agent's own health taints.
+    def states() -> dict[str, float]:
+        return {
+            labels["state"]: value
+            for labels, value in samples(agent.metrics(), "dra_nodeagent_devices", driver=driver, pool=node)
+        }
+
+    async def counted() -> bool:
+        return states() == {"published": 3.0, "tainted": 2.0, "unhealthy": 2.0}
+
+    await wait_for(counted, timeout=20, what="devices by state")
+    text = agent.metrics()
+    assert samples(text, "dra_nodeagent_publish_consecutive_failures", driver=driver)[0][1] == 0
+    assert samples(text, "dra_nodeagent_last_publish_success_timestamp_seconds", driver=driver)[0][1] > time.time() - 60
 
     # Still failing: the taint stays, with the same timeAdded, past the quiet period.
     await asyncio.sleep(4)

@@ -14,6 +14,7 @@ import sys
 import time
 
 from operators.core.api.resources import DEVICE_TAINT_RULES, EVENTS, PODS, RESOURCE_SLICES, Resource
+from operators.core.framework.metrics import samples
 from operators.taints import decisions as d
 
 from . import objects
@@ -281,6 +282,12 @@ async def test_eviction_api_mode_respects_a_pod_disruption_budget(kube, controll
 
 async def test_eviction_api_mode_deletes_after_the_longest_wait(kube, controllers, unique):
     controllers.use("ours")
+    operator = controllers.operators["taints"]
+    evictions = "dra_operators_taints_evictions_total"
+    before = {
+        (method, outcome): sum(v for _, v in samples(operator.metrics(), evictions, method=method, outcome=outcome))
+        for method, outcome in (("eviction_api", "gave_up"), ("delete", "evicted"))
+    }
     async with TaintsEnv(kube, f"mw{unique}", "ours") as env:
         await env.template("t")
         await env.pod("stuck", {"gpu": tmpl("t")}, labels={"app": "stuck"})
@@ -305,11 +312,25 @@ async def test_eviction_api_mode_deletes_after_the_longest_wait(kube, controller
             "drain", {"driver": env.driver}, annotations={d.EVICTION_API_ANNOTATION: "true", d.MAX_WAIT_ANNOTATION: "4"}
         )
         added = d.parse_time(rule["spec"]["taint"]["timeAdded"]).timestamp()
+
+        async def blocked() -> bool:  # the budget holds it for the 4 s wait
+            return metric(operator.metrics(), "dra_operators_taints_pods_blocked_by_pdb") == 1
+
+        await wait_for(blocked, timeout=10, interval=0.1, what="the Pod counted as blocked by its budget")
         await env.wait_evicted("stuck", timeout=20)
         delay = env.watch.deleting_at["stuck"] - added
         assert 4 <= delay < 8, f"deleted {delay:.1f}s after the taint, expected after the 4s wait"
         [condition] = [c for c in env.watch.last["stuck"]["status"]["conditions"] if c["type"] == "DisruptionTarget"]
         assert condition["reason"] == "DeletionByDeviceTaintManager"
+        text = operator.metrics()
+        assert sum(v for _, v in samples(text, evictions, method="eviction_api", outcome="gave_up")) == (
+            before["eviction_api", "gave_up"] + 1
+        )
+        assert (
+            sum(v for _, v in samples(text, evictions, method="delete", outcome="evicted"))
+            >= before["delete", "evicted"] + 1
+        )
+        assert metric(text, "dra_operators_taints_pods_blocked_by_pdb") == 0
 
 
 async def test_bad_guard_rail_annotation_is_reported_on_the_rule(kube, controllers, unique):

@@ -4,15 +4,43 @@ from __future__ import annotations
 
 import socket
 import threading
+from collections.abc import Iterable, Iterator
 from socketserver import ThreadingMixIn
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, make_wsgi_app
+from prometheus_client import PROCESS_COLLECTOR, CollectorRegistry, make_wsgi_app
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
 
 from .. import memprofile
 from ..api import apihealth
 
-_served: dict[tuple[str, int], CollectorRegistry] = {}
+_served: dict[tuple[str, int], _Joined] = {}
+
+
+def merge_families(families: Iterable[Metric]) -> list[Metric]:
+    """One family per name: the samples of same-named families (client-go's workqueue_* of two
+    operators in one process) joined, since a scraper may reject a family named twice."""
+    merged: dict[str, Metric] = {}
+    for family in families:
+        first = merged.get(family.name)
+        if first is None:
+            merged[family.name] = family
+        else:  # a new family: a collector may hand out the same object on every scrape
+            joined = Metric(first.name, first.documentation, first.type, first.unit)
+            joined.samples = [*first.samples, *family.samples]
+            merged[family.name] = joined
+    return list(merged.values())
+
+
+class _Joined(Collector):
+    """The registries served on one port, and the process-wide collectors, as one."""
+
+    def __init__(self, *collectors: Collector):
+        self.collectors = list(collectors)
+
+    def collect(self) -> Iterator[Metric]:
+        yield from merge_families(f for c in list(self.collectors) for f in c.collect())
 
 
 class _Quiet(WSGIRequestHandler):
@@ -29,18 +57,22 @@ def serve(registry: CollectorRegistry, port: int, address: str = "0.0.0.0") -> N
         return
     served = _served.get((address, port))
     if served is not None:
-        if served is not registry:
-            served.register(registry)  # a registry is a collector of its own metrics
+        if registry not in served.collectors:
+            served.collectors.append(registry)  # a registry is a collector of its own metrics
         return
-    registry.register(apihealth.PROCESS)  # the process' view of the API server, once per port
+    # Once per port: the process' view of the API server, and prometheus_client's process_*
+    # (process_resident_memory_bytes, process_cpu_seconds_total: RSS and CPU on Linux).
+    served = _Joined(registry, apihealth.PROCESS, PROCESS_COLLECTOR)
+    exposed = CollectorRegistry()
+    exposed.register(served)
 
     class Server(ThreadingMixIn, WSGIServer):
         daemon_threads = True  # a request's thread never holds the process
         address_family = socket.getaddrinfo(address, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0][0]
 
-    httpd = make_server(address, port, memprofile.wsgi(make_wsgi_app(registry)), Server, handler_class=_Quiet)
+    httpd = make_server(address, port, memprofile.wsgi(make_wsgi_app(exposed)), Server, handler_class=_Quiet)
     threading.Thread(target=httpd.serve_forever, name=f"metrics-{port}", daemon=True).start()
-    _served[(address, port)] = registry
+    _served[(address, port)] = served
 
 
 def samples(text: str, name: str, **labels: str) -> list[tuple[dict[str, str], float]]:

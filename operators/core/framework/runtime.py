@@ -10,22 +10,25 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import kopf
+from prometheus_client import CollectorRegistry
+from prometheus_client.registry import Collector
 
 from ..api import diagnose
 from ..api.apihealth import OUTAGE_STATUSES
 from ..api.kube import ApiError, ConnectionLost, Kube
 from ..api.resources import Resource
 from ..logging import get_logger
-from ..machinery.informer import Handler, Informer
-from ..machinery.leader import act_when_leader
+from ..machinery.informer import Handler, Informer, watch_families
+from ..machinery.leader import LeaderElector, act_when_leader, master_status
 from ..machinery.store import Store
 from ..machinery.supervisor import Supervisor
 from ..machinery.watch import INITIAL_EVENTS_END, Reflector
-from ..machinery.workqueue import WorkQueue
+from ..machinery.workqueue import QueueMetrics, WorkQueue
 from ..settings import Settings
 
 log = get_logger(__name__)
@@ -42,6 +45,7 @@ class Runtime:
         self.supervisor = supervisor or Supervisor(name)
         self.informers: dict[str, Informer] = {}
         self.reflectors: list[Reflector] = []
+        self.electors: list[LeaderElector] = []
         self._cleanups: list[Callable[[], Awaitable[Any]]] = []
 
     async def wait_for_api(self, timeout: float = API_WAIT) -> None:
@@ -73,6 +77,15 @@ class Runtime:
             )
             await asyncio.sleep(min(delay, left))
             delay = min(delay * 2, 5.0)
+
+    def instrument(self, registry: CollectorRegistry, *queues: WorkQueue) -> None:
+        """Export into the operator's ``registry`` what every operator has: client-go's workqueue
+        metrics of ``queues`` (call before ``prime``: the first adds come from it), the leader
+        election status and the watches' silence (computed at scrape time)."""
+        queue_metrics = QueueMetrics(registry)
+        for queue in queues:
+            queue_metrics.watch(queue)
+        registry.register(_RuntimeCollector(self))
 
     def informer(self, resource: Resource, store: Store, handler: Handler, **options: Any) -> Informer:
         """A cache of ``resource``; it is filled by ``prime`` and then kept by its reflector."""
@@ -150,6 +163,7 @@ class Runtime:
             catch_up=catch_up if read_afresh else None,
         )
         if leader is not None:
+            self.electors.append(leader)
             self.on_cleanup(leader.release)
         self.start_watchdog()
 
@@ -210,6 +224,16 @@ class Runtime:
             except Exception as e:  # noqa: BLE001 - the other cleanups still run
                 log.warning("cleanup failed", operator=self.name, error=f"{type(e).__name__}: {e}")
         self._cleanups.clear()
+
+
+class _RuntimeCollector(Collector):
+    def __init__(self, runtime: Runtime):
+        self._runtime = runtime
+
+    def collect(self):
+        yield from watch_families(self._runtime.name, list(self._runtime.informers.values()), time.monotonic())
+        if self._runtime.electors:  # none with leader election off, as client-go
+            yield master_status(self._runtime.electors)
 
 
 async def start_or_undo(runtime: Runtime, start: Callable[[], Awaitable[None]]) -> None:

@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
+
+from prometheus_client.core import GaugeMetricFamily
 
 from ..api.kube import ApiError, Kube
 from ..api.resources import Resource
@@ -276,3 +278,25 @@ def _int(version: str) -> int:
         return int(version)
     except (TypeError, ValueError):
         return 0
+
+
+def watch_families(operator: str, informers: Iterable[Informer], now: float) -> list[GaugeMetricFamily]:
+    """Per watched resource of ``operator``: seconds since its watch last heard anything (an event
+    or a bookmark; the API server sends a bookmark about every minute on a quiet resource:
+    ``defaultBookmarkFrequency``, k8s.io/apiserver pkg/storage/cacher/cacher.go), and
+    whether the watchdog found it stuck (``check_stale``). Labelled by operator too: operators
+    that share a process (and its metrics port) may watch the same resource."""
+    silence = GaugeMetricFamily(
+        "dra_operators_watch_silence_seconds",
+        "Seconds since the watch of a resource last heard an event or bookmark",
+        labels=["operator", "resource"],
+    )
+    stuck = GaugeMetricFamily(
+        "dra_operators_watch_stuck",
+        "1 while the watchdog finds the watch of a resource stuck (liveness fails), else 0",
+        labels=["operator", "resource"],
+    )
+    for informer in informers:
+        silence.add_metric([operator, informer.resource.plural], max(0.0, now - informer.last_event_at))
+        stuck.add_metric([operator, informer.resource.plural], 1.0 if informer.stale_reason else 0.0)
+    return [silence, stuck]

@@ -22,8 +22,10 @@ import datetime
 import os
 import socket
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING
+
+from prometheus_client.core import GaugeMetricFamily
 
 from ..api.kube import ApiError, Kube
 from ..api.resources import LEASES
@@ -256,6 +258,20 @@ async def act_when_leader(
     else:
         elector.task = asyncio.get_running_loop().create_task(elector.run(start, lost), name=f"leader-{lease}")
     return elector
+
+
+def master_status(electors: Iterable[LeaderElector]) -> GaugeMetricFamily:
+    """client-go's ``leader_election_master_status{name}`` (1 leading, 0 standby;
+    component-base/metrics/prometheus/clientgo/leaderelection/metrics.go), one sample per Lease."""
+    family = GaugeMetricFamily(
+        "leader_election_master_status",
+        "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 "
+        "indicates master. 'name' is the string used to identify the lease. Please make sure to group by name.",
+        labels=["name"],
+    )
+    for elector in electors:
+        family.add_metric([elector.name], 1.0 if elector.is_leader else 0.0)
+    return family
 
 
 def election_namespace(configured: str) -> str:

@@ -7,6 +7,10 @@ Same contract as client-go's workqueue, which upstream controllers rely on:
   ``DefaultControllerRateLimiter``), and the backoff is forgotten after a success;
 - retries also pass an overall token bucket (10/s, burst 100) so a broken dependency cannot
   make the controller hammer the API server.
+
+``QueueMetrics`` exports client-go's workqueue metrics (k8s.io/client-go/util/workqueue/metrics.go,
+names, help and buckets from k8s.io/component-base/metrics/prometheus/workqueue/metrics.go) into
+the registry it is given, for the queues it watches.
 """
 
 from __future__ import annotations
@@ -16,9 +20,13 @@ import functools
 import heapq
 import itertools
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from ..api.kube import ConnectionLost, NotLeader
 from ..api.ratelimit import TokenBucket
@@ -61,16 +69,27 @@ class WorkQueue:
         self._counter = itertools.count()
         self._wakeup = asyncio.Event()
         self._tasks: list[asyncio.Task] = []
+        self.metrics: QueueMetrics | None = None
+        self._added_at: dict[str, float] = {}  # waiting in _queue since (monotonic)
+        self.started_at: dict[str, float] = {}  # processing since (monotonic)
 
     # -- producer side -----------------------------------------------------------------------
 
     def add(self, key: str) -> None:
         if key in self._processing:
+            if key not in self._dirty and self.metrics is not None:
+                self.metrics.adds.labels(self.name).inc()
             self._dirty.add(key)
             return
         if key in self._queued:
             return
+        if self.metrics is not None:
+            self.metrics.adds.labels(self.name).inc()
+        self._enqueue(key)
+
+    def _enqueue(self, key: str) -> None:
         self._queued.add(key)
+        self._added_at[key] = time.monotonic()
         self._queue.put_nowait(key)
 
     def add_after(self, key: str, delay: float) -> None:
@@ -83,6 +102,8 @@ class WorkQueue:
     def add_rate_limited(self, key: str) -> None:
         failures = self._failures.get(key, 0) + 1
         self._failures[key] = failures
+        if self.metrics is not None:
+            self.metrics.retries.labels(self.name).inc()
         self.add_after(key, max(self._backoff.delay(failures), self._bucket.reserve()))
 
     def forget(self, key: str) -> None:
@@ -93,6 +114,10 @@ class WorkQueue:
 
     def __len__(self) -> int:
         return len(self._queued) + len(self._delayed)
+
+    def depth(self) -> int:
+        """Keys waiting for a worker (client-go's depth: not the delayed ones, not in progress)."""
+        return len(self._queued)
 
     # -- consumer side -----------------------------------------------------------------------
 
@@ -137,6 +162,11 @@ class WorkQueue:
             key = await self._queue.get()
             self._queued.discard(key)
             self._processing.add(key)
+            started = time.monotonic()
+            self.started_at[key] = started
+            added = self._added_at.pop(key, None)
+            if self.metrics is not None and added is not None:
+                self.metrics.queue_duration.labels(self.name).observe(started - added)
             try:
                 if not self.gate():
                     self._dirty.add(key)  # back in the queue once this round ends
@@ -160,9 +190,84 @@ class WorkQueue:
                 self.forget(key)
             finally:
                 self._processing.discard(key)
+                self.started_at.pop(key, None)
+                if self.metrics is not None:
+                    self.metrics.work_duration.labels(self.name).observe(time.monotonic() - started)
                 if key in self._dirty:
                     self._dirty.discard(key)
-                    self.add(key)
+                    if key not in self._queued:
+                        self._enqueue(key)  # its add was counted when it was marked dirty
+
+
+def in_progress(started_at: Iterable[float], now: float) -> tuple[float, float]:
+    """(unfinished work seconds, longest running processor seconds) of the keys being processed
+    since ``started_at``, as client-go's ``updateUnfinishedWork`` computes them."""
+    ages = [max(0.0, now - t) for t in started_at]
+    return sum(ages), max(ages, default=0.0)
+
+
+# ExponentialBuckets(10e-9, 10, 10): 10 ns to 100 s.
+LATENCY_BUCKETS = tuple(10e-9 * 10**i for i in range(10))
+
+
+class QueueMetrics:
+    """client-go's workqueue families, label ``name``, in ``registry`` (one per operator): the
+    counters and histograms the queues update, and the gauges computed at scrape time."""
+
+    def __init__(self, registry: CollectorRegistry):
+        self.queues: list[WorkQueue] = []
+        self.adds = Counter("workqueue_adds", "Total number of adds handled by workqueue", ["name"], registry=registry)
+        self.retries = Counter(
+            "workqueue_retries", "Total number of retries handled by workqueue", ["name"], registry=registry
+        )
+        self.queue_duration = Histogram(
+            "workqueue_queue_duration_seconds",
+            "How long in seconds an item stays in workqueue before being requested.",
+            ["name"],
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.work_duration = Histogram(
+            "workqueue_work_duration_seconds",
+            "How long in seconds processing an item from workqueue takes.",
+            ["name"],
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        registry.register(_QueueGauges(self.queues))
+
+    def watch(self, queue: WorkQueue) -> None:
+        queue.metrics = self
+        self.queues.append(queue)
+        for family in (self.adds, self.retries):
+            family.labels(queue.name)  # a series from the start: rate() sees the first add
+
+
+class _QueueGauges(Collector):
+    def __init__(self, queues: list[WorkQueue]):
+        self._queues = queues
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        depth = GaugeMetricFamily("workqueue_depth", "Current depth of workqueue", labels=["name"])
+        unfinished = GaugeMetricFamily(
+            "workqueue_unfinished_work_seconds",
+            "How many seconds of work has done that is in progress and hasn't been observed by "
+            "work_duration. Large values indicate stuck threads. One can deduce the number of stuck "
+            "threads by observing the rate at which this increases.",
+            labels=["name"],
+        )
+        longest = GaugeMetricFamily(
+            "workqueue_longest_running_processor_seconds",
+            "How many seconds has the longest running processor for workqueue been running.",
+            labels=["name"],
+        )
+        now = time.monotonic()
+        for queue in self._queues:
+            total, oldest = in_progress(list(queue.started_at.values()), now)
+            depth.add_metric([queue.name], queue.depth())
+            unfinished.add_metric([queue.name], total)
+            longest.add_metric([queue.name], oldest)
+        yield from (depth, unfinished, longest)
 
 
 class RetryableError(Exception):

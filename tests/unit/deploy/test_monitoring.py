@@ -5,6 +5,7 @@ kustomize where one is at hand."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -45,19 +46,26 @@ def _container_ports(workload: dict) -> dict[str, int]:
     return {p["name"]: p["containerPort"] for p in container["ports"]}
 
 
-def test_the_component_is_a_component_with_a_podmonitor_per_operator():
+def _monitors() -> list[dict]:
+    return [d for d in _documents(COMPONENT) if d["kind"] == "PodMonitor"]
+
+
+def test_the_component_is_a_component_with_a_podmonitor_per_operator_and_the_rules():
     kustomization = yaml.safe_load((COMPONENT / "kustomization.yaml").read_text())
     assert (kustomization["apiVersion"], kustomization["kind"]) == ("kustomize.config.k8s.io/v1alpha1", "Component")
-    monitors = list(_documents(COMPONENT))
-    assert {(m["apiVersion"], m["kind"]) for m in monitors} == {("monitoring.coreos.com/v1", "PodMonitor")}
-    assert sorted(m["metadata"]["name"] for m in monitors) == sorted(f"dra-{n}" for n in OPERATORS)
+    documents = list(_documents(COMPONENT))
+    assert {(m["apiVersion"], m["kind"]) for m in documents} == {
+        ("monitoring.coreos.com/v1", "PodMonitor"),
+        ("monitoring.coreos.com/v1", "PrometheusRule"),
+    }
+    assert sorted(m["metadata"]["name"] for m in _monitors()) == sorted(f"dra-{n}" for n in OPERATORS)
 
 
 def test_every_podmonitor_selects_one_operators_pods_and_scrapes_a_port_it_has():
     workloads = _workloads()
     namespace = yaml.safe_load((BASE / "kustomization.yaml").read_text())["namespace"]
     covered = set()
-    for monitor in _documents(COMPONENT):
+    for monitor in _monitors():
         assert monitor["metadata"]["namespace"] == namespace  # PodMonitors select Pods of their own namespace
         [workload] = _selected(monitor["spec"]["selector"]["matchLabels"], workloads)
         covered.add(workload)
@@ -140,3 +148,13 @@ def test_an_overlay_with_the_component_renders(tmp_path, overlay, namespace, mon
         assert len(_selected(monitor["spec"]["selector"]["matchLabels"], pods)) <= 1
     services = {d["metadata"]["name"] for d in rendered if d["kind"] == "Service"}
     assert services == {f"{name}-metrics" for name in pods}
+    [rule] = [d for d in rendered if d["kind"] == "PrometheusRule"]
+    assert rule["metadata"]["namespace"] == (namespace or "dra-operators")
+    [dashboard] = [
+        d for d in rendered if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "dra-operators-dashboard"
+    ]
+    assert dashboard["metadata"]["namespace"] == (namespace or "dra-operators")
+    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"  # kube-prometheus-stack's sidecar
+    assert json.loads(dashboard["data"]["dra-operators.json"]) == json.loads(
+        (COMPONENT / "dashboards" / "dra-operators.json").read_text()
+    )
