@@ -47,10 +47,7 @@ class NodeAgent:
         self.sync_delay = sync_delay
         self.health = health
         self.metrics = metrics or Metrics()
-        # Series from the start (0: no success yet), so that an agent whose very first publishing
-        # fails has both series DRANodeAgentNotPublishing needs.
-        self.metrics.last_success.labels(driver)
-        self.metrics.consecutive_failures.labels(driver)
+        self.metrics.start_series(driver)
         self.slices = Store()
         self.nodes = Store()  # just this agent's Node; a Store so that relists are checked like any other
         self.publisher = PoolPublisher(kube, self.slices, driver, node_name)

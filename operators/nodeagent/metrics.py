@@ -22,6 +22,9 @@ def device_states(devices: list[dict[str, Any]], unhealthy: Iterable[str]) -> di
     }
 
 
+OUTCOMES = ("success", "error")  # of kubelet's prepare and unprepare calls (plugin/state.py)
+
+
 class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None):
         self.registry = registry or CollectorRegistry()
@@ -95,6 +98,16 @@ class Metrics:
             ["driver"],
             registry=self.registry,
         )
+
+    def start_series(self, driver: str) -> None:
+        """Every series whose labels are known in advance, at 0 from the start: an alert on a
+        counter (rate of prepare errors) or gauge then has data before the first event, and an
+        agent whose very first publishing fails has both series DRANodeAgentNotPublishing needs."""
+        for family in (self.last_success, self.consecutive_failures, self.errors, self.recoveries):
+            family.labels(driver)
+        for outcome in OUTCOMES:
+            self.prepare.labels(driver, outcome)
+            self.unprepare.labels(driver, outcome)
 
     def set_device_states(
         self, driver: str, pool: str, devices: list[dict[str, Any]], unhealthy: Iterable[str]

@@ -35,6 +35,7 @@ from operators.core.api.resources import (
 )
 from operators.lab import Lab, monitoring
 from operators.lab.prometheus import Prometheus, QueryError
+from operators.nodeagent.backends.simulated import HEALTH_ANNOTATION
 from tests.integration import objects
 from tests.integration.fake_kubelet import FakeKubelet
 from tests.integration.operator_process import OperatorProcess
@@ -135,8 +136,14 @@ class Scenario:
             "DRA_BINDING_PREPARER_CONFIG": json.dumps({"delay": 1, "fail": ["gpu-0", "gpu-1"]}),
             "DRA_BINDING_COOL_OFF": "5",
         }
+        # As deployed (the kustomize base): leader election on, so the leader series exist.
+        election = {
+            "DRA_LEADER_ELECTION": "true",
+            "DRA_LEADER_ELECTION_NAMESPACE": "default",
+            "DRA_LEADER_ELECTION_LEASE_DURATION": "4",
+        }
         for name, env in (("claims", {}), ("taints", {}), ("binding", binding_env), ("poolstatus", {})):
-            self.operators[name] = OperatorProcess([name], self.lab.kubeconfig, self.logs, env)
+            self.operators[name] = OperatorProcess([name], self.lab.kubeconfig, self.logs, election | env)
         for node in LAB_NODES:
             env = {
                 "NODE_NAME": node,
@@ -226,6 +233,14 @@ class Scenario:
                     "taint": {"key": "dra-operators.dev/monitoring-check", "value": "broken", "effect": "NoExecute"},
                 },
             },
+        )
+        # A health event (the simulated backend reads failing devices from a Node annotation):
+        # an XID on gpu-3 of lab-node-0 (the check does not care whether a Pod holds it).
+        await self.kube.request(
+            "PATCH",
+            NODES.path(name=LAB_NODES[0]),
+            content_type=MERGE_PATCH,
+            body={"metadata": {"annotations": {HEALTH_ANNOTATION: "gpu-3=xid:79"}}},
         )
         # A Pod deleted: the claims operator deletes its claim.
         await self.kube.delete(PODS, f"{LAB_NODES[0]}-{PODS_PER_NODE - 1}", NAMESPACE)
