@@ -179,6 +179,17 @@ class Informer:
         """The listing broke before its end: nothing can be concluded; the next relist starts over."""
         self._relist = None
 
+    async def list_again(self) -> tuple[list[Obj], str]:
+        """A consistent LIST with this informer's selectors: what ``keep`` accepts, and what is
+        cached already (so that a change making it unwanted is seen). For relists and catch-ups."""
+        keep = self.keep
+        return await self.kube.list_with_version(
+            self.resource,
+            field_selector=self.field_selector,
+            label_selector=self.label_selector,
+            keep=None if keep is None else (lambda obj: keep(obj) or key_of(obj) in self.store),
+        )
+
     # -- catch-up: a fresh read for a replica that has just become leader --------------------
 
     async def catch_up(self) -> int:
@@ -188,13 +199,7 @@ class Informer:
         after the listing began may already be cached. Safe beside the watch, because the store
         keeps the newer version and refuses a UID it saw deleted. Returns how many were new."""
         started = time.monotonic()
-        keep = self.keep
-        items, _ = await self.kube.list_with_version(
-            self.resource,
-            field_selector=self.field_selector,
-            label_selector=self.label_selector,
-            keep=None if keep is None else (lambda obj: keep(obj) or key_of(obj) in self.store),
-        )
+        items, _ = await self.list_again()
         new = 0
         for obj in items:
             cached = self.store.get(key_of(obj))

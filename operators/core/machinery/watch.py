@@ -31,7 +31,6 @@ from typing import Any
 from ..api.kube import ApiError, ConnectionLost, Kube
 from ..logging import get_logger
 from .informer import Informer
-from .store import key_of
 
 log = get_logger(__name__)
 
@@ -122,13 +121,7 @@ class Reflector:
         if self.watch_list:
             await self._watch(listing=True)
             return
-        keep = informer.keep
-        items, version = await self.kube.list_with_version(
-            informer.resource,
-            field_selector=informer.field_selector,
-            label_selector=informer.label_selector,
-            keep=None if keep is None else (lambda obj: keep(obj) or key_of(obj) in informer.store),
-        )
+        items, version = await informer.list_again()
         for obj in items:
             informer.listed(obj)
         informer.end_relist()
