@@ -10,7 +10,8 @@ import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
-from operators.core.api.kube import Kube
+from operators.core.api.kube import MERGE_PATCH, Kube
+from operators.core.api.resources import NODES
 from operators.lab import Lab, LabOptions, paths
 
 
@@ -62,3 +63,18 @@ async def client_of(lab: Lab) -> AsyncIterator[Kube]:
         yield client
     finally:
         await client.close()
+
+
+async def declare_node_feature(kube: Kube, feature: str) -> None:
+    """Every Node declares ``feature`` beside what it declares already, as a 1.37 kubelet with
+    the feature's gate does; kwok's Nodes declare nothing. (DRAOptionalNodeOperations: a slice
+    that skips node operations is allocated only on such Nodes: allocator_experimental.go,
+    allocateDevice.)"""
+    for node in await kube.list(NODES):
+        declared = set(node["status"].get("declaredFeatures") or []) | {feature}
+        await kube.request(
+            "PATCH",
+            NODES.path(name=node["metadata"]["name"], subresource="status"),
+            content_type=MERGE_PATCH,
+            body={"status": {"declaredFeatures": sorted(declared)}},
+        )

@@ -18,13 +18,12 @@ import yaml
 
 from operators.binding import decisions as bd
 from operators.binding import rbac
-from operators.core.api.kube import APPLY_PATCH, MERGE_PATCH, ApiError, Kube
+from operators.core.api.kube import APPLY_PATCH, ApiError, Kube
 from operators.core.api.resources import (
     DEVICE_CLASSES,
     EVENTS,
     LEASES,
     NAMESPACES,
-    NODES,
     PODS,
     RESOURCE_CLAIM_TEMPLATES,
     RESOURCE_CLAIMS,
@@ -37,6 +36,7 @@ from operators.core.framework.metrics import samples
 from tests.unit.binding.test_preparers import AttachServer
 
 from . import objects
+from .labs import declare_node_feature
 from .operator_process import OperatorProcess
 from .waiting import describe_namespace, wait_for
 
@@ -836,17 +836,8 @@ async def test_example_runs_as_its_readme_says(kube, lab, controllers, unique, l
         lambda: kube.get_or_none(SERVICE_ACCOUNTS, "default", namespace), timeout=30, what="default ServiceAccount"
     )
     await asyncio.to_thread(operator.start)
-    # The example's slice skips node operations (alpha DRAOptionalNodeOperations): kube-scheduler
-    # allocates such devices only on Nodes that declare the feature, as a 1.37 kubelet with the
-    # gate does (allocator_experimental.go, allocateDevice); kwok's Nodes declare nothing.
-    for node in await kube.list(NODES):
-        declared = set(node["status"].get("declaredFeatures") or []) | {"DRAOptionalNodeOperations"}
-        await kube.request(
-            "PATCH",
-            NODES.path(name=node["metadata"]["name"], subresource="status"),
-            content_type=MERGE_PATCH,
-            body={"status": {"declaredFeatures": sorted(declared)}},
-        )
+    # The example's slice skips node operations: only Nodes that declare it get its devices.
+    await declare_node_feature(kube, "DRAOptionalNodeOperations")
     try:
         result = lab.kubectl("apply", "-n", namespace, "-f", str(EXAMPLE), check=False)
         assert result.returncode == 0, result.stderr

@@ -12,10 +12,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from operators.core.api.kube import MERGE_PATCH
-from operators.core.api.resources import DEVICE_CLASSES, NAMESPACES, NODES, RESOURCE_SLICES
+from operators.core.api.resources import DEVICE_CLASSES, NAMESPACES, RESOURCE_SLICES
 from operators.demo import DEMO_NAMESPACE, SIMULATED_DRIVER, device_classes
 
+from .labs import declare_node_feature
 from .waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -83,7 +83,7 @@ async def test_on_a_cluster_it_does_not_own_it_runs_what_is_missing_and_removes_
     lab, kube, controllers, tmp_path
 ):
     controllers.use("upstream")  # kube-controller-manager makes the claims and evicts
-    await _declare_optional_node_operations(kube)
+    await declare_node_feature(kube, "DRAOptionalNodeOperations")  # for binding-conditions
     before = await _state(kube)
     output = tmp_path / "demo.out"
     with output.open("w") as out:
@@ -114,21 +114,6 @@ async def test_on_a_cluster_it_does_not_own_it_runs_what_is_missing_and_removes_
     )
     assert after["namespaces"] == before["namespaces"] and after["deviceclasses"] == before["deviceclasses"]
     assert not _demo_processes(), "the demo left processes running"
-
-
-async def _declare_optional_node_operations(kube) -> None:
-    """The binding-conditions example's slice skips node operations (alpha
-    DRAOptionalNodeOperations): kube-scheduler allocates such devices only on Nodes that declare
-    the feature, as a 1.37 kubelet with the gate does; kwok's Nodes declare nothing (the same
-    patch as test_binding.py's example test)."""
-    for node in await kube.list(NODES):
-        declared = set(node["status"].get("declaredFeatures") or []) | {"DRAOptionalNodeOperations"}
-        await kube.request(
-            "PATCH",
-            NODES.path(name=node["metadata"]["name"], subresource="status"),
-            content_type=MERGE_PATCH,
-            body={"status": {"declaredFeatures": sorted(declared)}},
-        )
 
 
 async def _same_as(kube, before):
