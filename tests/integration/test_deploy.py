@@ -19,7 +19,7 @@ from . import objects
 from .claims_env import ClaimsEnv
 from .operator_process import OperatorProcess
 from .test_kubelet_plugin import Node
-from .waiting import wait_for
+from .waiting import wait_for, wait_gone
 
 ROOT = Path(__file__).resolve().parents[2]
 NAMESPACE = "dra-operators"
@@ -363,7 +363,7 @@ async def test_taints_operator_with_its_own_service_account(
     )
     operator.start()
     try:
-        await wait_for(lambda: _gone(kube, namespace, "victim"), timeout=60, what="victim evicted")
+        await wait_gone(kube, PODS, "victim", namespace, timeout=60)
 
         async def status():
             rule = await kube.get(rules, f"rbt-{unique}")
@@ -380,10 +380,6 @@ async def test_taints_operator_with_its_own_service_account(
 async def _phase(kube, namespace, name, phase):
     pod = await kube.get_or_none(PODS, name, namespace)
     return pod is not None and pod["status"].get("phase") == phase
-
-
-async def _gone(kube, namespace, name):
-    return await kube.get_or_none(PODS, name, namespace) is None
 
 
 LEASE_HOLDERS = {

@@ -26,7 +26,7 @@ from operators.nodeagent.plugin import opaque_config
 from operators.nodeagent.plugin.cdi import env_key
 
 from .operator_process import OperatorProcess
-from .waiting import describe_namespace, wait_for
+from .waiting import describe_namespace, wait_for, wait_gone
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "config" / "examples"
@@ -107,13 +107,9 @@ class Applied:
                 await self.kube.delete(NAMESPACES, ns)
         for ns in self.namespaces:
             # Gone means its Pods' claims were deallocated and deleted: the devices are free.
-            await wait_for(lambda: _absent(self.kube, ns), timeout=120, what=f"namespace {ns} deleted")
+            await wait_gone(self.kube, NAMESPACES, ns)
         for path in reversed(self.cluster_files):
             self.lab.kubectl("delete", "--ignore-not-found", "-f", str(path), check=False)
-
-
-async def _absent(kube, namespace):
-    return await kube.get_or_none(NAMESPACES, namespace) is None
 
 
 @pytest.fixture
@@ -473,11 +469,7 @@ async def test_extended_resources(kube, applied, cluster_objects, unique):
     # Gone before its node is (cluster_objects ends first): kwok then no longer answers for the
     # Pod, and the namespace would wait about a minute for the pod garbage collector's orphan sweep.
     await kube.delete(PODS, "beside-device-plugin", ns)
-    await wait_for(lambda: _absent_pod(kube, ns, "beside-device-plugin"), timeout=60, what="Pod deleted")
-
-
-async def _absent_pod(kube, namespace, name):
-    return await kube.get_or_none(PODS, name, namespace) is None
+    await wait_gone(kube, PODS, "beside-device-plugin", ns, timeout=60)
 
 
 async def test_every_example_passes_the_lint(lab, simulated_nodes):

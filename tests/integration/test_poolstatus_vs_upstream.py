@@ -30,7 +30,7 @@ from operators.core.api.resources import (
     NAMESPACES,
     PODS,
     RESOURCE_CLAIMS,
-    RESOURCE_POOL_STATUS_REQUESTS,
+    RESOURCE_REQUESTS,
     RESOURCE_SLICES,
     SERVICE_ACCOUNTS,
 )
@@ -40,10 +40,10 @@ from . import objects
 from .conftest import ClusterObjects
 from .operator_process import OperatorProcess
 from .test_deploy import base  # noqa: F401 - the kustomize base applied to the lab (a fixture)
-from .waiting import wait_for
+from .waiting import wait_for, wait_gone
 
 NODE = "lab-node-0"
-REQUESTS = RESOURCE_POOL_STATUS_REQUESTS
+REQUESTS = RESOURCE_REQUESTS
 PENDING_WAIT = 1.5  # upstream drops a request with an incomplete pool after 5 retries (~0.2 s)
 
 
@@ -734,9 +734,9 @@ async def test_retention(runs, kube, controllers, poolstatus_operator):
         created = time.monotonic()
         answer = await wait_for(lambda: _answered(kube, names["done"]), timeout=20, what="retention request answered")
         assert normalise(answer) == runs.results["upstream"]["plain_devices"]["all"]
-        await wait_for(lambda: _gone(kube, names["done"]), timeout=20, what="completed request deleted")
+        await wait_gone(kube, REQUESTS, names["done"], timeout=20)
         done_after = time.monotonic() - created
-        await wait_for(lambda: _gone(kube, names["pending"]), timeout=20, what="pending request deleted")
+        await wait_gone(kube, REQUESTS, names["pending"], timeout=20)
         pending_after = time.monotonic() - created
         # The TTLs count from whole-second timestamps: up to a second earlier than our clock.
         assert 1 <= done_after < pending_after and pending_after >= 4, (done_after, pending_after)
@@ -749,10 +749,6 @@ async def test_retention(runs, kube, controllers, poolstatus_operator):
 async def _answered(kube: Kube, name: str) -> dict | None:
     request = await kube.get_or_none(REQUESTS, name)
     return request if request is not None and request.get("status") is not None else None
-
-
-async def _gone(kube: Kube, name: str) -> bool:
-    return await kube.get_or_none(REQUESTS, name) is None
 
 
 async def test_exits_with_a_message_when_the_api_is_not_served(tmp_path):
@@ -850,7 +846,7 @@ async def test_operator_with_its_own_service_account(base, lab, kube, controller
         await kube.create(REQUESTS, {"metadata": {"name": name}, "spec": runs.envs["tainted_devices"].requests["all"]})
         answer = await wait_for(lambda: _answered(kube, name), timeout=30, what="answered under the kustomize RBAC")
         assert normalise(answer) == runs.results["upstream"]["tainted_devices"]["all"]  # DeviceTaintRules read too
-        await wait_for(lambda: _gone(kube, name), timeout=20, what="deleted under the kustomize RBAC")
+        await wait_gone(kube, REQUESTS, name, timeout=20)
         assert "became leader" in operator.log.read_text()
         assert_no_forbidden(operator)
     finally:

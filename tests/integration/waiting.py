@@ -77,3 +77,15 @@ async def wait_for_object(
         return text + ("\n" + await describe_namespace(kube, namespace) if namespace else "")
 
     return await wait_for(check, timeout=timeout, what=what or f"{res.plural}/{name}", describe=describe)
+
+
+async def wait_gone(
+    kube: Kube, res: Resource, name: str, namespace: str | None = None, *, timeout: float = 120.0
+) -> None:
+    """Wait until the object is gone from the API (a deletion finished, finalizers and all)."""
+
+    async def gone() -> bool:
+        return await kube.get_or_none(res, name, namespace) is None
+
+    where = f"{namespace}/" if namespace else ""
+    await wait_for(gone, timeout=timeout, what=f"{res.plural}/{where}{name} gone")
