@@ -33,7 +33,7 @@ from operators.lab.deploy import DAEMONSET, DEPLOYMENTS, NAMESPACE, Target, depl
 from ..readme import kind_walkthrough
 from . import objects
 from .labs import client_of, running_lab, short_run_dir
-from .waiting import describe_namespace, wait_for
+from .waiting import describe_namespace, wait_for, wait_gone
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "config" / "examples"
@@ -322,6 +322,10 @@ async def test_a_replaced_node_agent_pod_registers_again_and_prepares(deployed, 
     try:
         pod = objects.pod("after", {"gpu": {"resourceClaimTemplateName": "one"}})
         pod["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "lab-real-0"}
+        # Deleted gracefully, as users delete: the Pod stays in the API until kubelet has stopped it
+        # and unprepared its claim. (With 0 it vanishes at once, its claim is deallocated while the
+        # container still runs, and the next test's Pod meets the device still prepared.)
+        pod["spec"]["terminationGracePeriodSeconds"] = 1
         pod["spec"]["containers"] = [
             {
                 "name": "main",
@@ -346,6 +350,9 @@ async def test_a_replaced_node_agent_pod_registers_again_and_prepares(deployed, 
         assert any(re.fullmatch(r"DRA_DEVICE_GPU_\d+", k) and v.startswith("gpu-") for k, v in printed.items()), printed
     finally:
         await dkube.delete(NAMESPACES, namespace)
+        # Gone only once kubelet has unprepared the claim (kubelet.go, SyncTerminatingPod): the
+        # node is left with nothing prepared for the tests after this one.
+        await wait_gone(dkube, NAMESPACES, namespace)
 
 
 async def test_a_daemonset_rolling_update_while_pods_are_created(deployed, dkube, unique):

@@ -84,7 +84,9 @@ def plan_claim(
         if other is not None and not admin and not share:
             raise PrepareError(
                 f"ResourceClaim {ref}: device {result['device']} is already prepared for "
-                f"ResourceClaim {other.namespace}/{other.name} ({other.uid})"
+                f"ResourceClaim {other.namespace}/{other.name} ({other.uid}), which kubelet has not "
+                f"unprepared yet (its Pod may still be stopping on this node, e.g. after a forced "
+                f"deletion); kubelet retries this prepare"
             )
         allocations.append(
             Allocation(
