@@ -30,7 +30,7 @@ from operators.core.api.resources import (
     NAMESPACES,
     PODS,
     RESOURCE_CLAIMS,
-    RESOURCE_REQUESTS,
+    RESOURCE_POOL_STATUS_REQUESTS,
     RESOURCE_SLICES,
     SERVICE_ACCOUNTS,
 )
@@ -43,7 +43,7 @@ from .test_deploy import base  # noqa: F401 - the kustomize base applied to the 
 from .waiting import wait_for, wait_gone
 
 NODE = "lab-node-0"
-REQUESTS = RESOURCE_REQUESTS
+REQUESTS = RESOURCE_POOL_STATUS_REQUESTS
 PENDING_WAIT = 1.5  # upstream drops a request with an incomplete pool after 5 retries (~0.2 s)
 
 
