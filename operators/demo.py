@@ -557,6 +557,9 @@ def run_demo(nodes: int, interval: float, yes: bool = False, kcm_controllers_off
         _consent(plan, yes)
     elif kcm_controllers_off:
         _say(f"{KCM_OPTION} is for a KUBECONFIG cluster; the lab's kube-controller-manager runs without them")
+    # Ctrl-C and SIGTERM stop the demo and clean up, also when started from a script in the
+    # background, which starts it with SIGINT ignored (POSIX: asynchronous lists without job control).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     try:
         demo.start_cluster()

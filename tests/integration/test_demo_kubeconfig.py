@@ -28,8 +28,11 @@ def _demo(lab, *args: str, **popen) -> subprocess.Popen:
     # MARK is inherited by the processes the demo starts: how the test finds them afterwards.
     env = dict(os.environ, KUBECONFIG=str(lab.kubeconfig), DRA_TEST_DEMO_MARK=MARK)
     env["PATH"] = f"{lab.bin_dir}{os.pathsep}{os.path.dirname(sys.executable)}{os.pathsep}{env.get('PATH', '')}"
+    # Started with SIGINT ignored, as a script's background job starts it (`make run &`): Ctrl-C
+    # must stop it all the same.
     return subprocess.Popen(
-        [sys.executable, "-m", "operators.cli", "demo", "--interval", "1", *args],
+        ["sh", "-c", 'trap "" INT; exec "$0" "$@"', sys.executable, "-m", "operators.cli", "demo", "--interval", "1"]
+        + list(args),
         cwd=ROOT,
         env=env,
         stdin=subprocess.DEVNULL,
