@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 LAB_BIN := .cache/lab/bin
 PYTEST_ARGS ?=
 
-.PHONY: help venv lock lint docs reference lab-modules lab-build lab-build-node image test-prerequisites test unit integration run soak bench e2e lab-up lab-down protos clean monitoring-check
+.PHONY: help venv lock lint docs reference lab-modules lab-build lab-build-node image test-prerequisites test unit integration run soak bench e2e lab-up lab-down protos clean monitoring-check test-versions
 
 help:
 	@echo "make run           a lab (no root needed), operators, node agents, examples, live table; uses \$$KUBECONFIG if set"
@@ -20,6 +20,7 @@ help:
 	@echo "make bench         ours vs upstream's controllers on one lab (BENCH_SIZES, BENCH_NOISE, ...); bench/RESULTS.md"
 	@echo "make monitoring-check  alert rules and dashboards: promtool, then a real Prometheus on a live lab (docs/development/monitoring-check.md)"
 	@echo "make e2e           upstream's DRA e2e suite with ours and with upstream's controllers (root; E2E_ARGS); docs/e2e.md"
+	@echo "make test-versions the version-sensitive tests on a lab of each Kubernetes minor we claim (VERSIONS=1.35); docs/versions.md"
 	@echo "make lab-build     build etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kubectl, kwok, toxiproxy"
 	@echo "make lab-build-node  build what real nodes need: kubelet, containerd, runc, CNI plugins, busybox"
 	@echo "make image         the container image with buildah (no Docker engine), as .cache/image/dra-operators-<version>.tar"
@@ -137,6 +138,11 @@ test: lint docs test-prerequisites
 
 # Upstream's DRA e2e suite on a lab with real nodes, with our controllers and with upstream's: a
 # report like bench, not part of test (about an hour). E2E_ARGS="--controllers ours --focus ..." narrows it.
+# A report, not part of `make test`: the version-sensitive tests on a lab of each Kubernetes minor
+# we claim (lab/versions.env), each built on first use; the table goes into docs/versions.md.
+test-versions: venv lab-build $(REAL_NODE_BUILD)
+	$(PY) -m tests.versions_report $(if $(VERSIONS),--minors $(VERSIONS))
+
 e2e: venv lab-build lab-build-node
 	lab/build.sh --e2e $(LAB_BIN)
 	$(PY) -m operators.lab.e2e $(E2E_ARGS)

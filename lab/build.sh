@@ -11,18 +11,33 @@
 # `build.sh --e2e [DIR]` builds what `make e2e` needs: e2e-dra.test, upstream's DRA e2e tests
 # (lab/e2e/e2e_test.go) as a test binary, ginkgo's CLI, the hostpathplugin stand-in for its proxy
 # Pods and upstream's sample device plugin (the images of both: operators/lab/images.py).
+#
+# `build.sh [--node] --kubernetes 1.35 [DIR]` builds an older release (KUBERNETES_OLDER_VERSIONS)
+# into DIR (default ../.cache/lab/1.35/bin): its kube-apiserver, kube-controller-manager,
+# kube-scheduler and kubectl (with --node: its kubelet), from the modules in releases/1.35; etcd,
+# kwok, toxiproxy and the real nodes' runtime are the default build's, linked.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-node=false e2e=false monitoring=false
+node=false e2e=false monitoring=false release=""
 if [[ ${1:-} == --node ]]; then node=true; shift; fi
+if [[ ${1:-} == --kubernetes ]]; then release=$2; shift 2; fi
 if [[ ${1:-} == --monitoring ]]; then monitoring=true; shift; fi
 if [[ ${1:-} == --e2e ]]; then e2e=true; shift; fi
-out=${1:-$here/../.cache/lab/bin}
+out=${1:-$here/../.cache/lab/${release:+$release/}bin}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 # shellcheck source=/dev/null
 . "$here/versions.env"
 export GOTOOLCHAIN=local GOFLAGS=-mod=mod
+k8s_modules=""  # where the kubernetes and kubelet modules are, under lab/
+if [[ -n $release ]]; then
+  KUBERNETES_VERSION=$(for v in $KUBERNETES_OLDER_VERSIONS; do [[ $v == "v$release".* ]] && echo "$v"; done)
+  if [[ -z $KUBERNETES_VERSION ]]; then
+    echo "lab-build: Kubernetes $release is not one of KUBERNETES_OLDER_VERSIONS ($KUBERNETES_OLDER_VERSIONS) in lab/versions.env" >&2
+    exit 2
+  fi
+  k8s_modules=releases/$release/
+fi
 
 k8s_minor=${KUBERNETES_VERSION#v1.}; k8s_minor=${k8s_minor%%.*}
 ldflags=""
@@ -90,6 +105,34 @@ if $monitoring; then
     build prometheus "$cmd" "github.com/prometheus/prometheus/cmd/$cmd" "$prom_flags" remove_all_sd 0
   done
   echo "lab-build: monitoring binaries in $out ($((SECONDS - total))s)"
+  exit 0
+fi
+
+# link_default NAME...: the default build's NAME in $out (what an older release shares with it).
+link_default() {
+  local default=$here/../.cache/lab/bin
+  for name in "$@"; do
+    mkdir -p "$(dirname "$out/$name")"
+    ln -sfn "$(cd "$default" && pwd)/$name" "$out/$name"
+  done
+}
+
+if [[ -n $release ]]; then
+  total=$SECONDS
+  if $node; then
+    "$here/build.sh" --node
+    build "${k8s_modules}kubelet" kubelet k8s.io/kubernetes/cmd/kubelet "$ldflags"
+    link_default containerd containerd-shim-runc-v2 ctr runc cni/bridge cni/loopback cni/host-local busybox
+    echo "lab-build: real-node binaries of Kubernetes $KUBERNETES_VERSION in $out ($((SECONDS - total))s)"
+  else
+    "$here/build.sh"
+    for cmd in kube-apiserver kube-scheduler kube-controller-manager kubectl; do
+      build "${k8s_modules}kubernetes" "$cmd" "k8s.io/kubernetes/cmd/$cmd" "$ldflags"
+    done
+    link_default etcd kwok toxiproxy-server
+    ln -sfn "$(cd "$here/../.cache/lab/kwok-stages" && pwd)" "$out/../kwok-stages"
+    echo "lab-build: Kubernetes $KUBERNETES_VERSION in $out ($((SECONDS - total))s)"
+  fi
   exit 0
 fi
 

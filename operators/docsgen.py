@@ -98,6 +98,8 @@ OTHER_VARIABLES = {
     "DRA_LAB_HOME": "the lab's directory (binaries, runs, images): default .cache/lab in a checkout, "
     "else ~/.cache/dra-operators/lab",
     "DRA_LAB_BIN_DIR": "the lab's binaries: default $DRA_LAB_HOME/bin",
+    "DRA_LAB_KUBERNETES": "an older Kubernetes minor (1.34, 1.35, 1.36) whose binaries the lab "
+    "runs, from $DRA_LAB_HOME/<minor>/bin (lab/build.sh --kubernetes MINOR); default: the newest",
 }
 # Read by the process but not configuration: the shell's or the WSGI server's.
 NOT_CONFIGURATION = {"PATH", "TMPDIR", "PATH_INFO", "QUERY_STRING"}

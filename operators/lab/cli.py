@@ -71,6 +71,13 @@ def lab() -> None:
     help="Then deploy the project onto the real nodes as on kind: build and import the image "
     "(make image), apply config/deviceclasses and the kind overlay, wait for the rollout.",
 )
+@click.option(
+    "--kubernetes",
+    metavar="MINOR",
+    help="An older Kubernetes minor to run (1.34, 1.35 or 1.36; built by "
+    "`lab/build.sh --kubernetes MINOR`, with --node for real nodes); default: $DRA_LAB_KUBERNETES, "
+    "else the newest (lab/versions.env).",
+)
 @click.option("--foreground", is_flag=True, help="Stay attached; Ctrl-C tears the lab down.")
 @click.option("--timeout", default=180.0, show_default=True, help="Seconds to wait for readiness.")
 def up(
@@ -81,6 +88,7 @@ def up(
     upstream_controllers: bool,
     scheduler_config: Path | None,
     deploy: bool,
+    kubernetes: str | None,
     foreground: bool,
     timeout: float,
 ) -> None:
@@ -95,17 +103,20 @@ def up(
         run_dir=run_dir,
         startup_timeout=timeout,
         scheduler_config=yaml.safe_load(scheduler_config.read_text()) if scheduler_config else None,
+        bin_dir=paths.bin_dir(kubernetes) if kubernetes else None,
     )
+    release = kubernetes or os.environ.get("DRA_LAB_KUBERNETES")
+    build = f"lab/build.sh --kubernetes {release}" if release else "make lab-build"
     missing = paths.missing_binaries(options.resolved_bin_dir())
     if missing:
         raise click.ClickException(
-            f"lab binaries missing in {options.resolved_bin_dir()}: {', '.join(missing)}. Run `make lab-build` first."
+            f"lab binaries missing in {options.resolved_bin_dir()}: {', '.join(missing)}. Run `{build}` first."
         )
     missing = paths.missing_real_node_binaries(options.resolved_bin_dir()) if real_nodes else []
     if missing:
+        build = f"lab/build.sh --node --kubernetes {release}" if release else "make lab-build-node"
         raise click.ClickException(
-            f"real-node binaries missing in {options.resolved_bin_dir()}: "
-            f"{', '.join(missing)}. Run `make lab-build-node` first."
+            f"real-node binaries missing in {options.resolved_bin_dir()}: {', '.join(missing)}. Run `{build}` first."
         )
     if foreground:
         stop = threading.Event()

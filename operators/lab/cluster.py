@@ -182,6 +182,8 @@ class Lab:
         self._procs: dict[str, subprocess.Popen] = {}
         self._gates: list[str] = []
         self._all_gates: list[str] = []
+        self.minor = components.NEWEST_MINOR  # of the binaries, read by start()
+        self._controllers: frozenset[str] | None = None  # kube-controller-manager's, read by start()
         self.ports: Ports | None = None
         self.upstream_controllers = self.options.upstream_controllers
         # Serializes changes to the process table (restarts from tests, timers, the control socket).
@@ -280,9 +282,9 @@ class Lab:
         for stale in existing.real_nodes if existing else []:  # a lab that died without stopping
             realnode.cleanup(RealNodeInfo(**stale), self.bin_dir / "runc")
         self._prepare_run_dir()
-        self._all_gates = components.dra_feature_gates(
-            subprocess.run([str(self.bin_dir / "kube-apiserver"), "--help"], capture_output=True, text=True).stdout
-        )
+        self._all_gates = components.dra_feature_gates(self._output("kube-apiserver", "--help"))
+        self.minor = components.release_minor(self._output("kube-apiserver", "--version"))
+        self._controllers = components.known_controllers(self._output("kube-controller-manager", "--help"))
         self._gates = self._enabled_gates()
         self._write_configs()
         try:
@@ -743,6 +745,9 @@ class Lab:
         """Disabled gates the binaries know, switched off explicitly (a beta gate is on by default)."""
         return tuple(g for g in self.options.disabled_gates if g in self._all_gates)
 
+    def _output(self, binary: str, *args: str) -> str:
+        return subprocess.run([str(self.bin_dir / binary), *args], capture_output=True, text=True).stdout
+
     def _start_controller_manager(self) -> None:
         self._start(
             "kube-controller-manager",
@@ -754,6 +759,7 @@ class Lab:
                 self.upstream_controllers,
                 self.options.controller_manager_api_limits,
                 off=self._gates_off(),
+                known=self._controllers,
             ),
         )
 
@@ -782,6 +788,7 @@ class Lab:
                     self._gates,
                     self._gates_off(),
                     real_nodes=self.options.real_nodes > 0,
+                    minor=self.minor,
                 ),
             )
         elif name == "kwok":

@@ -85,9 +85,33 @@ class Files:
 
 
 # Gates that DRA gates need on too (the API server refuses to start otherwise), and API
-# versions a gate's clients watch (the 1.37 scheduler watches PodGroups in scheduling/v1beta1).
+# versions a gate's clients watch, by the first minor that serves them (the 1.37 scheduler watches
+# PodGroups in scheduling/v1beta1; 1.36 has v1alpha2, 1.35 v1alpha1: storage_scheduling.go).
 GATE_DEPENDENCIES = {"DRAWorkloadResourceClaims": ("GenericWorkload",)}
-GATE_APIS = {"GenericWorkload": ("scheduling.k8s.io/v1beta1",)}
+GATE_APIS = {
+    "GenericWorkload": {
+        35: ("scheduling.k8s.io/v1alpha1",),
+        36: ("scheduling.k8s.io/v1alpha2",),
+        37: ("scheduling.k8s.io/v1beta1",),
+    }
+}
+NEWEST_MINOR = 37  # lab/versions.env's KUBERNETES_VERSION
+
+
+def release_minor(version_text: str) -> int:
+    """The minor of ``kube-apiserver --version`` ("Kubernetes v1.35.8": 35)."""
+    found = re.search(r"v1\.(\d+)\.", version_text)
+    if not found:
+        raise ValueError(f"not a Kubernetes version: {version_text.strip()!r}")
+    return int(found.group(1))
+
+
+def known_controllers(help_text: str) -> frozenset[str]:
+    """The controllers ``kube-controller-manager --help`` lists ("All controllers: a, b, ..."): a
+    release refuses to be told about one it lacks, even to switch it off (resourcepoolstatusrequest
+    is new in 1.36; k8s.io/controller-manager/options/generic.go, Validate)."""
+    found = re.search(r"All controllers: ([^\n]*)", help_text)
+    return frozenset(c.strip() for c in found.group(1).split(",")) if found else frozenset()
 
 
 def dra_feature_gates(help_text: str) -> list[str]:
@@ -106,10 +130,11 @@ def dra_feature_gates(help_text: str) -> list[str]:
     return sorted(gates)
 
 
-def runtime_apis(gates: list[str]) -> list[str]:
+def runtime_apis(gates: list[str], minor: int = NEWEST_MINOR) -> list[str]:
     apis = [f"resource.k8s.io/{v}" for v in RESOURCE_API_VERSIONS]
     for gate in gates:
-        apis.extend(a for a in GATE_APIS.get(gate, ()) if a not in apis)
+        served = [since for since in GATE_APIS.get(gate, {}) if since <= minor]
+        apis.extend(a for a in (GATE_APIS[gate][max(served)] if served else ()) if a not in apis)
     return apis
 
 
@@ -150,7 +175,13 @@ def build_etcd_args(binary: Path, files: Files, ports: Ports) -> list[str]:
 
 
 def build_apiserver_args(
-    binary: Path, files: Files, ports: Ports, gates: list[str], off: tuple[str, ...] = (), real_nodes: bool = False
+    binary: Path,
+    files: Files,
+    ports: Ports,
+    gates: list[str],
+    off: tuple[str, ...] = (),
+    real_nodes: bool = False,
+    minor: int = NEWEST_MINOR,
 ) -> list[str]:
     pki = files.pki
     # Only with real nodes (a plain lab's flags stay as they were): kubectl logs/exec reach a
@@ -184,7 +215,7 @@ def build_apiserver_args(
         f"--service-account-key-file={pki / 'sa.pub'}",
         "--service-cluster-ip-range=10.96.0.0/16",
         "--allow-privileged=true",
-        "--runtime-config=" + ",".join(f"{api}=true" for api in runtime_apis(gates)),
+        "--runtime-config=" + ",".join(f"{api}=true" for api in runtime_apis(gates, minor)),
         feature_gates_flag(gates, off),
         # Load tests (hundreds of Pods) must not be throttled by priority and fairness.
         "--max-requests-inflight=0",
@@ -207,12 +238,15 @@ def build_controller_manager_args(
     upstream_controllers: bool,
     api_limits: tuple[int, int] = (500, 1000),
     off: tuple[str, ...] = (),
+    known: frozenset[str] | None = None,
 ) -> list[str]:
     """``api_limits``: its client's (QPS, burst); the lab's 500/1000 as large clusters run it,
-    ``make bench`` also upstream's defaults (20/30)."""
+    ``make bench`` also upstream's defaults (20/30). ``known``: the release's controllers
+    (``known_controllers``); only those of REPLACED_CONTROLLERS are switched off."""
     pki = files.pki
     kubeconfig = files.kubeconfig("kube-controller-manager")
-    controllers = "*" if upstream_controllers else ",".join(["*", *(f"-{c}" for c in REPLACED_CONTROLLERS)])
+    replaced = [c for c in REPLACED_CONTROLLERS if known is None or c in known]
+    controllers = "*" if upstream_controllers else ",".join(["*", *(f"-{c}" for c in replaced)])
     return [
         str(binary),
         f"--kubeconfig={kubeconfig}",

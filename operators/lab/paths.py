@@ -27,8 +27,13 @@ def lab_home() -> Path:
     return Path.home() / ".cache" / "dra-operators" / "lab"
 
 
-def bin_dir() -> Path:
-    return Path(os.environ.get("DRA_LAB_BIN_DIR") or lab_home() / "bin")
+def bin_dir(kubernetes: str | None = None) -> Path:
+    """The binaries of the default release, or of the older minor ``kubernetes`` ("1.35", else
+    ``$DRA_LAB_KUBERNETES``), which ``lab/build.sh --kubernetes 1.35`` builds into ``1.35/bin``."""
+    if env := os.environ.get("DRA_LAB_BIN_DIR"):
+        return Path(env)
+    release = kubernetes or os.environ.get("DRA_LAB_KUBERNETES") or ""
+    return lab_home() / release / "bin" if release else lab_home() / "bin"
 
 
 def kwok_stages_dir(binaries: Path) -> Path:

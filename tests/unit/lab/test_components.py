@@ -40,6 +40,38 @@ def test_controller_manager_disables_upstream_dra_controllers_by_default():
     assert "--leader-elect=false" in args
 
 
+@pytest.mark.parametrize(
+    ("minor", "scheduling"),
+    [
+        (34, None),
+        (35, "scheduling.k8s.io/v1alpha1"),
+        (36, "scheduling.k8s.io/v1alpha2"),
+        (37, "scheduling.k8s.io/v1beta1"),
+    ],
+)
+def test_each_release_gets_the_scheduling_version_it_serves(minor, scheduling):
+    # (kube-apiserver refuses to start on a --runtime-config version it does not have.)
+    apis = components.runtime_apis(["GenericWorkload"], minor)
+    assert [a for a in apis if a.startswith("scheduling.")] == ([scheduling] if scheduling else [])
+
+
+def test_release_minor_and_known_controllers_from_the_binaries():
+    assert components.release_minor("Kubernetes v1.35.8\n") == 35
+    with pytest.raises(ValueError, match="not a Kubernetes version"):
+        components.release_minor("")
+    help_text = (
+        "      --controllers strings   A list of controllers to enable.\n"
+        "                              All controllers: cronjob-controller, device-taint-eviction-controller, "
+        "resourceclaim-controller\n"
+        "                              Disabled-by-default controllers: bootstrap-signer-controller\n"
+    )
+    known = components.known_controllers(help_text)
+    assert known == {"cronjob-controller", "device-taint-eviction-controller", "resourceclaim-controller"}
+    # 1.34 and 1.35 have no resourcepoolstatusrequest-controller and refuse its name, even as -name.
+    args = components.build_controller_manager_args(Path("/b/kcm"), FILES, PORTS, [], False, known=known)
+    assert "--controllers=*,-resourceclaim-controller,-device-taint-eviction-controller" in args
+
+
 def test_controller_manager_upstream_controllers_on():
     args = components.build_controller_manager_args(Path("/b/kcm"), FILES, PORTS, [], True)
     assert "--controllers=*" in args
