@@ -90,8 +90,9 @@ def _ephemeral_start() -> int:
 
 # Ports handed out recently, by any process on this machine: a port is free when chosen and
 # bound by its server only seconds later, and two processes (pytest-xdist workers starting labs
-# side by side) could otherwise both choose it in between ("address already in use").
-_HANDED_OUT = Path(os.environ.get("TMPDIR", "/tmp")) / "dra-lab-ports.json"
+# side by side) could otherwise both choose it in between ("address already in use"). One file
+# per user: in the sticky /tmp another user can neither open root's lock nor replace its file.
+_HANDED_OUT = Path(os.environ.get("TMPDIR", "/tmp")) / f"dra-lab-ports-{os.getuid()}.json"
 _HANDED_OUT_FOR = 600.0  # seconds a handed-out port is not handed out again
 
 
