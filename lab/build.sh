@@ -31,7 +31,7 @@ out=$(cd "$out" && pwd)
 export GOTOOLCHAIN=local GOFLAGS=-mod=mod
 k8s_modules=""  # where the kubernetes and kubelet modules are, under lab/
 if [[ -n $release ]]; then
-  KUBERNETES_VERSION=$(for v in $KUBERNETES_OLDER_VERSIONS; do [[ $v == "v$release".* ]] && echo "$v"; done)
+  KUBERNETES_VERSION=$(for v in $KUBERNETES_OLDER_VERSIONS; do if [[ $v == "v$release".* ]]; then echo "$v"; fi; done)
   if [[ -z $KUBERNETES_VERSION ]]; then
     echo "lab-build: Kubernetes $release is not one of KUBERNETES_OLDER_VERSIONS ($KUBERNETES_OLDER_VERSIONS) in lab/versions.env" >&2
     exit 2

@@ -17,7 +17,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$here source="lab/versions.env"
 if [[ ${1:-} == --kubernetes ]]; then
   minor=$2; shift 2
-  KUBERNETES_VERSION=$(for v in $KUBERNETES_OLDER_VERSIONS; do [[ $v == "v$minor".* ]] && echo "$v"; done)
+  KUBERNETES_VERSION=$(for v in $KUBERNETES_OLDER_VERSIONS; do if [[ $v == "v$minor".* ]]; then echo "$v"; fi; done)
   [[ -n $KUBERNETES_VERSION ]] || { echo "no $minor in KUBERNETES_OLDER_VERSIONS ($KUBERNETES_OLDER_VERSIONS)" >&2; exit 2; }
   root=$here/releases/$minor source="KUBERNETES_OLDER_VERSIONS in lab/versions.env"
   set -- kubernetes kubelet
