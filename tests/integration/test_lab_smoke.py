@@ -102,10 +102,14 @@ async def test_upstream_resourceclaim_controller_generates_claim(
     await wait_for_object(kube, PODS, "worker", namespace, _running, what="Pod worker Running")
 
 
-async def test_device_taint_rule_round_trip_in_served_version(kube: Kube, unique, cluster_objects):
+# The newest DeviceTaintRule version of each release (storage_resource.go): GA in 1.37.
+TAINT_RULE_VERSION = {34: "v1alpha3", 35: "v1alpha3", 36: "v1beta2"}
+
+
+async def test_device_taint_rule_round_trip_in_served_version(lab, kube: Kube, unique, cluster_objects):
     rules = await kube.preferred_version(DEVICE_TAINT_RULES)
     assert rules is not None, "DeviceTaintRule is not served"
-    assert rules.version == "v1"  # 1.37 serves it GA
+    assert rules.version == TAINT_RULE_VERSION.get(lab.minor, "v1")
     body = {
         "apiVersion": rules.group_version,
         "kind": "DeviceTaintRule",
@@ -117,7 +121,7 @@ async def test_device_taint_rule_round_trip_in_served_version(kube: Kube, unique
     }
     created = await cluster_objects.create(rules, body)
     read = await kube.get(rules, f"rule-{unique}")
-    assert read["apiVersion"] == "resource.k8s.io/v1"
+    assert read["apiVersion"] == rules.group_version
     assert read["spec"]["taint"]["key"] == "lab.dra-operators.dev/broken"
     assert read["spec"]["taint"]["effect"] == "NoSchedule"
     assert "timeAdded" in read["spec"]["taint"]  # defaulted by the API server
