@@ -105,7 +105,7 @@ def up(
         scheduler_config=yaml.safe_load(scheduler_config.read_text()) if scheduler_config else None,
         bin_dir=paths.bin_dir(kubernetes) if kubernetes else None,
     )
-    release = kubernetes or os.environ.get("DRA_LAB_KUBERNETES")
+    release = paths.release(kubernetes)
     build = f"lab/build.sh --kubernetes {release}" if release else "make lab-build"
     missing = paths.missing_binaries(options.resolved_bin_dir())
     if missing:

@@ -114,6 +114,12 @@ def known_controllers(help_text: str) -> frozenset[str]:
     return frozenset(c.strip() for c in found.group(1).split(",")) if found else frozenset()
 
 
+def replaced_controllers(known: frozenset[str] | None) -> list[str]:
+    """REPLACED_CONTROLLERS the release has. A list that could not be read (empty) counts as
+    unknown: all of them are switched off, never none (upstream's would run beside ours)."""
+    return [c for c in REPLACED_CONTROLLERS if not known or c in known]
+
+
 def dra_feature_gates(help_text: str) -> list[str]:
     """Every DRA gate that ``kube-apiserver --help`` lists, so the lab follows the release.
 
@@ -245,7 +251,7 @@ def build_controller_manager_args(
     (``known_controllers``); only those of REPLACED_CONTROLLERS are switched off."""
     pki = files.pki
     kubeconfig = files.kubeconfig("kube-controller-manager")
-    replaced = [c for c in REPLACED_CONTROLLERS if known is None or c in known]
+    replaced = replaced_controllers(known)
     controllers = "*" if upstream_controllers else ",".join(["*", *(f"-{c}" for c in replaced)])
     return [
         str(binary),

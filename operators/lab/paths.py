@@ -27,13 +27,18 @@ def lab_home() -> Path:
     return Path.home() / ".cache" / "dra-operators" / "lab"
 
 
+def release(kubernetes: str | None = None) -> str | None:
+    """The older minor asked for ("1.35"): ``kubernetes``, else ``$DRA_LAB_KUBERNETES``; None: the default."""
+    return kubernetes or os.environ.get("DRA_LAB_KUBERNETES") or None
+
+
 def bin_dir(kubernetes: str | None = None) -> Path:
-    """The binaries of the default release, or of the older minor ``kubernetes`` ("1.35", else
-    ``$DRA_LAB_KUBERNETES``), which ``lab/build.sh --kubernetes 1.35`` builds into ``1.35/bin``."""
+    """The binaries of the default release, or of the older minor ``release(kubernetes)``, which
+    ``lab/build.sh --kubernetes 1.35`` builds into ``1.35/bin``."""
     if env := os.environ.get("DRA_LAB_BIN_DIR"):
         return Path(env)
-    release = kubernetes or os.environ.get("DRA_LAB_KUBERNETES") or ""
-    return lab_home() / release / "bin" if release else lab_home() / "bin"
+    minor = release(kubernetes)
+    return lab_home() / minor / "bin" if minor else lab_home() / "bin"
 
 
 def kwok_stages_dir(binaries: Path) -> Path:

@@ -165,3 +165,8 @@ def test_free_ports_are_not_handed_out_twice_across_processes(tmp_path, monkeypa
     monkeypatch.setattr(cluster.random, "randrange", lambda low, high: next(picks))
     assert cluster.free_ports(2) == [20001, 20002]
     assert cluster.free_ports(1) == [20003]  # 20001 and 20002 were skipped, though free again
+
+
+def test_an_unreadable_controller_list_switches_all_of_ours_off():
+    assert components.replaced_controllers(frozenset()) == list(components.REPLACED_CONTROLLERS)
+    assert components.replaced_controllers(None) == list(components.REPLACED_CONTROLLERS)
