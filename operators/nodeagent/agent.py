@@ -19,7 +19,8 @@ from .backends import BackendError, DeviceBackend, Inventory
 from .health import HealthEvent, HealthTracker
 from .metrics import Metrics
 from .publish import PoolPublisher
-from .slices import split_into_slices
+from .slices import fit_to_cluster, split_into_slices
+from .support import SliceSupport, probe_slice_support
 from .validation import split_valid
 
 log = structlog.stdlib.get_logger("operators.nodeagent")
@@ -54,6 +55,8 @@ class NodeAgent:
         self.events = EventRecorder(kube, EVENT_COMPONENT)
         self.node: dict[str, Any] | None = None
         self.inventory = Inventory()
+        self.support = SliceSupport()  # what the cluster keeps of a slice: probed at start
+        self._probe = True  # probe again before the next publication (at start, after a refusal)
         # No discovery has succeeded yet in this process: the slices found are all we know of the
         # devices, so they are left as they are (an empty inventory would delete them).
         self._discovered = False
@@ -116,8 +119,10 @@ class NodeAgent:
             listener()
 
     def published_devices(self) -> list[dict[str, Any]]:
-        """The devices of the current inventory that pass validation (what is published)."""
-        return split_valid(self.inventory.devices, self.inventory.counter_sets)[0]
+        """The devices of the current inventory that pass validation and that this cluster can
+        hold (what is published; unhealthy ones withdrawn where it has no taints included)."""
+        valid = split_valid(self.inventory.devices, self.inventory.counter_sets)[0]
+        return fit_to_cluster(valid, self.inventory.counter_sets, self.support)[0]
 
     # -- inputs ------------------------------------------------------------------------------
 
@@ -205,7 +210,8 @@ class NodeAgent:
                     WARNING,
                     "DeviceUnhealthy",
                     f"device {event.device} of driver {self.driver}: {event.kind}"
-                    f"{'=' + event.value if event.value else ''}; tainted",
+                    f"{'=' + event.value if event.value else ''}; "
+                    + ("tainted" if self.support.taints else "withdrawn from its slice (no device taints here)"),
                 )
             self._health_changed()
             self._wake.set()
@@ -250,6 +256,8 @@ class NodeAgent:
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # API away, garbage, a bug: retry, never stop publishing
+                if isinstance(e, ApiError) and e.invalid:
+                    self._probe = True  # the API server was upgraded, or its gates changed
                 delay = _RETRY_DELAYS[min(self._failures, len(_RETRY_DELAYS) - 1)]
                 self._failures += 1
                 self.metrics.errors.labels(self.driver).inc()
@@ -267,25 +275,41 @@ class NodeAgent:
             self.metrics.last_success.labels(self.driver).set(time.time())
             self.metrics.duration.labels(self.driver).observe(time.monotonic() - started)
 
+    async def probe(self) -> None:
+        """Ask the API server which slice rules it applies (release and feature gates)."""
+        support, why = await probe_slice_support(self.kube, self.driver, self.node_name)
+        self._probe = False
+        if support != self.support or why:
+            self.support = support
+            if why:
+                self.log.warning("cluster's ResourceSlice rules unknown", support=support.describe(), reason=why)
+            else:
+                self.log.info("cluster's ResourceSlice rules", support=support.describe())
+
     async def publish(self) -> None:
+        if self._probe:
+            await self.probe()
         valid, problems = split_valid(self.inventory.devices, self.inventory.counter_sets)
-        problems = self.inventory.errors + problems
+        valid, counter_sets, unfit = fit_to_cluster(valid, self.inventory.counter_sets, self.support)
+        problems = self.inventory.errors + problems + unfit
         self.metrics.invalid.labels(self.driver).set(len(problems))
         if problems != self._reported_errors:
             await self._report(problems)
         if not self._discovered:
             return  # started with an unusable inventory: keep what an earlier run published
         devices = self.health.apply(valid)
-        desired = split_into_slices(devices, self.inventory.counter_sets)
+        if not self.support.taints:  # no taints in this cluster: an unhealthy device is withdrawn
+            devices = [d for d in devices if not d.get("taints")]
+        desired = split_into_slices(devices, counter_sets, inline=self.support.counters_inline)
         if self.node is None:  # deleted while this call awaited: the loop's retry waits for it
             raise RuntimeError(f"Node {self.node_name!r} went away while publishing")
         owner = {"name": self.node["metadata"]["name"], "uid": self.node["metadata"]["uid"]}
         # Devices that went or came (MIG reconfigured, a GPU off the bus or back): a new pool
         # generation, even where one slice changes in place.
         published = {d["name"] for s in self.publisher.existing() for d in s["spec"].get("devices") or []}
-        hardware_changed = bool(published) and published != {d["name"] for d in valid}
+        hardware_changed = bool(published) and published != {d["name"] for d in devices}
         result = await self.publisher.publish(desired, owner, new_generation=hardware_changed)
-        self.metrics.devices.labels(self.driver).set(len(valid))
+        self.metrics.devices.labels(self.driver).set(len(devices))
         self.metrics.set_device_states(self.driver, self.node_name, devices, self.health.tainted_devices())
         self.metrics.slices.labels(self.driver).set(len(desired))
         if result.deleted or result.updated or result.created:
