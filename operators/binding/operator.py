@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import kopf
 
+from ..core.api.featuregates import apiserver_feature_gates
 from ..core.api.resources import DEVICE_TAINT_RULES, RESOURCE_CLAIMS
 from ..core.framework.metrics import serve
 from ..core.framework.operator import ConfigurationError, OperatorSpec, register
@@ -18,6 +19,17 @@ from .metrics import Metrics
 log = get_logger("operators.binding")
 
 TAINT_EFFECTS = ("NoSchedule", "None")  # NoExecute would evict Pods that use the device elsewhere
+BINDING_CONDITIONS_GATE = "DRADeviceBindingConditions"
+
+
+def gate_off_message(host: str | None) -> str:
+    return (
+        f"the API server{f' at {host}' if host else ''} runs with {BINDING_CONDITIONS_GATE} off (alpha and off "
+        "by default in Kubernetes 1.34 and 1.35): it drops the binding conditions of devices and claims, so "
+        "the scheduler never waits for this operator. Turn the gate on in kube-apiserver and kube-scheduler "
+        "(--feature-gates=DRADeviceBindingConditions=true,DRAResourceClaimDeviceStatus=true), or do not "
+        "deploy the binding operator"
+    )
 
 
 def check(config: Settings, memo: kopf.Memo) -> None:
@@ -41,6 +53,13 @@ def check(config: Settings, memo: kopf.Memo) -> None:
 
 async def start(runtime: Runtime, config: Settings, memo: kopf.Memo) -> None:
     kube = runtime.kube
+    gates = await apiserver_feature_gates(kube)
+    if gates is None:
+        log.warning(
+            f"cannot read the API server's feature gates (GET /metrics): {BINDING_CONDITIONS_GATE} is assumed on"
+        )
+    elif not gates.get(BINDING_CONDITIONS_GATE):
+        raise RuntimeError(gate_off_message(kube.host))
     drivers = d.DriverFilter.parse(config.binding_drivers)
     rules = None
     if config.binding_cool_off > 0:

@@ -7,6 +7,7 @@
   controller is not associated with the node of the allocation, so ``associated-node:`` does
   not apply);
 - DeviceTaintRules for the cool-off taints (list at start-up, apply, get, delete);
+- kube-apiserver's ``/metrics`` at start-up: is DRADeviceBindingConditions on;
 - Events; and Leases in its own namespace for leader election.
 
 ``python -m operators.binding.rbac --drivers fabric-gpu.example.com --namespace dra-operators``
@@ -49,6 +50,7 @@ def rules(drivers: DriverFilter) -> list[dict[str, Any]]:
             "verbs": ["get", "list", "watch", "create", "patch", "update", "delete"],
         },
         {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch", "update"]},
+        {"nonResourceURLs": ["/metrics"], "verbs": ["get"]},
     ]
 
 

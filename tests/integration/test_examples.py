@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from operators.core.api.resources import (
+    DEVICE_TAINT_RULES,
     NAMESPACES,
     NODES,
     PODS,
@@ -80,9 +83,9 @@ class Applied:
         self.namespaces: list[str] = []
         self.cluster_files: list[Path] = []
 
-    async def example(self, name: str, namespace: str | None = None) -> str:
-        """``kubectl apply -n NS -f config/examples/NAME`` in a fresh namespace, or as written
-        (NAMESPACE: the example's own, created by it)."""
+    async def example(self, name: str, namespace: str | None = None, path: Path | None = None) -> str:
+        """``kubectl apply -n NS -f config/examples/NAME`` (or PATH) in a fresh namespace, or as
+        written (NAMESPACE: the example's own, created by it)."""
         ns = namespace or f"ex-{name[:20]}-{self.unique}"
         if namespace is None:
             await self.kube.create(NAMESPACES, {"metadata": {"name": ns}})
@@ -90,9 +93,9 @@ class Applied:
                 lambda: self.kube.get_or_none(SERVICE_ACCOUNTS, "default", ns), what="default ServiceAccount"
             )
         self.namespaces.append(ns)
-        path = str(EXAMPLES / name)
+        where = str(path or EXAMPLES / name)
         result = self.lab.kubectl(
-            *(("apply", "-f", path) if namespace else ("apply", "-n", ns, "-f", path)), check=False
+            *(("apply", "-f", where) if namespace else ("apply", "-n", ns, "-f", where)), check=False
         )
         assert result.returncode == 0, result.stderr
         return ns
@@ -110,6 +113,26 @@ class Applied:
             await wait_gone(self.kube, NAMESPACES, ns)
         for path in reversed(self.cluster_files):
             self.lab.kubectl("delete", "--ignore-not-found", "-f", str(path), check=False)
+
+
+async def as_served(kube, name: str, root: Path) -> Path:
+    """A copy of example NAME with its DeviceTaintRules at the version the cluster serves, as
+    the example's README tells users of 1.34 to 1.36 to do (the spec is the same in v1alpha3,
+    v1beta2 and v1)."""
+    served = await kube.preferred_version(DEVICE_TAINT_RULES)
+    assert served is not None, "DeviceTaintRule is not served"
+    copy = root / name
+    shutil.copytree(EXAMPLES / name, copy)
+    for file in copy.rglob("*.yaml"):
+        text = file.read_text()
+        file.write_text(
+            re.sub(
+                r"apiVersion: resource\.k8s\.io/v1\n(kind: DeviceTaintRule)",
+                rf"apiVersion: {served.group_version}\n\1",
+                text,
+            )
+        )
+    return copy
 
 
 @pytest.fixture
@@ -227,9 +250,10 @@ async def test_admin_access(kube, applied):
     assert found["adminAccess"] is True and found["device"] == "gpu-0"
 
 
-async def test_taints_and_tolerations(kube, applied):
-    applied.cluster_scoped(EXAMPLES / "taints-tolerations")
-    ns = await applied.example("taints-tolerations")
+async def test_taints_and_tolerations(kube, applied, tmp_path):
+    example = await as_served(kube, "taints-tolerations", tmp_path)
+    applied.cluster_scoped(example)
+    ns = await applied.example("taints-tolerations", path=example)
     [result] = (await running_with_claims(kube, ns, ["tolerating"]))["tolerating"]
     assert result["device"] == "gpu-3"
     assert result["tolerations"][0]["key"] == "example.dra-operators.dev/maintenance"
@@ -354,11 +378,12 @@ async def test_mig(kube, applied):
     assert {r["pool"] for r in results} == {MIG_NODE}
 
 
-async def test_device_taint_maintenance(lab, kube, applied):
+async def test_device_taint_maintenance(lab, kube, applied, tmp_path):
     """Preview the rule (the Pod it would evict), apply it, the Pod is evicted, new claims
     avoid the node's devices."""
-    ns = await applied.example("device-taint-maintenance")
-    rule_file = EXAMPLES / "device-taint-maintenance" / "maintenance"
+    example = await as_served(kube, "device-taint-maintenance", tmp_path)
+    ns = await applied.example("device-taint-maintenance", path=example)
+    rule_file = example / "maintenance"
     applied.cluster_scoped(rule_file)
     [result] = (await running_with_claims(kube, ns, ["training"]))["training"]
     assert result["pool"] == "lab-node-0"

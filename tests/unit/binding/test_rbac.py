@@ -25,7 +25,7 @@ def test_printed_manifests(capsys):
 
 def test_driver_subresource_is_limited_to_served_drivers_when_it_can_be():
     def driver_rule(text):
-        return next(r for r in rbac.rules(DriverFilter.parse(text)) if r["resources"] == ["resourceclaims/driver"])
+        return next(r for r in rbac.rules(DriverFilter.parse(text)) if r.get("resources") == ["resourceclaims/driver"])
 
     assert driver_rule("b.io,a.io") == {
         "apiGroups": ["resource.k8s.io"],
