@@ -8,7 +8,13 @@ from __future__ import annotations
 
 import kopf
 
-from ..core.api.featuregates import WORKLOAD_CLAIMS_GATE, detect_workload
+from ..core.api.featuregates import (
+    DEVICE_TAINTS_GATE,
+    WORKLOAD_CLAIMS_GATE,
+    apiserver_feature_gates,
+    detect_workload,
+    device_taint_rules_on,
+)
 from ..core.api.resources import DEVICE_CLASSES, POD_DISRUPTION_BUDGETS, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
 from ..core.dra import resourceclaim as rc
 from ..core.framework.metrics import serve
@@ -23,10 +29,29 @@ from .metrics import Metrics
 log = get_logger("operators.taints")
 
 
+def gate_off_message(host: str | None) -> str:
+    return (
+        f"the API server{f' at {host}' if host else ''} runs with {DEVICE_TAINTS_GATE} off (alpha and off by "
+        "default in Kubernetes 1.34 and 1.35): it drops device taints, kube-scheduler ignores DeviceTaintRules "
+        "and upstream's device-taint-eviction-controller does not run, so this operator would evict Pods for "
+        "taints nothing else honours. Turn the gate on in kube-apiserver, kube-scheduler and "
+        "kube-controller-manager (--feature-gates=DRADeviceTaints=true, and DRADeviceTaintRules=true from "
+        "1.35 for DeviceTaintRules), or do not deploy the taints operator"
+    )
+
+
 async def start(runtime: Runtime, config: Settings, memo: kopf.Memo) -> None:
     kube = runtime.kube
+    gates = await apiserver_feature_gates(kube)
+    if gates is not None and not gates.get(DEVICE_TAINTS_GATE):
+        raise RuntimeError(gate_off_message(kube.host))
     rules, rule_status = await discover_rules(kube, config.taints_rule_version)
-    workload = await detect_workload(kube)
+    rules_ignored = rules is not None and gates is not None and not device_taint_rules_on(gates)
+    if rules_ignored:
+        # Served (runtime config) but off: kube-scheduler and upstream's controller ignore them.
+        log.warning("DeviceTaintRules are served but DRADeviceTaintRules is off: rules are ignored, as upstream does")
+        rules = None
+    workload = await detect_workload(kube, gates)
     if not workload.gates_known:
         log.warning(
             "cannot read the API server's feature gates (GET /metrics); claims reserved for a "
@@ -68,7 +93,7 @@ async def start(runtime: Runtime, config: Settings, memo: kopf.Memo) -> None:
     memo.taints_controller = controller
     # Watches keep the cache warm on a standby; only the leader's workers evict and write status.
     await runtime.lead(config, "dra-operators-taints", controller.queue)
-    if rules is None:
+    if rules is None and not rules_ignored:
         log.warning("the cluster serves no DeviceTaintRules: only ResourceSlice taints evict")
     log.info(
         "taints operator started",

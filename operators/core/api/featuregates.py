@@ -16,6 +16,9 @@ from ..dra import podgroup as pg
 from .kube import ApiError, Kube
 
 WORKLOAD_CLAIMS_GATE = "DRAWorkloadResourceClaims"
+DEVICE_TAINTS_GATE = "DRADeviceTaints"
+DEVICE_TAINT_RULES_GATE = "DRADeviceTaintRules"
+_UNREAD: dict[str, bool] = {}  # detect_workload's default: read /metrics itself
 
 _LINE = re.compile(r"^kubernetes_feature_enabled\{([^}]*)\}\s+(\S+)", re.M)
 _NAME = re.compile(r'(?:^|,)name="([^"]*)"')
@@ -46,6 +49,13 @@ async def apiserver_feature_gates(kube: Kube) -> dict[str, bool] | None:
     return parse_feature_gates(text) or None
 
 
+def device_taint_rules_on(gates: dict[str, bool]) -> bool:
+    """Whether kube-scheduler and kube-controller-manager honour DeviceTaintRules. 1.34 has no
+    DRADeviceTaintRules gate: its rules go with DRADeviceTaints (v1.34 ``device_taint_eviction.go``
+    watches them whenever the controller runs)."""
+    return bool(gates.get(DEVICE_TAINT_RULES_GATE, gates.get(DEVICE_TAINTS_GATE, False)))
+
+
 @dataclass(frozen=True)
 class Workload:
     """What the cluster does with PodGroups (KEP-5729)."""
@@ -55,12 +65,13 @@ class Workload:
     gates_known: bool  # False: /metrics not readable, the gate counted as off (1.37's default)
 
 
-async def detect_workload(kube: Kube) -> Workload:
+async def detect_workload(kube: Kube, gates: dict[str, bool] | None = _UNREAD) -> Workload:
     """As kube-controller-manager decides with its own gates: PodGroups must be served, and the
     API server must run with DRAWorkloadResourceClaims (it drops ``spec.resourceClaims`` of new
-    PodGroups when off)."""
+    PodGroups when off). ``gates``: already read (None: unreadable)."""
     generic_workload = pg.API_VERSION.split("/")[1] in await kube.served_versions(pg.GROUP, pg.RESOURCE)
-    gates = await apiserver_feature_gates(kube)
+    if gates is _UNREAD:
+        gates = await apiserver_feature_gates(kube)
     return Workload(
         generic_workload=generic_workload,
         workload_claims=generic_workload and bool((gates or {}).get(WORKLOAD_CLAIMS_GATE)),
