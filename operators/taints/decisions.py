@@ -18,6 +18,7 @@ from ..core.dra.podgroup import is_for_pod_or_group, is_reserved_for_pod_or_grou
 from ..core.dra.resourceclaim import Obj, allocation_results, is_allocated, pod_claim_names
 from ..core.dra.tolerations import (
     device_selector_matches,
+    result_tolerations,
     tolerates,  # part of this module's vocabulary (tests, preview)
 )
 
@@ -246,15 +247,16 @@ def claim_eviction(
 ) -> Eviction | None:
     """``claimEvictionTime``: for every NoExecute taint on an allocated device, its ``timeAdded``
     plus the smallest ``tolerationSeconds`` (negative = 0) of the matching NoExecute tolerations
-    the scheduler copied into the allocation result; a matching toleration without seconds
-    ignores the taint. The earliest time wins; every taint not tolerated for good is a reason.
-    Only tolerations whose effect is exactly NoExecute count, as upstream."""
+    the scheduler copied into the allocation result (its request's, where a 1.34 scheduler made
+    no copy: ``result_tolerations``); a matching toleration without seconds ignores the taint.
+    The earliest time wins; every taint not tolerated for good is a reason. Only tolerations
+    whose effect is exactly NoExecute count, as upstream."""
     when: datetime.datetime | None = None
     reasons: set[TaintSource] = set()
     if not is_allocated(claim):
         return None
     for result in allocation_results(claim):
-        tolerations = [t for t in result.get("tolerations") or [] if t.get("effect") == NO_EXECUTE]
+        tolerations = [t for t in result_tolerations(claim, result) if t.get("effect") == NO_EXECUTE]
         for source, taint in evicting_taints(result, lookup, rules, cel):
             seconds: int | None = None
             forever = False

@@ -63,3 +63,23 @@ def device_selector_matches(selector: Obj | None, driver: str, pool: str, device
         selector.get(key) is None or selector[key] == value
         for key, value in (("driver", driver), ("pool", pool), ("device", device))
     )
+
+
+def result_tolerations(claim: Obj, result: Obj) -> list[Obj]:
+    """The tolerations of an allocation result: the scheduler's copy of its request's (v0.35+
+    allocator, ``Tolerations: internal.lookupRequest(claim).tolerations()``). Kubernetes 1.34's
+    scheduler makes no copy (v0.34.12 ``allocator_experimental.go``), and upstream's 1.34
+    controller then evicts Pods whose claims tolerate the taint; a claim's spec cannot change, so
+    a result without tolerations takes its request's (``name`` or ``name/subrequest``)."""
+    if result.get("tolerations"):
+        return list(result["tolerations"])
+    name, _, sub = str(result.get("request") or "").partition("/")
+    for request in ((claim.get("spec") or {}).get("devices") or {}).get("requests") or []:
+        if request.get("name") != name:
+            continue
+        if not sub:
+            return list((request.get("exactly") or {}).get("tolerations") or [])
+        for alternative in request.get("firstAvailable") or []:
+            if alternative.get("name") == sub:
+                return list(alternative.get("tolerations") or [])
+    return []

@@ -110,6 +110,38 @@ def test_tolerations_from_the_allocation_result(tolerations, expected):
     assert (ev.when if ev else None) == expected
 
 
+@pytest.mark.parametrize(
+    ("request_name", "expected"),
+    [
+        ("r", None),  # the request's toleration, forever
+        ("alt/second", T0 + datetime.timedelta(seconds=30)),  # a firstAvailable subrequest's
+        ("alt/first", T0),  # that subrequest tolerates nothing
+        ("gone", T0),
+    ],
+)
+def test_a_result_without_tolerations_takes_its_requests_as_on_134(request_name, expected):
+    """Kubernetes 1.34's scheduler copies no tolerations into the result; the claim's spec,
+    which cannot change, still has them."""
+    c = claim(results=[{**result(), "request": request_name}])
+    c["spec"] = {
+        "devices": {
+            "requests": [
+                {"name": "r", "exactly": {"deviceClassName": "x", "tolerations": [toleration()]}},
+                {
+                    "name": "alt",
+                    "firstAvailable": [
+                        {"name": "first", "deviceClassName": "x"},
+                        {"name": "second", "deviceClassName": "x", "tolerations": [toleration(seconds=30)]},
+                    ],
+                },
+            ]
+        }
+    }
+    del c["status"]["allocation"]["devices"]["results"][0]["tolerations"]
+    ev = d.claim_eviction(c, NO_SLICES, [rule(selector={"driver": "drv"})])
+    assert (ev.when if ev else None) == expected
+
+
 def test_earliest_taint_wins_and_reasons_are_sorted_rules_first():
     later = "2026-01-01T12:05:00Z"
     s = slice_(devices=[{"name": "gpu-1", "taints": [taint(added=later)]}])
