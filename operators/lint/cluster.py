@@ -166,8 +166,33 @@ async def dry_run(kube: Kube, ctx: Context, doc: Document, discovery: Discovery)
 async def _dry_run(kube: Kube, ctx: Context, doc: Document, discovery: Discovery) -> list[Finding]:
     resource = await discovery.resource(doc.api_version, doc.kind)
     if resource is None:
-        if doc.api_version.split("/")[0] == RESOURCE_GROUP:
-            return []  # the served-version rule says it, with the fix
+        group, _, version = doc.api_version.rpartition("/")
+        if group == RESOURCE_GROUP:
+            if version not in (ctx.served or {}).get(RESOURCE_GROUP, []):
+                return []  # the served-version rule says it, with the fix
+            # The version is served, but not this kind in it (DeviceTaintRule: v1 from 1.37).
+            elsewhere = [
+                v
+                for v in (ctx.served or {}).get(RESOURCE_GROUP, [])
+                if v != version and await discovery.resource(f"{group}/{v}", doc.kind) is not None
+            ]
+            return [
+                Finding(
+                    "server-dry-run",
+                    ERROR,
+                    doc.file,
+                    doc.line,
+                    doc.ref,
+                    "apiVersion",
+                    f"the cluster serves no {doc.kind} in {doc.api_version}"
+                    + (
+                        f"; it serves {doc.kind} as {', '.join(f'{group}/{v}' for v in elsewhere)}" if elsewhere else ""
+                    ),
+                    f"write apiVersion: {group}/{elsewhere[0]}"
+                    if elsewhere
+                    else f"turn on the {doc.kind} API (its feature gate and API version) or leave it out",
+                )
+            ]
         return [
             Finding(
                 "server-dry-run",

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -29,6 +27,7 @@ from operators.nodeagent.plugin import opaque_config
 from operators.nodeagent.plugin.cdi import env_key
 
 from .operator_process import OperatorProcess
+from .served_examples import served_copy
 from .waiting import describe_namespace, wait_for, wait_gone
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -78,14 +77,19 @@ def simulated_nodes(lab, controllers, tmp_path_factory):
 class Applied:
     """The examples a test applied: their namespaces and cluster-scoped objects, removed at the end."""
 
-    def __init__(self, lab, kube, unique: str):
+    def __init__(self, lab, kube, unique: str, root: Path, taint_rules: str):
         self.lab, self.kube, self.unique = lab, kube, unique
+        self.root, self.taint_rules = root, taint_rules
         self.namespaces: list[str] = []
         self.cluster_files: list[Path] = []
 
-    async def example(self, name: str, namespace: str | None = None, path: Path | None = None) -> str:
-        """``kubectl apply -n NS -f config/examples/NAME`` (or PATH) in a fresh namespace, or as
-        written (NAMESPACE: the example's own, created by it)."""
+    def served(self, path: Path) -> Path:
+        """``path`` (under config/examples) as a user of the lab's release applies it."""
+        return served_copy(path, self.root, self.lab.minor, self.taint_rules)
+
+    async def example(self, name: str, namespace: str | None = None) -> str:
+        """``kubectl apply -n NS -f config/examples/NAME`` (as ``served``) in a fresh namespace, or
+        as written (NAMESPACE: the example's own, created by it)."""
         ns = namespace or f"ex-{name[:20]}-{self.unique}"
         if namespace is None:
             await self.kube.create(NAMESPACES, {"metadata": {"name": ns}})
@@ -93,7 +97,7 @@ class Applied:
                 lambda: self.kube.get_or_none(SERVICE_ACCOUNTS, "default", ns), what="default ServiceAccount"
             )
         self.namespaces.append(ns)
-        where = str(path or EXAMPLES / name)
+        where = str(self.served(EXAMPLES / name))
         result = self.lab.kubectl(
             *(("apply", "-f", where) if namespace else ("apply", "-n", ns, "-f", where)), check=False
         )
@@ -102,7 +106,7 @@ class Applied:
 
     def cluster_scoped(self, path: Path) -> None:
         """Delete the cluster-scoped objects of ``path`` (classes, slices, rules) at the end."""
-        self.cluster_files.append(path)
+        self.cluster_files.append(self.served(path))
 
     async def cleanup(self) -> None:
         for ns in self.namespaces:
@@ -115,29 +119,11 @@ class Applied:
             self.lab.kubectl("delete", "--ignore-not-found", "-f", str(path), check=False)
 
 
-async def as_served(kube, name: str, root: Path) -> Path:
-    """A copy of example NAME with its DeviceTaintRules at the version the cluster serves, as
-    the example's README tells users of 1.34 to 1.36 to do (the spec is the same in v1alpha3,
-    v1beta2 and v1)."""
-    served = await kube.preferred_version(DEVICE_TAINT_RULES)
-    assert served is not None, "DeviceTaintRule is not served"
-    copy = root / name
-    shutil.copytree(EXAMPLES / name, copy)
-    for file in copy.rglob("*.yaml"):
-        text = file.read_text()
-        file.write_text(
-            re.sub(
-                r"apiVersion: resource\.k8s\.io/v1\n(kind: DeviceTaintRule)",
-                rf"apiVersion: {served.group_version}\n\1",
-                text,
-            )
-        )
-    return copy
-
-
 @pytest.fixture
-async def applied(lab, kube, simulated_nodes, unique):
-    examples = Applied(lab, kube, unique)
+async def applied(lab, kube, simulated_nodes, unique, tmp_path):
+    rules = await kube.preferred_version(DEVICE_TAINT_RULES)
+    assert rules is not None, "DeviceTaintRule is not served"
+    examples = Applied(lab, kube, unique, tmp_path / "examples", rules.group_version)
     yield examples
     await examples.cleanup()
 
@@ -250,10 +236,9 @@ async def test_admin_access(kube, applied):
     assert found["adminAccess"] is True and found["device"] == "gpu-0"
 
 
-async def test_taints_and_tolerations(kube, applied, tmp_path):
-    example = await as_served(kube, "taints-tolerations", tmp_path)
-    applied.cluster_scoped(example)
-    ns = await applied.example("taints-tolerations", path=example)
+async def test_taints_and_tolerations(kube, applied):
+    applied.cluster_scoped(EXAMPLES / "taints-tolerations")
+    ns = await applied.example("taints-tolerations")
     [result] = (await running_with_claims(kube, ns, ["tolerating"]))["tolerating"]
     assert result["device"] == "gpu-3"
     assert result["tolerations"][0]["key"] == "example.dra-operators.dev/maintenance"
@@ -356,7 +341,8 @@ async def test_partitionable_devices(kube, applied):
     ns = await applied.example("partitionable-devices")
     [large] = (await running_with_claims(kube, ns, ["large"], "partition.example.com", node_pools=False))["large"]
     assert large["device"] == "gpu-0-60g"
-    result = applied.lab.kubectl("apply", "-n", ns, "-f", str(EXAMPLES / "partitionable-devices" / "then"), check=False)
+    then = applied.served(EXAMPLES / "partitionable-devices" / "then")
+    result = applied.lab.kubectl("apply", "-n", ns, "-f", str(then), check=False)
     assert result.returncode == 0, result.stderr
     await wait_for(
         lambda: _unschedulable(kube, ns, "small"),
@@ -378,12 +364,11 @@ async def test_mig(kube, applied):
     assert {r["pool"] for r in results} == {MIG_NODE}
 
 
-async def test_device_taint_maintenance(lab, kube, applied, tmp_path):
+async def test_device_taint_maintenance(lab, kube, applied):
     """Preview the rule (the Pod it would evict), apply it, the Pod is evicted, new claims
     avoid the node's devices."""
-    example = await as_served(kube, "device-taint-maintenance", tmp_path)
-    ns = await applied.example("device-taint-maintenance", path=example)
-    rule_file = example / "maintenance"
+    ns = await applied.example("device-taint-maintenance")
+    rule_file = applied.served(EXAMPLES / "device-taint-maintenance" / "maintenance")
     applied.cluster_scoped(rule_file)
     [result] = (await running_with_claims(kube, ns, ["training"]))["training"]
     assert result["pool"] == "lab-node-0"
@@ -497,11 +482,13 @@ async def test_extended_resources(kube, applied, cluster_objects, unique):
     await wait_gone(kube, PODS, "beside-device-plugin", ns, timeout=60)
 
 
-async def test_every_example_passes_the_lint(lab, simulated_nodes):
+async def test_every_example_passes_the_lint(lab, applied):
     """``kubectl dra lint`` against the lab (the simulated devices published, the server's dry
-    run) finds nothing in any example, its sub-folders included."""
-    paths = [str(p) for p in sorted(EXAMPLES.iterdir()) if p.is_dir()]
-    paths += [str(p) for p in sorted(EXAMPLES.glob("*/*")) if p.is_dir() and p.name != "node-agent"]
+    run) finds nothing in any example, its sub-folders included, as a user of the lab's
+    release applies them (``Applied.served``)."""
+    examples = [applied.served(p) for p in sorted(EXAMPLES.iterdir()) if p.is_dir()]
+    paths = [str(p) for p in examples]
+    paths += [str(p) for e in examples for p in sorted(e.iterdir()) if p.is_dir() and p.name != "node-agent"]
     result = kubectl_dra(lab, "lint", *paths)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "server dry run): 0 error(s), 0 warning(s)" in result.stdout, result.stdout

@@ -17,6 +17,7 @@ import pytest
 
 from operators.core.api.kube import ApiError, Kube
 from operators.core.api.resources import (
+    DEVICE_TAINT_RULES,
     EVENTS,
     LEASES,
     NAMESPACES,
@@ -33,6 +34,7 @@ from operators.lab.deploy import DAEMONSET, DEPLOYMENTS, NAMESPACE, Target, depl
 from ..readme import kind_walkthrough
 from . import objects
 from .labs import client_of, running_lab, short_run_dir
+from .served_examples import served_copy
 from .waiting import describe_namespace, wait_for, wait_gone
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -224,11 +226,20 @@ def _pods_of(example: str) -> list[str]:
     return re.findall(r"kind: Pod\nmetadata:\n  name: (\S+)", text)
 
 
+@pytest.fixture(scope="module")
+async def served(deployed: Lab, dkube: Kube, tmp_path_factory):
+    """config/examples as a user of the lab's release applies them (served_examples.py)."""
+    rules = await dkube.preferred_version(DEVICE_TAINT_RULES)
+    assert rules is not None, "DeviceTaintRule is not served"
+    root = tmp_path_factory.mktemp("examples")
+    return lambda path: served_copy(path, root, deployed.minor, rules.group_version)
+
+
 @pytest.mark.parametrize("example", sorted(EXAMPLE_PODS))
-async def test_example_runs_on_a_real_node_with_its_devices(deployed, dkube, unique, example):
+async def test_example_runs_on_a_real_node_with_its_devices(deployed, dkube, served, unique, example):
     namespace = await _namespace(dkube, f"ex-{example[:20]}-{unique}")
     try:
-        applied = deployed.kubectl("apply", "-n", namespace, "-f", str(EXAMPLES / example), check=False)
+        applied = deployed.kubectl("apply", "-n", namespace, "-f", str(served(EXAMPLES / example)), check=False)
         assert applied.returncode == 0, applied.stderr
         for name in EXAMPLE_PODS[example] or _pods_of(example):
             pod = await _running(dkube, namespace, name)

@@ -111,3 +111,25 @@ def test_names_with_reserved_characters_are_sent_as_names_with_dry_run(lab, simu
     assert "may not contain '/'" in by_ref[("ConfigMap/a/b", "metadata.name")]["message"], report
     assert lab.kubectl("get", "clusterroles", "-o", "name").stdout.count("lint-x") == 0
     assert lab.kubectl("get", "resourceclaims", "-n", "default", "-o", "name").stdout.count("x#") == 0
+
+
+def test_a_kind_the_cluster_serves_only_at_another_version(lab, simulated_nodes, tmp_path):  # noqa: F811
+    """resource.k8s.io/v1 is served, but not every kind in it (DeviceTaintRule before 1.37,
+    ResourcePoolStatusRequest in every release): the finding names the version that has it."""
+    wrong = tmp_path / "request.yaml"
+    wrong.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourcePoolStatusRequest",
+                "metadata": {"name": "lint-wrong-version"},
+                "spec": {"driver": "lint.dra-operators.dev"},
+            }
+        )
+    )
+    code, report = lint_json(lab, str(wrong))
+    assert code == 1
+    [finding] = [f for f in report["findings"] if f["field"] == "apiVersion"]
+    assert finding["rule"] == "server-dry-run", report
+    assert "serves no ResourcePoolStatusRequest in resource.k8s.io/v1;" in finding["message"], finding
+    assert finding["fix"] == "write apiVersion: resource.k8s.io/v1alpha3", finding

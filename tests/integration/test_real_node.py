@@ -794,7 +794,12 @@ async def test_binding_conditions_example_runs_on_the_real_node(real_lab, rkube,
     (DRAOptionalNodeOperations, alpha in 1.37), the scheduler copies that into the allocation and
     kubelet starts the Pod without calling NodePrepareResources, once the binding operator reported
     the attachment. (``agent`` for the claims operator, which creates the template's claim.)"""
-    documents = [d for d in yaml.safe_load_all((EXAMPLES / "binding-conditions" / "example.yaml").read_text()) if d]
+    documents = [
+        d
+        for file in ("example.yaml", "slice.yaml")
+        for d in yaml.safe_load_all((EXAMPLES / "binding-conditions" / file).read_text())
+        if d
+    ]
     binding = OperatorProcess(
         ["binding"],
         real_lab.kubeconfig,
