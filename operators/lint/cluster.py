@@ -46,6 +46,7 @@ async def fill(kube: Kube, ctx: Context) -> None:
             raise
         served = []
     ctx.served = {RESOURCE_GROUP: served}
+    ctx.minor = release_minor(await kube.server_version())
     if "v1" not in served:
         ctx.device_classes, ctx.slices, ctx.templates, ctx.claims = {}, [], set(), set()
     else:
@@ -60,6 +61,12 @@ async def fill(kube: Kube, ctx: Context) -> None:
         ctx.templates = {(t["metadata"]["namespace"], t["metadata"]["name"]) for t in templates}
         ctx.claims = {(c["metadata"]["namespace"], c["metadata"]["name"]) for c in claims}
     ctx.namespaces = {n["metadata"]["name"]: n for n in await _list(kube, NAMESPACES)}
+
+
+def release_minor(version: dict[str, Any]) -> int | None:
+    """``/version``'s minor ("34", or "34+" from some providers), None where it is not a number."""
+    digits = re.match(r"\d+", str(version.get("minor") or ""))
+    return int(digits.group()) if digits else None
 
 
 class Discovery:

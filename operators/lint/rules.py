@@ -85,6 +85,7 @@ class Context:
     documents: list[Document] = field(default_factory=list)
     default_namespace: str = "default"
     served: dict[str, list[str]] | None = None  # group -> versions the cluster serves
+    minor: int | None = None  # the cluster's Kubernetes minor (None: no cluster, the newest rules)
     device_classes: dict[str, Obj] | None = None  # on the cluster, by name
     slices: list[Obj] | None = None  # the cluster's ResourceSlices (v1 layout)
     templates: set[tuple[str, str]] | None = None  # (namespace, name) on the cluster
@@ -336,19 +337,21 @@ def request_layout(doc: Document, ctx: Context) -> Iterable[Finding]:
 
 
 def slice_layout(doc: Document, ctx: Context) -> Iterable[Finding]:
-    """sharedCounters and devices in one ResourceSlice (1.37 rejects it: validation.go
-    validateResourceSliceSpec), and a v1 device still wrapped in v1beta1's ``basic``."""
+    """sharedCounters and devices in one ResourceSlice (1.35 and later reject it: validation.go
+    validateResourceSliceSpec; 1.34 wants exactly that, and its server's dry run says so
+    otherwise), and a v1 device still wrapped in v1beta1's ``basic``."""
     if doc.kind != "ResourceSlice" or not _is_resource(doc):
         return
     spec = doc.body.get("spec") or {}
-    if spec.get("sharedCounters") is not None and spec.get("devices") is not None:
+    newer = ctx.minor is None or ctx.minor >= 35
+    if newer and spec.get("sharedCounters") is not None and spec.get("devices") is not None:
         pool = (spec.get("pool") or {}).get("name", "POOL")
         yield _finding(
             "slice-counters-with-devices",
             ERROR,
             doc,
             "spec.sharedCounters",
-            "only one of `sharedCounters` or `devices` is allowed in a ResourceSlice (kube-apiserver 1.37, "
+            "only one of `sharedCounters` or `devices` is allowed in a ResourceSlice (kube-apiserver 1.35 and later, "
             "validation.go validateResourceSliceSpec)",
             f"publish the counters in a ResourceSlice of their own in the same pool ({pool}) and "
             "raise pool.resourceSliceCount in both slices to count it",

@@ -106,7 +106,7 @@ class Applied:
 
     def cluster_scoped(self, path: Path) -> None:
         """Delete the cluster-scoped objects of ``path`` (classes, slices, rules) at the end."""
-        self.cluster_files.append(self.served(path))
+        self.cluster_files.append(self.served(path) if path.is_relative_to(EXAMPLES) else path)
 
     async def cleanup(self) -> None:
         for ns in self.namespaces:
@@ -236,12 +236,13 @@ async def test_admin_access(kube, applied):
     assert found["adminAccess"] is True and found["device"] == "gpu-0"
 
 
-async def test_taints_and_tolerations(kube, applied):
+async def test_taints_and_tolerations(lab, kube, applied):
     applied.cluster_scoped(EXAMPLES / "taints-tolerations")
     ns = await applied.example("taints-tolerations")
     [result] = (await running_with_claims(kube, ns, ["tolerating"]))["tolerating"]
     assert result["device"] == "gpu-3"
-    assert result["tolerations"][0]["key"] == "example.dra-operators.dev/maintenance"
+    if lab.minor >= 35:  # 1.34's scheduler copies no tolerations: the taints operator reads the claim's
+        assert result["tolerations"][0]["key"] == "example.dra-operators.dev/maintenance"
     await asyncio.sleep(3)  # the taints operator has seen it by now: the tolerating Pod stays
     pod = await kube.get(PODS, "tolerating", ns)
     assert pod["status"]["phase"] == "Running" and not pod["metadata"].get("deletionTimestamp")
@@ -427,10 +428,17 @@ async def test_opaque_config(kube, applied):
     )
 
 
-async def test_extended_resources(kube, applied, cluster_objects, unique):
+async def test_extended_resources(lab, kube, applied, cluster_objects, unique):
     """Both names get a claim made by kube-scheduler; on a node whose allocatable lists the name
     (a device plugin serves it) the Pod runs without one."""
     from operators.lab.components import build_node
+
+    if lab.minor < 35:
+        # Seen on the 1.34.12 lab: a Pod asking for deviceclass.resource.kubernetes.io/<class>
+        # is scheduled with no claim at all (a kubernetes.io name, so NodeResourcesFit never
+        # checks it), and one created before kube-scheduler has the DeviceClass waits out
+        # podMaxUnschedulableDuration (a new class does not requeue it).
+        pytest.skip("DRAExtendedResource's alpha in Kubernetes 1.34 schedules these Pods without devices")
 
     applied.cluster_scoped(EXAMPLES / "extended-resources")
     ns = await applied.example("extended-resources")

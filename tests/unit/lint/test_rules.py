@@ -209,3 +209,18 @@ def test_parse_refuses_what_cannot_be_walked():
     # Aliases a document repeats a few times are no problem (go-yaml allows them too).
     shared = documents.parse("kind: ConfigMap\nx: &x {a: 1}\ny: *x\nz: *x\n", "s.yaml")
     assert not shared.errors and shared.documents[0].body["z"] == {"a": 1}
+
+
+@pytest.mark.parametrize(("minor", "found"), [(None, True), (37, True), (35, True), (34, False)])
+def test_counters_beside_devices_are_an_error_from_135_only(minor, found):
+    """1.34 wants a device's counter sets in its own slice; 1.35 and later refuse that."""
+    loaded = documents.load([str(CASES / "slice-counters-with-devices" / "bad.yaml")])
+    ctx = rules.Context(documents=loaded.documents, minor=minor)
+    assert any(f.rule == "slice-counters-with-devices" for f in rules.check(ctx)) is found
+
+
+@pytest.mark.parametrize(("answer", "minor"), [({"minor": "34"}, 34), ({"minor": "35+"}, 35), ({"minor": ""}, None)])
+def test_the_clusters_minor_from_its_version(answer, minor):
+    from operators.lint.cluster import release_minor
+
+    assert release_minor(answer) == minor
