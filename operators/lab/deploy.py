@@ -13,10 +13,14 @@ What the lab adds to the kind overlay (``build_overlay``), and why each differs 
   same path (kubelet dials the plugin's socket at the path the agent reports) and points the
   agent at its node's part with ``$(NODE_NAME)``.
 - A node selector for the real nodes: kwok's Nodes would only pretend to run the Pods.
+
+On a release without ResourcePoolStatusRequests (before 1.36) the overlay adds the component
+``without-poolstatus``, as the install docs tell users of those releases to.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import time
@@ -33,6 +37,8 @@ from .realnode import RealNodeInfo
 
 ROOT = Path(__file__).resolve().parents[2]
 KIND_OVERLAY = ROOT / "kustomize" / "overlays" / "kind"
+WITHOUT_POOLSTATUS = ROOT / "kustomize" / "components" / "without-poolstatus"
+POOLSTATUS_MINOR = 36  # ResourcePoolStatusRequest (resource.k8s.io/v1alpha3) is new in 1.36
 DEVICE_CLASSES = ROOT / "config" / "deviceclasses"
 NAMESPACE = "dra-operators"
 DEPLOYMENTS = ("dra-claims", "dra-taints", "dra-binding", "dra-poolstatus")
@@ -53,9 +59,17 @@ def _api_env(api_port: int) -> list[dict[str, Any]]:
     ]
 
 
-def build_overlay(kind_overlay: str, nodes_dir: str, api_port: int) -> dict[str, Any]:
+def deployments(minor: int) -> tuple[str, ...]:
+    """The Deployments the overlay of a release has."""
+    return tuple(d for d in DEPLOYMENTS if d != "dra-poolstatus" or minor >= POOLSTATUS_MINOR)
+
+
+def build_overlay(
+    kind_overlay: str, nodes_dir: str, api_port: int, without_poolstatus: str | None = None
+) -> dict[str, Any]:
     """The lab's kustomization: the kind overlay (``kind_overlay``, a path relative to where the
-    kustomization is written) plus the three differences of the module docstring. ``nodes_dir``
+    kustomization is written) plus the three differences of the module docstring, and the
+    component ``without_poolstatus`` where given (the same relative kind of path). ``nodes_dir``
     is the lab's ``/run/dra-lab/<hash>``."""
     on_real_nodes = {"nodeSelector": {REAL_NODE_LABEL: "true"}}
     patches = []
@@ -127,21 +141,26 @@ def build_overlay(kind_overlay: str, nodes_dir: str, api_port: int) -> dict[str,
             ),
         }
     )
-    return {
+    overlay: dict[str, Any] = {
         "apiVersion": "kustomize.config.k8s.io/v1beta1",
         "kind": "Kustomization",
         "resources": [kind_overlay],
-        "patches": patches,
     }
+    if without_poolstatus:
+        overlay["components"] = [without_poolstatus]
+    overlay["patches"] = patches
+    return overlay
 
 
-def write_overlay(directory: Path, nodes_dir: Path, api_port: int) -> Path:
+def write_overlay(directory: Path, nodes_dir: Path, api_port: int, minor: int) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
+    component = os.path.relpath(WITHOUT_POOLSTATUS, directory) if minor < POOLSTATUS_MINOR else None
     (directory / "kustomization.yaml").write_text(
         "# Written by `dra-operators lab up --deploy`: the kind overlay plus what a lab without\n"
         "# kube-proxy and with all its nodes on one machine needs (operators/lab/deploy.py).\n"
         + yaml.safe_dump(
-            build_overlay(os.path.relpath(KIND_OVERLAY, directory), str(nodes_dir), api_port), sort_keys=False
+            build_overlay(os.path.relpath(KIND_OVERLAY, directory), str(nodes_dir), api_port, component),
+            sort_keys=False,
         )
     )
     return directory
@@ -173,6 +192,13 @@ class Target:
             [str(self.bin_dir / "kubectl"), f"--kubeconfig={self.kubeconfig}", *args], capture_output=True, text=True
         )
 
+    def minor(self) -> int:
+        """The cluster's Kubernetes minor (kube-apiserver's ``/version``)."""
+        answer = self.kubectl("get", "--raw", "/version")
+        if answer.returncode != 0:
+            raise DeployError(f"reading the cluster's version failed: {answer.stderr.strip()}")
+        return int("".join(c for c in json.loads(answer.stdout)["minor"] if c.isdigit()))
+
     def ctr(self, node: RealNodeInfo, *args: str) -> subprocess.CompletedProcess:
         return subprocess.run(
             [str(self.bin_dir / "ctr"), f"--address={node.files().containerd_socket}", "--namespace=k8s.io", *args],
@@ -195,13 +221,14 @@ def deploy(lab: Target, progress: Callable[[str], None] = print, timeout: float 
             raise DeployError(f"importing {archive} into {node.name}'s containerd failed: {imported.stderr.strip()}")
     progress(f"deploy: image {archive.name} imported into {len(lab.nodes)} real node(s)")
     nodes_dir = Path(lab.nodes[0].root).parent
-    overlay = write_overlay(lab.run_dir / "deploy", nodes_dir, lab.api_port)
+    minor = lab.minor()
+    overlay = write_overlay(lab.run_dir / "deploy", nodes_dir, lab.api_port, minor)
     for what in (("-f", str(DEVICE_CLASSES)), ("-k", str(overlay))):
         applied = lab.kubectl("apply", "--server-side", *what)
         if applied.returncode != 0:
             raise DeployError(f"kubectl apply {' '.join(what)} failed: {applied.stderr.strip()}")
     progress(f"deploy: applied {overlay} (the kind overlay for the lab) and {DEVICE_CLASSES}")
-    for workload in [f"deployment/{d}" for d in DEPLOYMENTS] + [f"daemonset/{DAEMONSET}"]:
+    for workload in [f"deployment/{d}" for d in deployments(minor)] + [f"daemonset/{DAEMONSET}"]:
         left = max(10.0, timeout - (time.monotonic() - started))
         rolled = lab.kubectl("-n", NAMESPACE, "rollout", "status", workload, f"--timeout={left:.0f}s")
         if rolled.returncode != 0:

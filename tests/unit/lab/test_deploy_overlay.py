@@ -1,6 +1,9 @@
 """The lab's deploy overlay (operators/lab/deploy.py) against the base it patches: what it deletes
 must be what the base has, or kustomize silently keeps the base's kubelet paths."""
 
+from pathlib import Path
+
+import pytest
 import yaml
 
 from operators.lab import deploy
@@ -34,3 +37,13 @@ def test_the_overlay_points_every_workload_at_its_nodes_address_and_the_agent_at
     for patch in overlay["patches"][:-1]:
         body = yaml.safe_load(patch["patch"])
         assert body["spec"]["template"]["spec"]["nodeSelector"] == {"lab.dra-operators.dev/real-node": "true"}
+
+
+@pytest.mark.parametrize(("minor", "with_poolstatus"), [(34, False), (35, False), (36, True), (37, True)])
+def test_releases_without_pool_status_requests_deploy_without_the_operator(tmp_path, minor, with_poolstatus):
+    written = yaml.safe_load(
+        deploy.write_overlay(tmp_path, Path("/run/dra-lab/x"), 6443, minor).joinpath("kustomization.yaml").read_text()
+    )
+    components = written.get("components") or []
+    assert [Path(tmp_path, c).resolve() for c in components] == ([] if with_poolstatus else [deploy.WITHOUT_POOLSTATUS])
+    assert ("dra-poolstatus" in deploy.deployments(minor)) is with_poolstatus
