@@ -29,7 +29,8 @@ TABLE_END = "<!-- end of table -->"
 
 # What differs between minors is what these exercise: the served APIs and gates (examples, lab
 # smoke), kube-controller-manager's controllers (side by side), kubelet's plugin API (kubelet
-# plugin, real node) and the kind overlay with its admission policy (deploy).
+# plugin, real node), the admission policies that stand in for the granular status authorization
+# of 1.36, and the kind overlay (deploy).
 MODULES = {
     "lab": "tests/integration/test_lab_smoke.py",
     "examples": "tests/integration/test_examples.py",
@@ -37,6 +38,7 @@ MODULES = {
     "taints vs upstream": "tests/integration/test_taints_vs_upstream.py",
     "kubelet plugin": "tests/integration/test_kubelet_plugin.py",
     "real node": "tests/integration/test_real_node.py",
+    "node agent's admission policies": "tests/integration/test_nodeagent_claim_status_policy.py",
     "deploy (kind overlay)": "tests/integration/test_lab_deploy.py",
 }
 

@@ -121,14 +121,17 @@ def replaced_controllers(known: frozenset[str] | None) -> list[str]:
 
 
 def dra_feature_gates(help_text: str) -> list[str]:
-    """Every DRA gate that ``kube-apiserver --help`` lists, so the lab follows the release.
+    """Every DRA gate that ``kube-apiserver --help`` lists, so the lab follows the release, with
+    ResourceHealthStatus (kubelet's device health stream to the Pod's status; alpha before 1.36).
 
     Each help line reads ``kube:DRAFoo=true|false (BETA - default=true)``. GA gates that are
     locked on are not listed (or say LOCKED) and are left out: they are on anyway.
     """
     gates = set()
     for name, rest in re.findall(
-        r"^\s*(?:kube:)?(DRA\w+|DynamicResourceAllocation)=true\|false \(([^)]*)\)", help_text, re.M
+        r"^\s*(?:kube:)?(DRA\w+|DynamicResourceAllocation|ResourceHealthStatus)=true\|false \(([^)]*)\)",
+        help_text,
+        re.M,
     ):
         if "LOCKED" not in rest.upper():
             gates.add(name)

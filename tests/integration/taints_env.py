@@ -94,10 +94,12 @@ class TaintsEnv:
         self.extended_resource = f"{token}.lab.dra-operators.dev/gpu" if extended_resource else None
         self.devices, self.nodes = devices, nodes
         self.rules: list[str] = []
+        self.rules_res = DEVICE_TAINT_RULES  # at the version the release serves: set on entry
         self.slices: list[str] = []
         self.watch = PodWatch(kube, self.namespace)
 
     async def __aenter__(self) -> TaintsEnv:
+        self.rules_res = await self.kube.preferred_version(DEVICE_TAINT_RULES) or DEVICE_TAINT_RULES
         await self.kube.create(NAMESPACES, {"metadata": {"name": self.namespace}})
         device_class = objects.device_class(self.device_class, self.driver)
         if self.extended_resource:
@@ -118,7 +120,7 @@ class TaintsEnv:
     async def __aexit__(self, *exc: object) -> None:
         await self.watch.stop()
         for res, name in (
-            [(DEVICE_TAINT_RULES, r) for r in self.rules]
+            [(self.rules_res, r) for r in self.rules]
             + [(NAMESPACES, self.namespace)]
             + [(RESOURCE_SLICES, s) for s in self.slices]
             + [(DEVICE_CLASSES, self.device_class)]
@@ -195,7 +197,7 @@ class TaintsEnv:
     ) -> dict:
         body = self.rule_body(short, selector, effect, annotations)
         self.rules.append(body["metadata"]["name"])
-        return await self.kube.create(DEVICE_TAINT_RULES, body)
+        return await self.kube.create(self.rules_res, body)
 
     def rule_body(
         self, short: str, selector: dict | None, effect: str = "NoExecute", annotations: dict | None = None
@@ -206,7 +208,7 @@ class TaintsEnv:
         meta: dict[str, Any] = {"name": f"{self.token}-{short}"}
         if annotations:
             meta["annotations"] = annotations
-        return {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceTaintRule", "metadata": meta, "spec": spec}
+        return {"apiVersion": self.rules_res.group_version, "kind": "DeviceTaintRule", "metadata": meta, "spec": spec}
 
     async def add_slice(
         self,
@@ -264,7 +266,7 @@ class TaintsEnv:
     async def describe(self) -> str:
         rules = []
         for name in self.rules:
-            rule = await self.kube.get_or_none(DEVICE_TAINT_RULES, name)
+            rule = await self.kube.get_or_none(self.rules_res, name)
             rules.append(f"rule {name}: {json.dumps((rule or {}).get('status'))}")
         return await describe_namespace(self.kube, self.namespace) + "\n" + "\n".join(rules)
 
@@ -300,7 +302,7 @@ class TaintsEnv:
             )
 
         return await wait_for_object(
-            self.kube, DEVICE_TAINT_RULES, name, None, ok, what=f"rule {name} {reason} {message or ''}", timeout=timeout
+            self.kube, self.rules_res, name, None, ok, what=f"rule {name} {reason} {message or ''}", timeout=timeout
         )
 
     async def wait_event(self, pod: str, message: str, timeout: float = 30) -> None:
@@ -319,7 +321,7 @@ class TaintsEnv:
         ]
 
     async def rule_object(self, short: str) -> dict:
-        return await self.kube.get(DEVICE_TAINT_RULES, f"{self.token}-{short}")
+        return await self.kube.get(self.rules_res, f"{self.token}-{short}")
 
     def evicted_after(self, pod: str, since: float) -> float:
         return self.watch.deleting_at[pod] - since
@@ -352,7 +354,7 @@ class TaintsEnv:
         )
         rules = {}
         for name in self.rules:
-            rule = await self.kube.get_or_none(DEVICE_TAINT_RULES, name)
+            rule = await self.kube.get_or_none(self.rules_res, name)
             condition = d.existing_condition(rule) if rule else None
             rules[name] = (
                 {k: condition.get(k) for k in ("status", "reason", "message", "observedGeneration")}

@@ -28,7 +28,7 @@ import uuid
 
 import pytest
 
-from operators.core.api.resources import DEVICE_TAINT_RULES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
+from operators.core.api.resources import PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
 from operators.taints import decisions as d
 
 from .compare import differences
@@ -222,10 +222,10 @@ async def tolerated_after_rule_change(env: TaintsEnv) -> dict:
     body = env.rule_body("example", {"driver": env.driver})
     body["spec"]["taint"]["value"] = "bad"  # only the 20 s toleration matches
     env.rules.append(body["metadata"]["name"])
-    await env.kube.create(DEVICE_TAINT_RULES, body)
+    await env.kube.create(env.rules_res, body)
     await env.wait_rule("example", "PodsPendingEviction", "1 pod needs to be evicted in 1 namespace.")
     # Now the toleration without tolerationSeconds matches.
-    await env.kube.patch(DEVICE_TAINT_RULES, body["metadata"]["name"], {"spec": {"taint": {"value": "true"}}})
+    await env.kube.patch(env.rules_res, body["metadata"]["name"], {"spec": {"taint": {"value": "true"}}})
     await env.wait_event("tolerating", d.CANCELLING)
     await env.wait_rule("example", "NotStarted", timeout=30)
     snap = await env.snapshot()
@@ -411,7 +411,7 @@ async def _assert_quiet(env: TaintsEnv) -> None:
     objects = (
         await env.kube.list(PODS, env.namespace)
         + await env.kube.list(RESOURCE_CLAIMS, env.namespace)
-        + [await env.kube.get(DEVICE_TAINT_RULES, r) for r in env.rules]
+        + [await env.kube.get(env.rules_res, r) for r in env.rules]
         + [await env.kube.get(RESOURCE_SLICES, s) for s in env.slices]
     )
     for obj in objects:
