@@ -574,6 +574,9 @@ async def runs(kube, lab, controllers, request) -> Runs:
 
 @pytest.mark.parametrize("scenario", [s.__name__ for s in ALL])
 def test_same_result_as_upstream(lab, scenario, runs):
+    if scenario == "extended_resource_claim" and lab.minor < 35:
+        # Seen on the 1.34.12 lab: upstream left the scheduler's claim behind after the Pod ended.
+        pytest.skip("DRAExtendedResource's alpha in Kubernetes 1.34 (see docs/compatibility.md)")
     for mode in ("upstream", "ours"):
         if isinstance(runs.results[mode][scenario], BaseException):
             raise runs.results[mode][scenario]

@@ -910,38 +910,43 @@ async def test_status_devices_carry_the_agents_data_and_no_other_nodes_claim_is_
                 what="the agent's token writing its own node's claim status",
             )
 
-            if real_lab.minor < 36:
-                # No DRAResourceClaimGranularStatusAuthorization before 1.36: there the admission
-                # policy dra-operators-nodeagent-own-claims guards other nodes' claims
-                # (test_nodeagent_claim_status_policy.py, also run by make test-versions).
-                return
-            # A claim allocated on the kwok node: the same token may not write its status.devices.
-            await rkube.create(
-                RESOURCE_SLICES, objects.resource_slice(far_slice, DRIVER, "lab-node-0", [objects.device("far-0")])
-            )
-            await rkube.create(RESOURCE_CLAIMS, objects.resource_claim("far", DRIVER), ns)
-            far_pod = objects.pod("far", {"gpu": {"resourceClaimName": "far"}})
-            far_pod["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "lab-node-0"}
-            await rkube.create(PODS, far_pod, ns)
+            # No DRAResourceClaimGranularStatusAuthorization before 1.36: there the admission
+            # policy dra-operators-nodeagent-own-claims guards other nodes' claims
+            # (test_nodeagent_claim_status_policy.py, also run by make test-versions).
+            if real_lab.minor >= 36:
+                # A claim allocated on the kwok node: the same token may not write its status.devices.
+                await rkube.create(
+                    RESOURCE_SLICES, objects.resource_slice(far_slice, DRIVER, "lab-node-0", [objects.device("far-0")])
+                )
+                await rkube.create(RESOURCE_CLAIMS, objects.resource_claim("far", DRIVER), ns)
+                far_pod = objects.pod("far", {"gpu": {"resourceClaimName": "far"}})
+                far_pod["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "lab-node-0"}
+                await rkube.create(PODS, far_pod, ns)
 
-            async def allocated():
-                far = await rkube.get(RESOURCE_CLAIMS, "far", ns)
-                return far if (far.get("status") or {}).get("allocation") else None
+                async def allocated():
+                    far = await rkube.get(RESOURCE_CLAIMS, "far", ns)
+                    return far if (far.get("status") or {}).get("allocation") else None
 
-            far = await wait_for(allocated, what="the kwok node's claim allocated")
-            other = device_status.status_apply(far, DRIVER, [PreparedDevice("lab-node-0", "far-0")], {})
-            with pytest.raises(ApiError) as denied:
-                await agent_kube.apply(RESOURCE_CLAIMS, other, field_manager=DRIVER, force=True, subresource="status")
-            assert denied.value.status in (403, 422), denied.value
-            assert "resourceclaims/driver" in denied.value.message and "arbitrary-node:patch" in denied.value.message
-        assert not (await rkube.get(RESOURCE_CLAIMS, "far", ns))["status"].get("devices")
+                far = await wait_for(allocated, what="the kwok node's claim allocated")
+                other = device_status.status_apply(far, DRIVER, [PreparedDevice("lab-node-0", "far-0")], {})
+                with pytest.raises(ApiError) as denied:
+                    await agent_kube.apply(
+                        RESOURCE_CLAIMS, other, field_manager=DRIVER, force=True, subresource="status"
+                    )
+                assert denied.value.status in (403, 422), denied.value
+                assert (
+                    "resourceclaims/driver" in denied.value.message and "arbitrary-node:patch" in denied.value.message
+                )
+        if real_lab.minor >= 36:
+            assert not (await rkube.get(RESOURCE_CLAIMS, "far", ns))["status"].get("devices")
         rewritten = (await rkube.get(RESOURCE_CLAIMS, "st", ns))["status"]["devices"][0]
         assert rewritten["data"]["uuid"] == "rewritten"
     finally:
         await rkube.delete(CLUSTER_ROLE_BINDINGS, name)
         await rkube.delete(CLUSTER_ROLES, name)
-        await rkube.delete(PODS, "far", ns, grace_period_seconds=0)
-        await rkube.delete(RESOURCE_SLICES, far_slice)
+        if real_lab.minor >= 36:
+            await rkube.delete(PODS, "far", ns, grace_period_seconds=0)
+            await rkube.delete(RESOURCE_SLICES, far_slice)
     await delete_and_wait_unprepared(rkube, agent, ns, "st", [claim["metadata"]["uid"]])
 
     # Deallocated by the claims operator once no Pod uses it: the API server drops the entries of

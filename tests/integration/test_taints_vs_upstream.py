@@ -422,6 +422,10 @@ async def _assert_quiet(env: TaintsEnv) -> None:
 @pytest.fixture(scope="module")
 async def runs(kube, controllers) -> dict[str, dict[str, dict | BaseException]]:
     """Every scenario once per mode: upstream's controllers, then ours."""
+    if controllers.lab.minor < 35:
+        # Not covered on 1.34 yet: every scenario waits for the rule's status condition to know
+        # that the controller is done, and v1alpha3 DeviceTaintRules have a status only from 1.35.
+        pytest.skip("the scenarios wait on DeviceTaintRule status, which 1.34 does not have")
     unique = uuid.uuid4().hex[:6]
     runs = {}
     for mode in ("upstream", "ours"):
