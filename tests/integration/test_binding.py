@@ -676,7 +676,7 @@ async def test_operator_works_with_exactly_its_rbac_and_not_without_the_driver_s
             env.operator.stop()
 
             # Without resourceclaims/driver the same identity may no longer touch status.devices.
-            role["rules"] = [r for r in role["rules"] if r["resources"] != ["resourceclaims/driver"]]
+            role["rules"] = [r for r in role["rules"] if r.get("resources") != ["resourceclaims/driver"]]
             role["metadata"] = (await kube.get(CLUSTER_ROLES, role["metadata"]["name"]))["metadata"]
             await kube.replace(CLUSTER_ROLES, role)
             limited = await Kube.connect(str(kubeconfig))
