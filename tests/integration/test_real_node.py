@@ -840,6 +840,9 @@ async def test_binding_conditions_example_runs_on_the_real_node(real_lab, rkube,
         assert {c["type"]: c["status"] for c in device["conditions"]}["fabric-gpu.example.com/attached"] == "True"
         await rkube.delete(PODS, "fabric-gpu-user", ns)
         await wait_for(lambda: _gone(rkube, ns, "fabric-gpu-user"), timeout=90, what="the example Pod gone")
+        # The binding operator's finalizer keeps the claim until it has undone the preparation:
+        # stopped earlier, it would leave the claim, and the namespace, for good.
+        await wait_gone(rkube, RESOURCE_CLAIMS, claim["metadata"]["name"], ns)
     finally:
         binding.stop()
         for resource, name in created:
