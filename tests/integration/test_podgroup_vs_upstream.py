@@ -165,13 +165,16 @@ async def group_claim_before_members(env: PodGroupEnv) -> list:
 
 
 async def member_claims_not_in_group(env: PodGroupEnv) -> list:
-    """A claim of another name, and one of the same name from another template, are the Pod's own."""
+    """A claim of another name, and one of the same name from another template, are the Pod's own.
+    p2 comes once p1 runs: created right after its template t2, it met a controller whose
+    template informer had not delivered t2 yet, upstream's once in CI16, and a transient
+    FailedResourceClaimCreation Event that only one side posted."""
     await env.template("t")
     await env.template("t2")
     await env.pod_group("pg", {"gpu": tmpl("t")})
     await env.member("p1", "pg", {"gpu": tmpl("t"), "own": tmpl("t")})
-    await env.member("p2", "pg", {"gpu": tmpl("t2")})
     await env.wait_running("p1")
+    await env.member("p2", "pg", {"gpu": tmpl("t2")})
     await env.wait_running("p2")
     return [await env.snapshot()]
 
