@@ -7,19 +7,7 @@ import pytest
 
 from operators.binding import operator
 from operators.core.settings import Settings
-
-
-class _ApiServer:
-    """kube-apiserver's ``/metrics``, and nothing else (the operator stops before asking more)."""
-
-    host = "https://api.example:6443"
-
-    def __init__(self, metrics: str):
-        self.metrics = metrics
-
-    async def request(self, method: str, path: str, **_):
-        assert (method, path) == ("GET", "/metrics")
-        return self.metrics
+from tests.unit.metrics_only import MetricsOnlyApiServer
 
 
 @pytest.mark.parametrize(
@@ -30,7 +18,7 @@ class _ApiServer:
     ],
 )
 async def test_the_operator_refuses_to_start_with_binding_conditions_off(metrics):
-    runtime = SimpleNamespace(kube=_ApiServer(metrics))
+    runtime = SimpleNamespace(kube=MetricsOnlyApiServer(metrics))
     with pytest.raises(RuntimeError) as failed:
         await operator.start(runtime, Settings(), kopf.Memo())
     message = str(failed.value)

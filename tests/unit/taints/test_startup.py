@@ -9,21 +9,12 @@ import pytest
 from operators.core.api.featuregates import device_taint_rules_on
 from operators.core.settings import Settings
 from operators.taints import operator
-
-
-class _ApiServer:
-    host = "https://api.example:6443"
-
-    def __init__(self, metrics: str):
-        self.metrics = metrics
-
-    async def request(self, method: str, path: str, **_):
-        assert (method, path) == ("GET", "/metrics")
-        return self.metrics
+from tests.unit.metrics_only import MetricsOnlyApiServer
 
 
 async def test_the_operator_refuses_to_start_with_device_taints_off():
-    runtime = SimpleNamespace(kube=_ApiServer('kubernetes_feature_enabled{name="DRADeviceTaints",stage="ALPHA"} 0\n'))
+    metrics = 'kubernetes_feature_enabled{name="DRADeviceTaints",stage="ALPHA"} 0\n'
+    runtime = SimpleNamespace(kube=MetricsOnlyApiServer(metrics))
     with pytest.raises(RuntimeError) as failed:
         await operator.start(runtime, Settings(), kopf.Memo())
     assert "https://api.example:6443" in str(failed.value) and "DRADeviceTaints off" in str(failed.value)
