@@ -400,6 +400,9 @@ async def test_a_daemonset_rolling_update_while_pods_are_created(deployed, dkube
         )
 
     created: list[str] = []
+    followers = _LogFollowers(deployed)
+    for pod in await agents():
+        followers.follow(pod["metadata"]["name"])
 
     async def create(i: int) -> None:
         name = f"p{i}"
@@ -422,6 +425,8 @@ async def test_a_daemonset_rolling_update_while_pods_are_created(deployed, dkube
         assert restarted.returncode == 0, restarted.stderr
         i = 0
         while not await rolled_out():  # Pods keep coming for as long as the update lasts
+            for pod in await agents():
+                followers.follow(pod["metadata"]["name"])
             await create(i)
             i += 1
             await asyncio.sleep(2)  # pacing of the arrivals, not a wait for a result
@@ -460,6 +465,7 @@ async def test_a_daemonset_rolling_update_while_pods_are_created(deployed, dkube
             for node, lines in _plugin_log(deployed).items():
                 print(f"--- kubelet on {node}: DRA plugin lines")
                 print("\n".join(lines))
+            followers.print()
         assert not failed, [(e.get("lastTimestamp"), e.get("message")) for e in failed]
 
         live = await agents()
@@ -468,18 +474,46 @@ async def test_a_daemonset_rolling_update_while_pods_are_created(deployed, dkube
             registry = deployed.real_node(node).plugins_registry
             ours = sorted(p.name for p in registry.iterdir() if sockets.is_ours(p.name, DRIVER, "registration"))
             if ours != [sockets.registration_name(str(registry), DRIVER, agent["metadata"]["uid"])]:
-                # Seen once (CI15, a socket missing): print what tells which instance removed it.
                 print("agent restarts:", restarts)
-                name = agent["metadata"]["name"]
-                for previous in ("--previous", None):
-                    log = deployed.kubectl(
-                        "logs", "-n", NAMESPACE, name, *([previous] if previous else []), check=False
-                    )
-                    lines = [line for line in log.stdout.splitlines() if "socket" in line or "regist" in line]
-                    print(f"--- {name} {previous or ''}:", *lines[-30:], sep="\n")
+                followers.print()
             assert ours == [sockets.registration_name(str(registry), DRIVER, agent["metadata"]["uid"])], (node, ours)
     finally:
+        followers.stop()
         await dkube.delete(NAMESPACES, namespace)
+
+
+class _LogFollowers:
+    """``kubectl logs -f`` of every agent Pod seen during the update, into files: an old agent's
+    log is gone with its Pod, and it is the evidence of why it stopped serving."""
+
+    def __init__(self, lab: Lab) -> None:
+        self.lab = lab
+        self.dir = lab.files.logs / "rolling-update"
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.procs: dict[str, subprocess.Popen] = {}
+
+    def follow(self, pod: str) -> None:
+        running = self.procs.get(pod)
+        if running is not None and (running.poll() is None or running.returncode == 0):
+            return  # following, or followed to the container's end
+        # (Again where it failed: a container that has not started yet has no log to follow.)
+        with open(self.dir / f"{pod}.log", "ab") as out:
+            self.procs[pod] = subprocess.Popen(
+                [str(self.lab.bin_dir / "kubectl"), f"--kubeconfig={self.lab.kubeconfig}", "logs", "-f"]
+                + ["-n", NAMESPACE, pod],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+
+    def stop(self) -> None:
+        for proc in self.procs.values():
+            proc.terminate()
+            proc.wait()
+
+    def print(self) -> None:
+        for pod in self.procs:
+            lines = (self.dir / f"{pod}.log").read_text(errors="replace").splitlines()
+            print(f"--- agent {pod}:", *[line[:400] for line in lines[-80:]], sep="\n")
 
 
 def _plugin_log(lab: Lab) -> dict[str, list[str]]:
