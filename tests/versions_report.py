@@ -139,7 +139,9 @@ def run_minor(minor: str, default: str, root: bool) -> None:
     junit = REPORTS / f"{minor}.xml"
     _run(
         [sys.executable, "-m", "pytest", "-p", "no:randomly", "-o", "junit_family=xunit1", f"--junitxml={junit}"]
-        + ["-q", "-rfE", *MODULES.values()],
+        # Two workers as `make test` has them (tests/conftest.py): the real-node modules in one,
+        # the shared lab's in the other.
+        + ["-q", "-rfE", "-n", "2", "--dist", "loadgroup", *MODULES.values()],
         env,
     )
 

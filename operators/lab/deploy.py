@@ -31,6 +31,7 @@ from typing import Any
 
 import yaml
 
+from . import components
 from .components import REAL_NODE_LABEL
 from .image import ensure_image
 from .realnode import RealNodeInfo
@@ -197,7 +198,7 @@ class Target:
         answer = self.kubectl("get", "--raw", "/version")
         if answer.returncode != 0:
             raise DeployError(f"reading the cluster's version failed: {answer.stderr.strip()}")
-        return int("".join(c for c in json.loads(answer.stdout)["minor"] if c.isdigit()))
+        return components.release_minor(json.loads(answer.stdout)["gitVersion"])
 
     def ctr(self, node: RealNodeInfo, *args: str) -> subprocess.CompletedProcess:
         return subprocess.run(
