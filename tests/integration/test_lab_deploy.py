@@ -584,3 +584,21 @@ async def test_the_operators_logs_show_no_denied_request(deployed, dkube):
         text = logs(deployed, NAMESPACE, pod["metadata"]["name"])
         found = [line for line in text.splitlines() if denied.search(line)]
         assert not found, pod["metadata"]["name"] + ":\n" + "\n".join(found)
+
+
+async def test_no_operator_restarted_and_kopf_reached_the_api_server(deployed, dkube):
+    """Last in the module, minutes after the deploy: no operator container restarted, and kopf's
+    own connection reached the API server (the lab has no cluster DNS, as a booting node has none
+    yet; kopf's default login named kubernetes.default.svc and stopped each process after a
+    minute of failed attempts)."""
+    restarted = {
+        pod["metadata"]["name"]: status.get("restartCount")
+        for pod in await operator_pods(dkube)
+        for status in pod["status"].get("containerStatuses") or []
+        if status.get("restartCount")
+    }
+    assert not restarted, restarted
+    for pod in await operator_pods(dkube):
+        text = logs(deployed, NAMESPACE, pod["metadata"]["name"])
+        failed = [line for line in text.splitlines() if "kubernetes.default.svc" in line]
+        assert not failed, pod["metadata"]["name"] + ":\n" + "\n".join(failed[:5])

@@ -8,7 +8,8 @@ ready ``Runtime``) and calls ``register``; kopf then runs, for each operator of 
    (``runtime.start_or_undo``): a failure stops what was started and ends the process with the
    reason;
 2. at clean-up: the runtime stopped (its tasks, watches, servers and the API client);
-3. on the liveness probe: the runtime's answer (``Runtime.liveness``).
+3. on the liveness probe: the runtime's answer (``Runtime.liveness``);
+4. at login (once per process): kopf's own connection, to the same API server (``login``).
 
 Importing this module registers nothing; only ``register`` does, called by an ``operator`` module
 (``kopf run -m operators.<name>.operator``, or ``dra-operators run <name>``).
@@ -16,6 +17,7 @@ Importing this module registers nothing; only ``register`` does, called by an ``
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +27,7 @@ import kopf
 from ..api.kube import Kube
 from ..settings import Settings
 from .kopfsettings import quiet
+from .login import connection
 from .runtime import Runtime, runtime_liveness, start_or_undo, stop_runtime
 
 
@@ -47,8 +50,15 @@ class OperatorSpec:
         return f"{self.name}_runtime"
 
 
+@functools.cache  # once per process, however many operators it runs
+def _register_login() -> None:
+    kopf.on.login(id="dra-operators-login")(connection)
+
+
 def register(spec: OperatorSpec) -> None:
-    """kopf's start-up, clean-up and probe handlers for ``spec``."""
+    """kopf's start-up, clean-up and probe handlers for ``spec`` (and, once per process, kopf's
+    login: ``login.connection``)."""
+    _register_login()
 
     @kopf.on.startup(id=f"{spec.name}-start", errors=kopf.ErrorsMode.PERMANENT)
     async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:

@@ -56,5 +56,6 @@ def test_the_operator_modules_register_their_handlers():
     # Shows that the check above would see a handler: kopf run -m operators.<name>.operator.
     names = ("claims", "taints", "binding", "nodeagent", "poolstatus")
     found = set(_ours(_handler_modules(*(f"operators.{n}.operator" for n in names))))
-    # Each through the one declarative start-up (core/framework/operator.py): start, stop, probe.
-    assert found == {f"{n}{suffix}" for n in names for suffix in ("-start", "-stop", "")}
+    # Each through the one declarative start-up (core/framework/operator.py): start, stop, probe;
+    # and kopf's login, once for the process.
+    assert found == {f"{n}{suffix}" for n in names for suffix in ("-start", "-stop", "")} | {"dra-operators-login"}
