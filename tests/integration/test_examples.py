@@ -249,9 +249,15 @@ async def test_taints_and_tolerations(lab, kube, applied):
     assert not any(c["type"] == "DisruptionTarget" for c in pod["status"].get("conditions") or [])
 
 
-async def test_allocation_mode_all_and_with_admin_access(kube, applied):
+async def test_allocation_mode_all_and_with_admin_access(lab, kube, applied):
     """All: every whole SimGPU-80G of one node (gpu-0..gpu-4); then, with admin access, every
     whole GPU of a node although the first Pod holds them on its node."""
+    if lab.minor < 35:
+        # The lab turns DRAConsumableCapacity on (alpha in 1.34). Then 1.34's kube-scheduler panics
+        # on a request for more devices than one slice of the pool holds, and stops: its
+        # allocateDevice passes the request's device counter as the slice's device index
+        # (kubernetes#133705, fixed in 1.35 by #133706; v0.34.12 allocator_experimental.go).
+        pytest.skip("crashes Kubernetes 1.34's kube-scheduler with DRAConsumableCapacity on (kubernetes#133705)")
     ns = await applied.example("allocation-mode-all")
     results = (await running_with_claims(kube, ns, ["all-gpus"]))["all-gpus"]
     assert sorted(r["device"] for r in results) == [f"gpu-{i}" for i in range(5)]

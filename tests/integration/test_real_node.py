@@ -669,10 +669,19 @@ async def test_a_fault_on_a_prepared_device_reaches_the_pods_status_and_clears(r
     """A fault injected on the prepared device (simulated backend, Node annotation) shows in the
     Pod's status.containerStatuses[].allocatedResourcesStatus within seconds, through kubelet's
     health stream, and clears when the device recovers (quiet period 1 s here)."""
-    await rkube.create(RESOURCE_CLAIMS, objects.resource_claim("sick", DRIVER), ns)
-    await rkube.create(PODS, busybox_pod("sick", {"gpu": {"resourceClaimName": "sick"}}, script=HOLD), ns)
+    if real_lab.minor >= 36:
+        await rkube.create(RESOURCE_CLAIMS, objects.resource_claim("sick", DRIVER), ns)
+        source = {"resourceClaimName": "sick"}
+    else:
+        # kubelet before 1.36 reports health only for a claim named in the Pod's
+        # status.resourceClaimStatuses, that is one made from a template (v1.35.8
+        # cm/dra/manager.go UpdateAllocatedResourcesStatus).
+        await rkube.create(RESOURCE_CLAIM_TEMPLATES, objects.resource_claim_template("sick", DRIVER), ns)
+        source = {"resourceClaimTemplateName": "sick"}
+    await rkube.create(PODS, busybox_pod("sick", {"gpu": source}, script=HOLD), ns)
     await running(rkube, ns, "sick")
-    claim = await rkube.get(RESOURCE_CLAIMS, "sick", ns)
+    [generated] = (await rkube.get(PODS, "sick", ns))["status"].get("resourceClaimStatuses") or [{}]
+    claim = await rkube.get(RESOURCE_CLAIMS, generated.get("resourceClaimName") or "sick", ns)
     uid, device = claim["metadata"]["uid"], claim["status"]["allocation"]["devices"]["results"][0]["device"]
     ours = f"k8s.{DRIVER}/claim={uid}-{device}"  # kubelet names a device by its first CDI ID
 
@@ -701,7 +710,8 @@ async def test_a_fault_on_a_prepared_device_reaches_the_pods_status_and_clears(r
         )
         print(f"unhealthy in the Pod's status after {time.monotonic() - started:.1f} s")
         [resource] = pod["status"]["containerStatuses"][0]["allocatedResourcesStatus"][0]["resources"]
-        assert "gpu-lost" in resource.get("message", ""), resource
+        if real_lab.minor >= 36:  # the message is new in 1.36 (ResourceHealthStatusMessage)
+            assert "gpu-lost" in resource.get("message", ""), resource
     finally:
         await rkube.patch(
             NODES, NODE, {"metadata": {"annotations": {HEALTH_ANNOTATION: None}}}, content_type=MERGE_PATCH
