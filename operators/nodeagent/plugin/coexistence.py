@@ -45,7 +45,7 @@ def socket_answers(path: Path) -> bool:
         except (ConnectionRefusedError, FileNotFoundError):
             return False  # stale: nobody listens
         except OSError:
-            return True
+            pass  # busy (EAGAIN, timeout): someone listens
         return True
 
 
