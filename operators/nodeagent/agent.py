@@ -335,5 +335,5 @@ class NodeAgent:
                 self.node,
                 WARNING,
                 "InvalidDevice",
-                f"{len(problems)} inventory problem(s), those devices are not published: " + "; ".join(problems)[:900],
+                f"{len(problems)} inventory problem(s): " + "; ".join(problems)[:900],
             )

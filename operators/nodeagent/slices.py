@@ -93,8 +93,40 @@ def fit_to_cluster(
     devices: list[dict[str, Any]], counter_sets: list[dict[str, Any]], support: SliceSupport
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[str]]:
     """(devices, counter sets, problems): what of a valid inventory this cluster can hold.
-    Partitions go where it drops counters (they would be allocated without them, overlapping
-    ones together); in 1.34's layout, a group of sets too large for one slice goes."""
+    Shared devices lose what makes them shareable where it is dropped; partitions go where it
+    drops counters (they would be allocated without them, overlapping ones together); in 1.34's
+    layout, a group of sets too large for one slice goes."""
+    devices, problems = _fit_shared(devices, support)
+    kept, sets, more = _fit_partitions(devices, counter_sets, support)
+    return kept, sets, problems + more
+
+
+def _fit_shared(devices: list[dict[str, Any]], support: SliceSupport) -> tuple[list[dict[str, Any]], list[str]]:
+    """Where the API server drops ``allowMultipleAllocations``, each shared device is published
+    as the whole device the cluster will store (its capacities without request policies, which
+    validation refuses on a device that is not shared)."""
+    shared = [d for d in devices if d.get("allowMultipleAllocations")]
+    if support.shareable or not shared:
+        return devices, []
+    whole = []
+    for device in devices:
+        if device.get("allowMultipleAllocations"):
+            device = {k: v for k, v in device.items() if k != "allowMultipleAllocations"}
+            if device.get("capacity"):
+                device["capacity"] = {
+                    name: {k: v for k, v in value.items() if k != "requestPolicy"}
+                    for name, value in device["capacity"].items()
+                }
+        whole.append(device)
+    return whole, [
+        f"{len(shared)} shared device(s) published whole, for one claim at a time: the API server drops "
+        "allowMultipleAllocations (feature gate DRAConsumableCapacity is off)"
+    ]
+
+
+def _fit_partitions(
+    devices: list[dict[str, Any]], counter_sets: list[dict[str, Any]], support: SliceSupport
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[str]]:
     if not support.partitionable:
         kept = [d for d in devices if not d.get("consumesCounters")]
         problems = []

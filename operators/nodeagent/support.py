@@ -13,6 +13,10 @@ release with different feature gates; none of them shows in discovery:
   sharedCounters or devices").
 - DRADeviceTaints off (1.34 and 1.35 by default): device taints are dropped, so an unhealthy
   device is withdrawn from its slice instead of tainted.
+- DRAConsumableCapacity off (1.34 and 1.35 by default): ``allowMultipleAllocations`` and each
+  capacity's ``requestPolicy`` are dropped (``dropDisabledDRAConsumableCapacityFields``), so a
+  shared device is published as a whole device that one claim at a time gets; publishing the
+  fields anyway would rewrite the slice forever, since the stored one never matches.
 
 Asking the server what it does is exact on every release and on managed clusters with their
 own gates, and needs nothing but the ``create`` the agent has anyway.
@@ -35,6 +39,7 @@ class SliceSupport:
     partitionable: bool = True  # sharedCounters and consumesCounters are kept
     counters_inline: bool = False  # counter sets go into the slice of the devices using them (1.34)
     taints: bool = True  # device taints are kept
+    shareable: bool = True  # allowMultipleAllocations and capacity request policies are kept
     known: bool = True  # False: the probe could not tell; the newest release's rules are assumed
 
     def describe(self) -> str:
@@ -51,14 +56,22 @@ class SliceSupport:
             if self.taints
             else "unhealthy devices withdrawn (the API server drops device taints: DRADeviceTaints off)"
         )
-        return f"{counters}; {taints}"
+        shared = (
+            "shared devices shared"
+            if self.shareable
+            else "shared devices published whole, one claim at a time (the API server drops "
+            "allowMultipleAllocations: DRAConsumableCapacity off)"
+        )
+        return f"{counters}; {taints}; {shared}"
 
 
 def build_probe(driver: str, node_name: str, inline: bool) -> dict[str, Any]:
-    """A slice with one device that consumes a counter and carries a taint; with ``inline`` the
-    counter set is in the same slice (1.34's layout), else it is referenced from elsewhere."""
+    """A slice with one shareable device that consumes a counter and carries a taint; with
+    ``inline`` the counter set is in the same slice (1.34's layout), else it is referenced from
+    elsewhere."""
     device: dict[str, Any] = {
         "name": "probe",
+        "allowMultipleAllocations": True,
         "consumesCounters": [{"counterSet": _SET, "counters": {"memory": {"value": "1"}}}],
         "taints": [{"key": _TAINT_KEY, "effect": "NoSchedule"}],
     }
@@ -86,6 +99,7 @@ def read_probe(answer: dict[str, Any], inline: bool) -> SliceSupport:
         partitionable=partitionable,
         counters_inline=inline and partitionable,
         taints=bool(devices[0].get("taints")),
+        shareable=bool(devices[0].get("allowMultipleAllocations")),
     )
 
 

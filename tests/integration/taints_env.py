@@ -85,8 +85,9 @@ class TaintsEnv:
         devices: int = 4,
         nodes: tuple[str, ...] = NODES[:1],
         extended_resource: bool = False,
+        minor: int = 37,
     ):
-        self.kube, self.token, self.mode = kube, token, mode
+        self.kube, self.token, self.mode, self.minor = kube, token, mode, minor
         self.namespace = f"tn-{token}"
         self.driver = f"{token}.taints.lab.dra-operators.dev"
         self.device_class = f"taints-{token}"
@@ -290,8 +291,17 @@ class TaintsEnv:
             describe=self.describe,
         )
 
+    @property
+    def rules_have_status(self) -> bool:
+        """DeviceTaintRules have a status from 1.35 on (1.34's v1alpha3 has none)."""
+        return self.minor >= 35
+
     async def wait_rule(self, short: str, reason: str, message: str | None = None, timeout: float = 40) -> dict:
+        """The rule once its condition says ``reason``; without rule status (1.34), the rule as
+        it is: a scenario that runs there waits on something else (an eviction)."""
         name = f"{self.token}-{short}"
+        if not self.rules_have_status:
+            return await self.kube.get(self.rules_res, name)
 
         def ok(rule: dict) -> bool:
             condition = d.existing_condition(rule)

@@ -669,19 +669,25 @@ async def test_a_fault_on_a_prepared_device_reaches_the_pods_status_and_clears(r
     """A fault injected on the prepared device (simulated backend, Node annotation) shows in the
     Pod's status.containerStatuses[].allocatedResourcesStatus within seconds, through kubelet's
     health stream, and clears when the device recovers (quiet period 1 s here)."""
-    if real_lab.minor >= 36:
-        await rkube.create(RESOURCE_CLAIMS, objects.resource_claim("sick", DRIVER), ns)
-        source = {"resourceClaimName": "sick"}
-    else:
-        # kubelet before 1.36 reports health only for a claim named in the Pod's
-        # status.resourceClaimStatuses, that is one made from a template (v1.35.8
-        # cm/dra/manager.go UpdateAllocatedResourcesStatus).
+    # Which claims kubelet reports health for differs per release (docs/compatibility.md):
+    if real_lab.minor >= 36:  # every claim
+        name, source = "sick", {"resourceClaimName": "sick"}
+        await rkube.create(RESOURCE_CLAIMS, objects.resource_claim(name, DRIVER), ns)
+    elif real_lab.minor == 35:
+        # only a claim named in the Pod's status.resourceClaimStatuses, that is one made from a
+        # template (v1.35.8 cm/dra/manager.go UpdateAllocatedResourcesStatus)
+        name, source = None, {"resourceClaimTemplateName": "sick"}
         await rkube.create(RESOURCE_CLAIM_TEMPLATES, objects.resource_claim_template("sick", DRIVER), ns)
-        source = {"resourceClaimTemplateName": "sick"}
+    else:
+        # only a claim whose own name is the container's claim entry: 1.34 compares the two
+        # (v1.34.12 cm/dra/manager.go UpdateAllocatedResourcesStatus, ``cClaim.Name ==
+        # claimInfo.ClaimName``), so a generated name never matches
+        name, source = "gpu", {"resourceClaimName": "gpu"}
+        await rkube.create(RESOURCE_CLAIMS, objects.resource_claim(name, DRIVER), ns)
     await rkube.create(PODS, busybox_pod("sick", {"gpu": source}, script=HOLD), ns)
     await running(rkube, ns, "sick")
     [generated] = (await rkube.get(PODS, "sick", ns))["status"].get("resourceClaimStatuses") or [{}]
-    claim = await rkube.get(RESOURCE_CLAIMS, generated.get("resourceClaimName") or "sick", ns)
+    claim = await rkube.get(RESOURCE_CLAIMS, name or generated["resourceClaimName"], ns)
     uid, device = claim["metadata"]["uid"], claim["status"]["allocation"]["devices"]["results"][0]["device"]
     ours = f"k8s.{DRIVER}/claim={uid}-{device}"  # kubelet names a device by its first CDI ID
 

@@ -51,6 +51,27 @@ def evicted(snap: dict) -> set[str]:
     return {name for name, pod in snap["pods"].items() if pod["evicted"]}
 
 
+# Two defects of Kubernetes 1.34's controller that ours does not copy (both gone in 1.35), each
+# checked on the upstream run and then mended by ``fixed_upstream`` before the comparison:
+def upstream_marks_once(env: TaintsEnv) -> bool:
+    """1.34 emits "Marking for deletion" for the first Pod it evicts after it starts, never
+    again: ``deletePodHandler`` (v1.34.12 pkg/controller/devicetainteviction/
+    device_taint_eviction.go) clears the event function that every Pod's work shares."""
+    return env.mode == "upstream" and env.minor < 35
+
+
+def upstream_ignores_tolerations(env: TaintsEnv) -> bool:
+    """1.34 reads tolerations only from the allocation result, and 1.34's scheduler copies none
+    there (v0.34.12 structured allocators), so it evicts a tolerating Pod at once; ours falls
+    back to the claim's request (``core.dra.tolerations.result_tolerations``)."""
+    return env.mode == "upstream" and env.minor < 35
+
+
+async def wait_marked(env: TaintsEnv, pod: str) -> None:
+    if not upstream_marks_once(env):
+        await env.wait_event(pod, d.MARKING)
+
+
 async def noexecute(env: TaintsEnv) -> dict:
     """device-taint-pod-noexecute: a NoExecute rule evicts the running Pod at once."""
     await env.template("single-gpu")
@@ -144,7 +165,8 @@ async def selectors(env: TaintsEnv) -> dict:
     await env.wait_rule("by-device", "Completed", "1 pod evicted since starting the controller.")
     snap = await env.snapshot()
     assert evicted(snap) == {"on-node-1", "on-gpu-1"}
-    assert snap["rules"]["<run>-other-driver"]["reason"] == "NotStarted"
+    if env.rules_have_status:
+        assert snap["rules"]["<run>-other-driver"]["reason"] == "NotStarted"
     return snap
 
 
@@ -176,7 +198,7 @@ async def old_generation(env: TaintsEnv) -> dict:
     assert "user" not in env.watch.deleting_at, "a taint of an old pool generation evicted"
     await env.set_device_taint(newer, "gpu-0", "NoExecute")
     await env.wait_evicted("user")
-    await env.wait_event("user", d.MARKING)
+    await wait_marked(env, "user")
     snap = await env.snapshot()
     assert evicted(snap) == {"user"} and snap["pods"]["user"]["disruption"] == CONDITION
     return snap
@@ -189,6 +211,9 @@ async def taint_removed(env: TaintsEnv) -> dict:
     await env.wait_running("tolerating")
     started = time.time()
     await env.set_device_taint(f"{NODES[0]}-{env.token}", "gpu-0", "NoExecute")
+    if upstream_ignores_tolerations(env):
+        await env.wait_evicted("tolerating")
+        return await env.snapshot()
     await asyncio.sleep(2)
     await env.set_device_taint(f"{NODES[0]}-{env.token}", "gpu-0", None)
     await env.wait_event("tolerating", d.CANCELLING)
@@ -328,7 +353,7 @@ async def empty_selector(env: TaintsEnv) -> dict:
     await env.wait_running("everyone")
     await env.rule("everything", {})
     await env.wait_evicted("everyone")
-    await env.wait_event("everyone", d.MARKING)
+    await wait_marked(env, "everyone")
     snap = await env.snapshot()
     assert evicted(snap) == {"everyone"} and snap["pods"]["everyone"]["disruption"] == CONDITION
     # The rule's condition counts every Pod of the shared lab it evicts, other tests' leftovers
@@ -345,7 +370,7 @@ async def slice_taint(env: TaintsEnv) -> dict:
     await env.wait_running("victim")
     await env.set_device_taint(f"{NODES[0]}-{env.token}", "gpu-1", "NoExecute")
     await env.wait_evicted("victim")
-    await env.wait_event("victim", d.MARKING)
+    await wait_marked(env, "victim")
     snap = await env.snapshot()
     assert evicted(snap) == {"victim"} and snap["pods"]["victim"]["disruption"] == CONDITION
     return snap
@@ -371,29 +396,46 @@ SCENARIOS = [
 ]
 SOLO = [empty_selector]  # after the others, one at a time
 ALL = SCENARIOS + SOLO
-# The scenarios that never wait on a DeviceTaintRule's status condition to know the controller is
-# done: the only ones 1.34 can run, whose v1alpha3 rules have no status (it came with 1.35).
-WITHOUT_RULE_STATUS = [old_generation, taint_removed, slice_taint, empty_selector]
+# The scenarios that never need a DeviceTaintRule's status condition to know the controller is
+# done (they wait on evictions): the only ones 1.34 can run, whose v1alpha3 rules have no status
+# (it came with 1.35).
+WITHOUT_RULE_STATUS = [selectors, old_generation, taint_removed, shared_claim, slice_taint, empty_selector]
 
 
-def fixed_upstream(name: str, snap: dict) -> dict:
-    """Upstream's result as it would be without the bug we deliberately do not copy:
-    kubernetes#141290, Pods using DRA through extended resources are never evicted."""
-    if name != "extended_resource":
-        return snap
-    assert not snap["pods"]["ext"]["evicted"], "upstream evicted an extended-resource Pod: #141290 is fixed"
+def fixed_upstream(name: str, snap: dict, minor: int) -> dict:
+    """Upstream's result as it would be without the bugs we deliberately do not copy:
+    kubernetes#141290 (Pods using DRA through extended resources are never evicted) and, on 1.34,
+    ``upstream_marks_once`` and ``upstream_ignores_tolerations``."""
     fixed = json.loads(json.dumps(snap))
-    fixed["pods"]["ext"] = {"evicted": True, "phase": None, "disruption": CONDITION}
-    fixed["events"] = [[*MARK, "ext"]]
-    fixed["rules"]["<run>-example"].update(reason="Completed", message="1 pod evicted since starting the controller.")
+    if name == "extended_resource":
+        assert not snap["pods"]["ext"]["evicted"], "upstream evicted an extended-resource Pod: #141290 is fixed"
+        fixed["pods"]["ext"] = {"evicted": True, "phase": None, "disruption": CONDITION}
+        fixed["events"] = [[*MARK, "ext"]]
+        fixed["rules"]["<run>-example"].update(
+            reason="Completed", message="1 pod evicted since starting the controller."
+        )
+    if minor >= 35:
+        return fixed
+    if name == "taint_removed":
+        assert evicted(snap) == {"tolerating"}, "1.34 honoured the toleration: it copies tolerations now"
+        fixed["pods"]["tolerating"] = {"evicted": False, "phase": "Running", "disruption": []}
+        fixed["events"] = [[*CANCEL, "tolerating"]]
+    for pod in sorted(evicted(fixed)):
+        if [*MARK, pod] not in fixed["events"]:
+            fixed["events"] = sorted([*fixed["events"], [*MARK, pod]])
     return fixed
 
 
-async def _run_all(kube, mode: str, token: str, chosen: list) -> dict[str, dict | BaseException]:
+async def _run_all(kube, mode: str, token: str, chosen: list, minor: int) -> dict[str, dict | BaseException]:
     async def one(i: int, scenario) -> dict:
         nodes = NODES if scenario in (selectors,) else NODES[:1]
         async with TaintsEnv(
-            kube, f"{token}{i:02d}", mode, nodes=nodes, extended_resource=scenario is extended_resource
+            kube,
+            f"{token}{i:02d}",
+            mode,
+            nodes=nodes,
+            extended_resource=scenario is extended_resource,
+            minor=minor,
         ) as env:
             try:
                 snap = await scenario(env)
@@ -441,18 +483,19 @@ async def runs(kube, controllers) -> dict[str, dict[str, dict | BaseException]]:
     runs: dict[str, dict] = {"left out": left_out}
     for mode in ("upstream", "ours"):
         controllers.use(mode)
-        runs[mode] = await _run_all(kube, mode, f"{mode[:2]}{unique}", chosen)
+        runs[mode] = await _run_all(kube, mode, f"{mode[:2]}{unique}", chosen, controllers.lab.minor)
     return runs
 
 
 @pytest.mark.parametrize("scenario", [s.__name__ for s in ALL])
-def test_same_evictions_as_upstream(scenario, runs):
+def test_same_evictions_as_upstream(scenario, runs, controllers):
     if scenario in runs["left out"]:
         pytest.skip(runs["left out"][scenario])
     for mode in ("upstream", "ours"):
         if isinstance(runs[mode][scenario], BaseException):
             raise runs[mode][scenario]
-    diff = differences(fixed_upstream(scenario, runs["upstream"][scenario]), runs["ours"][scenario])
+    upstream = fixed_upstream(scenario, runs["upstream"][scenario], controllers.lab.minor)
+    diff = differences(upstream, runs["ours"][scenario])
     assert not diff, "ours differs from upstream:\n  " + "\n  ".join(diff)
 
 

@@ -25,9 +25,14 @@ from tests.fakeapi import Action, FakeApi, invalid, status_error
 NODE, DRIVER = "node-1", "gpu.example.com"
 
 
-def release_rules(fake: FakeApi, *, v134: bool, partitionable: bool, taints: bool) -> None:
+def release_rules(fake: FakeApi, *, v134: bool, partitionable: bool, taints: bool, shareable: bool = True) -> None:
     def react(action: Action):
         spec = action.obj["spec"]
+        if not shareable:
+            for device in spec.get("devices") or []:
+                device.pop("allowMultipleAllocations", None)
+                for capacity in (device.get("capacity") or {}).values():
+                    capacity.pop("requestPolicy", None)
         if not partitionable:
             spec.pop("sharedCounters", None)
             for device in spec.get("devices") or []:
@@ -52,12 +57,12 @@ RELEASES = {
     "1.37": ({"v134": False, "partitionable": True, "taints": True}, SliceSupport()),
     "1.36": ({"v134": False, "partitionable": True, "taints": True}, SliceSupport()),
     "1.35 default gates": (
-        {"v134": False, "partitionable": False, "taints": False},
-        SliceSupport(partitionable=False, taints=False),
+        {"v134": False, "partitionable": False, "taints": False, "shareable": False},
+        SliceSupport(partitionable=False, taints=False, shareable=False),
     ),
     "1.34 default gates": (
-        {"v134": True, "partitionable": False, "taints": False},
-        SliceSupport(partitionable=False, taints=False),
+        {"v134": True, "partitionable": False, "taints": False, "shareable": False},
+        SliceSupport(partitionable=False, taints=False, shareable=False),
     ),
     "1.34 gates on": (
         {"v134": True, "partitionable": True, "taints": True},
@@ -187,3 +192,39 @@ async def test_an_unhealthy_device_is_withdrawn_where_taints_are_dropped(release
         assert devices["gpu-0"]["taints"] and "taints" not in devices["gpu-1"]
     else:
         assert list(devices) == ["gpu-1"]
+
+
+def _shared_gpu() -> Inventory:
+    policy = {"default": "1Gi", "validRange": {"min": "1Gi", "step": "1Gi"}}
+    gpu = {
+        "name": "gpu-0",
+        "allowMultipleAllocations": True,
+        "capacity": {"memory": {"value": "8Gi", "requestPolicy": policy}},
+    }
+    return Inventory(devices=[gpu, {"name": "gpu-1", "capacity": {"memory": {"value": "8Gi"}}}])
+
+
+@pytest.mark.parametrize("release", RELEASES)
+async def test_a_shared_device_is_published_whole_where_sharing_is_dropped(release):
+    """_published fails if the pool is rewritten on every pass, as it was when the agent sent
+    fields the server then dropped."""
+    rules, support = RELEASES[release]
+    slices = await _published(release, _shared_gpu())
+    devices = {d["name"]: d for s in slices for d in s["spec"].get("devices") or []}
+    if support.shareable:
+        assert devices["gpu-0"]["allowMultipleAllocations"] is True
+        assert devices["gpu-0"]["capacity"]["memory"]["requestPolicy"]["default"] == "1Gi"
+    else:
+        assert devices["gpu-0"] == {"name": "gpu-0", "capacity": {"memory": {"value": "8Gi"}}}
+    assert devices["gpu-1"] == {"name": "gpu-1", "capacity": {"memory": {"value": "8Gi"}}}
+
+
+def test_without_consumable_capacity_the_problem_names_the_gate():
+    inv = _shared_gpu()
+    devices, _, problems = fit_to_cluster(inv.devices, [], SliceSupport(shareable=False))
+    assert problems == [
+        "1 shared device(s) published whole, for one claim at a time: the API server drops "
+        "allowMultipleAllocations (feature gate DRAConsumableCapacity is off)"
+    ]
+    assert inv.devices[0]["allowMultipleAllocations"], "the inventory itself is left as discovered"
+    assert "DRAConsumableCapacity off" in SliceSupport(shareable=False).describe()
