@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 LAB_BIN := .cache/lab/bin
 PYTEST_ARGS ?=
 
-.PHONY: help venv lock lint docs reference lab-modules lab-build lab-build-node image test-prerequisites test unit integration run soak bench e2e lab-up lab-down protos clean monitoring-check test-versions
+.PHONY: help venv lock lint docs reference lab-modules lab-build lab-build-node image test-prerequisites test unit integration run soak bench bench-scale e2e lab-up lab-down protos clean monitoring-check test-versions
 
 help:
 	@echo "make run           a lab (no root needed), operators, node agents, examples, live table; uses \$$KUBECONFIG if set"
@@ -18,6 +18,7 @@ help:
 	@echo "make lock          regenerate requirements.lock and requirements-dev.lock from pyproject.toml"
 	@echo "make soak          one-hour churn soak of claims, taints, binding and node agents (SOAK_SECONDS, SOAK_WARMUP); bench/RESULTS.md"
 	@echo "make bench         ours vs upstream's controllers on one lab (BENCH_SIZES, BENCH_NOISE, ...); bench/RESULTS.md"
+	@echo "make bench-scale   ours vs upstream at fractions of 5,000 Nodes / 150,000 Pods (SCALE_FRACTIONS, SCALE_PARTS); bench/RESULTS.md"
 	@echo "make monitoring-check  alert rules and dashboards: promtool, then a real Prometheus on a live lab (docs/development/monitoring-check.md)"
 	@echo "make e2e           upstream's DRA e2e suite with ours and with upstream's controllers (root; E2E_ARGS); docs/e2e.md"
 	@echo "make test-versions the version-sensitive tests on a lab of each Kubernetes minor we claim (VERSIONS=1.35); docs/versions.md"
@@ -174,6 +175,12 @@ soak: venv lab-build
 bench: venv lab-build
 	$(if $(BENCH_PROFILE),$(PY) -m pip install --quiet -e '.[bench]')
 	$(PY) bench/bench.py
+
+# A benchmark, not a test (not part of `make test`): our controllers and upstream's at fractions
+# of Kubernetes' scalability envelope (SCALE_FRACTIONS=0.1,0.25,0.5,1; SCALE_PARTS), a section of
+# bench/RESULTS.md per command. The whole envelope takes hours on 2 cores.
+bench-scale: venv lab-build
+	$(PY) bench/scale.py
 
 lab-up: venv lab-build
 	$(VENV)/bin/dra-operators lab up

@@ -1,0 +1,800 @@
+#!/usr/bin/env python3
+"""``make bench-scale``: our controllers against upstream's at Kubernetes' scalability envelope
+(a benchmark, never a test; issue 32).
+
+The envelope: 5,000 Nodes, a ResourceSlice per Node with 8 devices (40,000; a tenth of the
+Nodes partitionable: counter sets in a slice of their own, as 1.35 and later want), 150,000 Pods
+of which 10,000 use claims (four in five from templates, the rest four Pods to a shared claim).
+Every fraction of ``SCALE_FRACTIONS`` (default ``0.1,0.25,0.5,1``) gets a lab of its own, filled
+with that fraction of the envelope: kwok Nodes, plain Pods scheduled by kube-scheduler, claim Pods
+allocated by it (upstream's resourceclaim-controller makes the template claims while filling).
+
+Then, on the same objects, one controller after the other (``SCALE_PARTS``, in this order):
+
+- *startup*: each of our claims, taints and poolstatus operators (a process each, leader
+  election off, kube-controller-manager without upstream's DRA controllers), and
+  kube-controller-manager with them: seconds from the start until its caches are primed (ours:
+  the ``... operator started`` log line, after the start-up LIST; upstream: the last DRA
+  controller's "Caches are synced"), the peak RSS by then (VmHWM) and the steady RSS
+  ``SCALE_SETTLE`` (30) seconds later. Upstream's figures are all of kube-controller-manager.
+- *claims*: 1,000 more template Pods (schedulerName ``none``): seconds until every one has its
+  claim, and the CPU seconds the controller's process spent (utime + stime).
+- *poolstatus*: one ResourcePoolStatusRequest for the driver (limit 1000, the maximum):
+  seconds until Complete, and CPU seconds.
+- *cli*: ``kubectl dra devices`` and ``kubectl dra explain`` of a claim Pod, wall time.
+- *taints*: a NoExecute DeviceTaintRule over the whole driver: seconds until every claim Pod is
+  being deleted, and CPU seconds; the claim Pods are made again before the next controller.
+
+Results: the run directory (``SCALE_RUN_DIR``, default ``.cache/bench-scale/<UTC time>``:
+``results.json``, logs) and a section of ``bench/RESULTS.md`` per command.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+for path in (ROOT, ROOT / "bench"):
+    if str(path) not in sys.path:
+        sys.path.insert(0, str(path))
+
+from bench import (  # noqa: E402
+    LAB_LIMITS,
+    Operator,
+    StatusWatch,
+    connect,
+    say,
+    write_results_section,
+)
+from operators.core.api.kube import ApiError, Kube  # noqa: E402
+from operators.core.api.resources import (  # noqa: E402
+    DEVICE_CLASSES,
+    DEVICE_TAINT_RULES,
+    NAMESPACES,
+    NODES,
+    PODS,
+    RESOURCE_CLAIM_TEMPLATES,
+    RESOURCE_CLAIMS,
+    RESOURCE_POOL_STATUS_REQUESTS,
+    RESOURCE_SLICES,
+    SERVICE_ACCOUNTS,
+)
+from operators.lab import Lab, LabOptions  # noqa: E402
+from operators.lab.components import build_node  # noqa: E402
+from operators.lab.operator_process import rss_kib  # noqa: E402
+
+DRIVER = "scale.dra-operators.dev"
+CLASS = "scale-gpu"
+DRA_NS = "scale-dra"
+PLAIN_NS = 10  # plain Pods spread over this many namespaces
+ENVELOPE = {"nodes": 5000, "pods": 150_000, "claim_pods": 10_000}
+DEVICES_PER_NODE = 8
+SHARED_PER_CLAIM = 4
+PARTS = ("startup", "claims", "poolstatus", "cli", "taints")
+OURS = ("claims", "taints", "poolstatus")
+INFLIGHT = 64
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+PROBE_NS = "scale-probe"
+# device-taint-eviction-controller's last informer (klog names no controller in the others' "Caches
+# are synced" lines, so those two are timed by the first work they do: see Scale.kcm_primed).
+TAINTS_SYNCED = re.compile(r'device_taint_eviction.go.*"Done waiting".*instance="SharedIndexInformer \*v1.Pod \+')
+
+
+def env_float_list(name: str, default: str) -> list[float]:
+    raw = os.environ.get(name, default)
+    try:
+        values = [float(x) for x in raw.split(",") if x.strip()]
+    except ValueError:
+        raise SystemExit(f"bench-scale: {name}={raw!r} is not a comma-separated list of numbers") from None
+    if not values or any(not 0 < v <= 1 for v in values):
+        raise SystemExit(f"bench-scale: {name} wants fractions in (0, 1], e.g. 0.1,0.25")
+    return values
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """utime + stime of a live process (/proc/<pid>/stat fields 14 and 15)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / CLK_TCK
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def mib(kib: int | None) -> float | None:
+    return round(kib / 1024, 1) if kib is not None else None
+
+
+# -- objects (pure) ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Size:
+    fraction: float
+    nodes: int
+    plain_pods: int
+    template_pods: int
+    shared_claims: int
+
+    @classmethod
+    def of(cls, fraction: float) -> Size:
+        claim_pods = round(ENVELOPE["claim_pods"] * fraction)
+        shared_pods = claim_pods // 5
+        return cls(
+            fraction=fraction,
+            nodes=max(1, round(ENVELOPE["nodes"] * fraction)),
+            plain_pods=round(ENVELOPE["pods"] * fraction) - claim_pods,
+            template_pods=claim_pods - shared_pods,
+            shared_claims=shared_pods // SHARED_PER_CLAIM,
+        )
+
+    @property
+    def claim_pods(self) -> int:
+        return self.template_pods + self.shared_claims * SHARED_PER_CLAIM
+
+    @property
+    def devices(self) -> int:
+        return self.nodes * DEVICES_PER_NODE
+
+
+def node_name(i: int) -> str:
+    return f"scale-node-{i:05d}"
+
+
+def build_slices(node: str, partitionable: bool) -> list[dict[str, Any]]:
+    """The pool of one Node: 8 whole devices, or (partitionable) 4 GPUs and 4 halves of two of
+    them, their counter sets in a slice of their own."""
+
+    def slice_(suffix: str, spec: dict[str, Any], count: int) -> dict[str, Any]:
+        return {
+            "apiVersion": RESOURCE_SLICES.group_version,
+            "kind": "ResourceSlice",
+            "metadata": {"name": f"{node}-{suffix}"},
+            "spec": {
+                "driver": DRIVER,
+                "nodeName": node,
+                "pool": {"name": node, "generation": 1, "resourceSliceCount": count},
+                **spec,
+            },
+        }
+
+    def device(name: str, index: int) -> dict[str, Any]:
+        return {
+            "name": name,
+            "attributes": {"index": {"int": index}, "model": {"string": "scale-gpu"}},
+            "capacity": {"memory": {"value": "80Gi"}},
+        }
+
+    if not partitionable:
+        devices = [device(f"gpu-{i}", i) for i in range(DEVICES_PER_NODE)]
+        return [slice_("devices", {"devices": devices}, 1)]
+    sets = [{"name": f"gpu-{i}-counters", "counters": {"memory": {"value": "80Gi"}}} for i in range(4)]
+    devices = []
+    for i in range(4):
+        whole = device(f"gpu-{i}", i)
+        whole["consumesCounters"] = [{"counterSet": f"gpu-{i}-counters", "counters": {"memory": {"value": "80Gi"}}}]
+        devices.append(whole)
+    for i in range(4):
+        half = device(f"gpu-{i // 2}-half-{i % 2}", i // 2)
+        half["capacity"] = {"memory": {"value": "40Gi"}}
+        half["consumesCounters"] = [{"counterSet": f"gpu-{i // 2}-counters", "counters": {"memory": {"value": "40Gi"}}}]
+        devices.append(half)
+    return [
+        slice_("counters", {"sharedCounters": sets}, 2),
+        slice_("devices", {"devices": devices}, 2),
+    ]
+
+
+def build_plain_pod(name: str) -> dict[str, Any]:
+    """A Pod without claims, as most of a cluster's are (labels, env, requests)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {"app": "web", "shard": name[-1]}},
+        "spec": {
+            "terminationGracePeriodSeconds": 0,
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "registry.k8s.io/pause:3.10",
+                    "env": [{"name": f"VAR_{k}", "value": f"value-{k}"} for k in range(4)],
+                    "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}},
+                }
+            ],
+        },
+    }
+
+
+def build_claim_pod(name: str, source: dict[str, str], scheduler: str | None = None) -> dict[str, Any]:
+    pod = build_plain_pod(name)
+    pod["spec"]["resourceClaims"] = [{"name": "gpu", **source}]
+    pod["spec"]["containers"][0]["resources"]["claims"] = [{"name": "gpu"}]
+    if scheduler:
+        pod["spec"]["schedulerName"] = scheduler
+    return pod
+
+
+def claim_spec() -> dict[str, Any]:
+    return {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": CLASS}}]}}
+
+
+# -- results ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Fraction:
+    size: dict[str, Any]
+    fill_seconds: dict[str, float] = field(default_factory=dict)
+    startup: dict[str, dict[str, Any]] = field(default_factory=dict)
+    claims: dict[str, dict[str, Any]] = field(default_factory=dict)
+    poolstatus: dict[str, dict[str, Any]] = field(default_factory=dict)
+    cli: dict[str, dict[str, Any]] = field(default_factory=dict)
+    taints: dict[str, dict[str, Any]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Results:
+    started: str
+    command: str
+    commit: str
+    fractions: list[Fraction] = field(default_factory=list)
+    seconds: float = 0.0
+    load_start: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    load_end: tuple[float, float, float] = (0.0, 0.0, 0.0)
+
+
+# -- the run -----------------------------------------------------------------------------------
+
+
+class Scale:
+    def __init__(self, run_dir: Path, size: Size, parts: list[str], result: Fraction):
+        self.run_dir, self.size, self.parts, self.result = run_dir, size, parts, result
+        self.lab: Lab | None = None
+        self.kube: Kube | None = None
+        self.serial = 0
+
+    # -- helpers -------------------------------------------------------------------------
+
+    async def many(self, items: list[Any], one, what: str) -> float:
+        """``one(item)`` for every item, INFLIGHT at a time, progress every 10 s."""
+        queue = iter(items)
+        done = 0
+        started = last = time.monotonic()
+
+        async def worker() -> None:
+            nonlocal done, last
+            for item in queue:
+                await one(item)
+                done += 1
+                if time.monotonic() - last > 10:
+                    last = time.monotonic()
+                    say(f"  {what}: {done}/{len(items)}")
+
+        await asyncio.gather(*(worker() for _ in range(INFLIGHT)))
+        seconds = time.monotonic() - started
+        say(f"  {what}: {len(items)} in {seconds:.0f}s")
+        return seconds
+
+    async def until(self, check, timeout: float, what: str, every: float = 2.0) -> float:
+        started = time.monotonic()
+        last_note = started
+        while True:
+            state = await check()
+            if state is True:
+                return time.monotonic() - started
+            if time.monotonic() - started > timeout:
+                raise RuntimeError(f"timed out after {timeout:.0f}s waiting for {what} ({state})")
+            if time.monotonic() - last_note > 15:
+                last_note = time.monotonic()
+                say(f"  waiting for {what}: {state}")
+            await asyncio.sleep(every)
+
+    async def namespace(self, name: str) -> None:
+        await self.kube.create(NAMESPACES, {"metadata": {"name": name}})
+        await self.until(lambda: self._has_sa(name), 120, f"default ServiceAccount in {name}", every=0.2)
+
+    async def _has_sa(self, name: str) -> bool | str:
+        return await self.kube.get_or_none(SERVICE_ACCOUNTS, "default", name) is not None or "not yet"
+
+    async def count_pods(self, namespace: str | None, test) -> int:
+        return sum(1 for p in await self.kube.list(PODS, namespace, limit=5000) if test(p))
+
+    def controller_manager(self, upstream: bool) -> None:
+        say(f"kube-controller-manager: upstream's DRA controllers {'on' if upstream else 'off'}")
+        self.lab.restart_controller_manager(upstream, LAB_LIMITS)
+
+    def kcm_pid(self) -> int:
+        return self.lab.processes()["kube-controller-manager"]
+
+    def operator(self, name: str) -> Operator:
+        self.serial += 1
+        return Operator(name, self.lab.kubeconfig, self.run_dir / f"{name}-{self.serial}.log")
+
+    # -- filling the lab -----------------------------------------------------------------
+
+    async def fill(self) -> None:
+        s, kube = self.size, self.kube
+        say(f"filling: {s.nodes} Nodes, {s.devices} devices, {s.plain_pods} plain Pods, {s.claim_pods} claim Pods")
+        self.controller_manager(True)  # upstream makes the template claims while filling
+        names = [node_name(i) for i in range(s.nodes)]
+        self.result.fill_seconds["nodes"] = await self.many(
+            names, lambda n: kube.create(NODES, build_node(n, pods="110")), "Nodes"
+        )
+        await self.until(self._nodes_ready, 600, "every Node Ready")
+        await kube.create(
+            DEVICE_CLASSES,
+            {
+                "apiVersion": DEVICE_CLASSES.group_version,
+                "kind": "DeviceClass",
+                "metadata": {"name": CLASS},
+                "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]},
+            },
+        )
+        slices = [sl for i, n in enumerate(names) for sl in build_slices(n, partitionable=i % 10 == 0)]
+        self.result.fill_seconds["slices"] = await self.many(
+            slices, lambda sl: kube.create(RESOURCE_SLICES, sl), "ResourceSlices"
+        )
+        for i in range(PLAIN_NS):
+            await self.namespace(f"scale-plain-{i}")
+        plain = [(f"scale-plain-{i % PLAIN_NS}", f"p-{i:06d}") for i in range(s.plain_pods)]
+        self.result.fill_seconds["plain pods"] = await self.many(
+            plain, lambda item: kube.create(PODS, build_plain_pod(item[1]), item[0]), "plain Pods"
+        )
+        await self.make_claim_pods()
+        scheduled = await self.until(self._all_scheduled, 3600, "every Pod scheduled", every=10)
+        self.result.fill_seconds["scheduling (after the last create)"] = scheduled
+
+    async def make_claim_pods(self) -> None:
+        s, kube = self.size, self.kube
+        if await kube.get_or_none(NAMESPACES, DRA_NS) is None:
+            for ns in (DRA_NS, PROBE_NS):
+                await self.namespace(ns)
+                await kube.create(
+                    RESOURCE_CLAIM_TEMPLATES, {"metadata": {"name": "gpu"}, "spec": {"spec": claim_spec()}}, ns
+                )
+        for j in range(s.shared_claims):  # kept from a first round (deallocated once their Pods went)
+            if await kube.get_or_none(RESOURCE_CLAIMS, f"s-{j}", DRA_NS) is None:
+                await kube.create(RESOURCE_CLAIMS, {"metadata": {"name": f"s-{j}"}, "spec": claim_spec()}, DRA_NS)
+        pods = [build_claim_pod(f"t-{i}", {"resourceClaimTemplateName": "gpu"}) for i in range(s.template_pods)]
+        pods += [
+            build_claim_pod(f"s-{j}-{k}", {"resourceClaimName": f"s-{j}"})
+            for j in range(s.shared_claims)
+            for k in range(SHARED_PER_CLAIM)
+        ]
+        self.result.fill_seconds.setdefault("claim pods", 0.0)
+        self.result.fill_seconds["claim pods"] += await self.many(
+            pods, lambda pod: kube.create(PODS, pod, DRA_NS), "claim Pods"
+        )
+
+    async def _nodes_ready(self) -> bool | str:
+        ready = 0
+        for node in await self.kube.list(NODES, limit=5000):
+            conditions = {c["type"]: c["status"] for c in (node.get("status") or {}).get("conditions") or []}
+            ready += conditions.get("Ready") == "True"
+        return ready >= self.size.nodes or f"{ready} Ready"
+
+    async def _all_scheduled(self) -> bool | str:
+        pods = await self.kube.list(PODS, field_selector="spec.nodeName=", limit=5000)
+        pending = [p for p in pods if (p["spec"].get("schedulerName") or "default-scheduler") == "default-scheduler"]
+        return not pending or f"{len(pending)} Pods not scheduled yet"
+
+    async def claim_pods_running(self) -> bool | str:
+        pods = await self.kube.list(PODS, DRA_NS, limit=5000)
+        running = sum(1 for p in pods if (p.get("status") or {}).get("phase") == "Running")
+        return running >= self.size.claim_pods or f"{running}/{self.size.claim_pods} claim Pods running"
+
+    # -- parts ---------------------------------------------------------------------------
+
+    async def startup(self) -> None:
+        settle = float(os.environ.get("SCALE_SETTLE", "30"))
+        self.controller_manager(False)
+        for name in OURS:
+            op = self.operator(name)
+            started = time.monotonic()
+            op.start(wait_live=False)
+            try:
+                primed = await self.until(
+                    lambda op=op, name=name: self._logged(op, f"{name} operator started"),
+                    900,
+                    f"{name} operator primed",
+                    every=0.2,
+                )
+                pid = op.proc.pid
+                figures = {"primed_seconds": round(primed, 2), "peak_rss_mib": mib(rss_kib(pid, "VmHWM"))}
+                await asyncio.sleep(settle)
+                figures["steady_rss_mib"] = mib(rss_kib(pid))
+                figures["peak_rss_mib"] = mib(rss_kib(pid, "VmHWM"))
+                figures["cpu_seconds_to_steady"] = cpu_seconds(pid)
+                self.result.startup[f"ours: {name}"] = figures
+                say(f"  startup ours {name}: {figures} (started {time.monotonic() - started:.0f}s ago)")
+            finally:
+                op.stop()
+        started = time.monotonic()
+        primed = await self.kcm_primed()
+        pid = self.kcm_pid()
+        figures = {"primed_seconds": round(primed, 2), "peak_rss_mib": mib(rss_kib(pid, "VmHWM"))}
+        await asyncio.sleep(settle)
+        figures["steady_rss_mib"] = mib(rss_kib(pid))
+        figures["peak_rss_mib"] = mib(rss_kib(pid, "VmHWM"))
+        figures["cpu_seconds_to_steady"] = cpu_seconds(pid)
+        self.result.startup["upstream: kube-controller-manager"] = figures
+        say(f"  startup upstream: {figures} ({time.monotonic() - started:.0f}s)")
+
+    async def _logged(self, op: Operator, message: str) -> bool | str:
+        if op.proc is not None and op.proc.poll() is not None:
+            raise RuntimeError(f"{op.label} exited with {op.proc.returncode}:\n{op.tail()}")
+        text = op.log.read_text(errors="replace") if op.log.exists() else ""
+        start = text.rfind("--- start")
+        return message in text[start:] or "not yet"
+
+    async def kcm_primed(self) -> float:
+        """Restart kube-controller-manager with upstream's DRA controllers; seconds until all
+        three work: the resourceclaim controller has made a probe Pod's claim, the pool status
+        controller has answered a probe request, and the device-taint-eviction controller has
+        synced its last informer (its log says so)."""
+        self.controller_manager(False)
+        self.serial += 1
+        probe = f"probe-{self.serial}"
+        await self.kube.create(
+            PODS, build_claim_pod(probe, {"resourceClaimTemplateName": "gpu"}, scheduler="none"), PROBE_NS
+        )
+        await self.kube.create(
+            RESOURCE_POOL_STATUS_REQUESTS, {"metadata": {"name": probe}, "spec": {"driver": DRIVER, "limit": 1}}
+        )
+        log = self.lab.files.logs / "kube-controller-manager.log"
+        offset = log.stat().st_size
+        self.controller_manager(True)
+        started = time.monotonic()
+
+        async def working() -> bool | str:
+            waiting = []
+            pod = await self.kube.get(PODS, probe, PROBE_NS)
+            if not (pod.get("status") or {}).get("resourceClaimStatuses"):
+                waiting.append("claims")
+            if not await self.request_done(probe):
+                waiting.append("poolstatus")
+            with open(log, errors="replace") as f:
+                f.seek(offset)
+                if not TAINTS_SYNCED.search(f.read()):
+                    waiting.append("taints")
+            return not waiting or f"waiting for {waiting}"
+
+        await self.until(working, 900, "kube-controller-manager's DRA controllers working", every=0.1)
+        seconds = time.monotonic() - started
+        await self.kube.delete(PODS, probe, PROBE_NS)
+        await self.kube.delete(RESOURCE_POOL_STATUS_REQUESTS, probe)
+        return seconds
+
+    async def request_done(self, name: str) -> dict[str, Any] | None:
+        obj = await self.kube.get(RESOURCE_POOL_STATUS_REQUESTS, name)
+        conditions = {c["type"]: c["status"] for c in (obj.get("status") or {}).get("conditions") or []}
+        return obj if conditions.get("Complete") == "True" or conditions.get("Failed") == "True" else None
+
+    async def claims(self) -> None:
+        count = int(os.environ.get("SCALE_NEW_CLAIMS", "1000"))
+        for controller in ("ours", "upstream"):
+            op = None
+            if controller == "ours":
+                self.controller_manager(False)
+                op = self.operator("claims")
+                op.start()
+                await self.until(lambda op=op: self._logged(op, "claims operator started"), 900, "claims primed", 0.2)
+                pid = op.proc.pid
+            else:
+                await self.kcm_primed()
+                pid = self.kcm_pid()
+            ns = f"scale-burst-{controller}"
+            try:
+                await self.namespace(ns)
+                await self.kube.create(
+                    RESOURCE_CLAIM_TEMPLATES, {"metadata": {"name": "gpu"}, "spec": {"spec": claim_spec()}}, ns
+                )
+                watch = StatusWatch(self.kube, ns)
+                await watch.start()
+                cpu0, started = cpu_seconds(pid), time.monotonic()
+                names = [f"b-{i}" for i in range(count)]
+                await self.many(
+                    names,
+                    lambda n, ns=ns: self.kube.create(
+                        PODS, build_claim_pod(n, {"resourceClaimTemplateName": "gpu"}, scheduler="none"), ns
+                    ),
+                    f"{controller}: template Pods",
+                )
+                await self.until(
+                    lambda watch=watch: asyncio.sleep(0, len(watch.seen) >= count or f"{len(watch.seen)}/{count}"),
+                    900,
+                    "every burst Pod's claim",
+                    every=0.2,
+                )
+                seconds, cpu = time.monotonic() - started, (cpu_seconds(pid) or 0) - (cpu0 or 0)
+                await watch.stop()
+                self.result.claims[controller] = {
+                    "pods": count,
+                    "seconds": round(seconds, 2),
+                    "cpu_seconds_per_1000": round(cpu * 1000 / count, 2),
+                }
+                say(f"  claims {controller}: {self.result.claims[controller]}")
+            finally:
+                if op is not None:
+                    op.stop()
+                await self.kube.delete(NAMESPACES, ns)
+
+    async def poolstatus(self) -> None:
+        for controller in ("ours", "upstream"):
+            op = None
+            if controller == "ours":
+                self.controller_manager(False)
+                op = self.operator("poolstatus")
+                op.start()
+                await self.until(
+                    lambda op=op: self._logged(op, "poolstatus operator started"), 900, "poolstatus primed", 0.2
+                )
+                pid = op.proc.pid
+            else:
+                await self.kcm_primed()
+                pid = self.kcm_pid()
+            name = f"scale-{controller}"
+            try:
+                cpu0, started = cpu_seconds(pid), time.monotonic()
+                await self.kube.create(
+                    RESOURCE_POOL_STATUS_REQUESTS,
+                    {"metadata": {"name": name}, "spec": {"driver": DRIVER, "limit": 1000}},
+                )
+                answer: dict[str, Any] = {}
+
+                async def complete(name: str = name, answer: dict[str, Any] = answer) -> bool | str:
+                    done = await self.request_done(name)
+                    answer.update(done or {})
+                    return done is not None or "no answer"
+
+                await self.until(complete, 900, f"pool status request {name}", every=0.1)
+                seconds, cpu = time.monotonic() - started, (cpu_seconds(pid) or 0) - (cpu0 or 0)
+                status = answer.get("status") or {}
+                self.result.poolstatus[controller] = {
+                    "seconds": round(seconds, 2),
+                    "cpu_seconds": round(cpu, 2),
+                    "pools_listed": len(status.get("pools") or []),
+                    "pool_count": status.get("poolCount"),
+                }
+                say(f"  poolstatus {controller}: {self.result.poolstatus[controller]}")
+            finally:
+                if op is not None:
+                    op.stop()
+                try:
+                    await self.kube.delete(RESOURCE_POOL_STATUS_REQUESTS, name)
+                except ApiError:
+                    pass
+
+    async def cli(self) -> None:
+        kubectl_dra = shutil.which("kubectl-dra", path=str(Path(sys.executable).parent)) or "kubectl-dra"
+        env = {**os.environ, "KUBECONFIG": str(self.lab.kubeconfig)}
+        pod = "t-0" if self.size.template_pods else "s-0-0"
+        # A Pod whose claim waits for allocation: explain then checks the request against every
+        # device of the cluster, as kube-scheduler would.
+        await self.kcm_primed()
+        await self.kube.create(
+            PODS, build_claim_pod("pending", {"resourceClaimTemplateName": "gpu"}, scheduler="none"), PROBE_NS
+        )
+        await self.until(lambda: self._has_claim_status(PROBE_NS, "pending"), 300, "the pending Pod's claim", every=0.2)
+        for label, args in (
+            ("kubectl dra devices", ["devices"]),
+            ("kubectl dra explain (allocated)", ["explain", f"pod/{pod}", "-n", DRA_NS]),
+            ("kubectl dra explain (pending)", ["explain", "pod/pending", "-n", PROBE_NS]),
+        ):
+            started = time.monotonic()
+            done = subprocess.run([kubectl_dra, *args], env=env, capture_output=True, text=True, timeout=900)
+            seconds = time.monotonic() - started
+            (self.run_dir / f"{label.replace(' ', '-')}.out").write_text(done.stdout + done.stderr)
+            self.result.cli[label] = {
+                "seconds": round(seconds, 2),
+                "exit": done.returncode,
+                "lines": len(done.stdout.splitlines()),
+            }
+            say(f"  {label}: {self.result.cli[label]}")
+
+    async def taints(self) -> None:
+        for controller in ("ours", "upstream"):
+            op = None
+            if controller == "ours":
+                self.controller_manager(False)
+                op = self.operator("taints")
+                op.start()
+                await self.until(lambda op=op: self._logged(op, "taints operator started"), 900, "taints primed", 0.2)
+                pid = op.proc.pid
+            else:
+                await self.kcm_primed()
+                pid = self.kcm_pid()
+            rule = f"scale-{controller}"
+            try:
+                await self.until(self.claim_pods_running, 1800, "claim Pods running", every=5)
+                cpu0, started = cpu_seconds(pid), time.monotonic()
+                await self.kube.create(
+                    DEVICE_TAINT_RULES,
+                    {
+                        "metadata": {"name": rule},
+                        "spec": {
+                            "deviceSelector": {"driver": DRIVER},
+                            "taint": {"key": "scale.dra-operators.dev/broken", "effect": "NoExecute"},
+                        },
+                    },
+                )
+                await self.until(self._claim_pods_evicted, 1800, "every claim Pod evicted", every=0.5)
+                seconds, cpu = time.monotonic() - started, (cpu_seconds(pid) or 0) - (cpu0 or 0)
+                self.result.taints[controller] = {
+                    "pods": self.size.claim_pods,
+                    "seconds": round(seconds, 2),
+                    "cpu_seconds": round(cpu, 2),
+                }
+                say(f"  taints {controller}: {self.result.taints[controller]}")
+            finally:
+                if op is not None:
+                    op.stop()
+                await self.kube.delete(DEVICE_TAINT_RULES, rule)
+            if controller == "ours":  # the same claim Pods again for upstream
+                await self.until(self._claim_pods_gone, 1800, "evicted claim Pods gone", every=2)
+                self.controller_manager(True)
+                await self.make_claim_pods()
+
+    async def _has_claim_status(self, namespace: str, name: str) -> bool | str:
+        pod = await self.kube.get(PODS, name, namespace)
+        return bool((pod.get("status") or {}).get("resourceClaimStatuses")) or "no claim yet"
+
+    async def _claim_pods_evicted(self) -> bool | str:
+        pods = await self.kube.list(PODS, DRA_NS, limit=5000)
+        left = sum(1 for p in pods if not p["metadata"].get("deletionTimestamp"))
+        return left == 0 or f"{left} not evicted"
+
+    async def _claim_pods_gone(self) -> bool | str:
+        left = len(await self.kube.list(PODS, DRA_NS, limit=5000))
+        return left == 0 or f"{left} left"
+
+    async def run(self) -> None:
+        self.lab = Lab(LabOptions(name=f"scale-{self.run_dir.name}", nodes=1, run_dir=self.run_dir / "lab"), log=say)
+        self.lab.start()
+        try:
+            self.kube = await connect(self.lab.kubeconfig)
+            started = time.monotonic()
+            await self.fill()
+            self.result.fill_seconds["total"] = round(time.monotonic() - started, 1)
+            for part in PARTS:
+                if part in self.parts:
+                    say(f"part {part}")
+                    await getattr(self, part)()
+        finally:
+            if self.kube is not None:
+                await self.kube.close()
+            self.lab.stop()
+            shutil.rmtree(self.lab.files.etcd_data, ignore_errors=True)
+
+
+# -- the report ----------------------------------------------------------------------------------
+
+
+def fmt(value: Any, unit: str = "") -> str:
+    return "–" if value is None else f"{value:g}{unit}" if isinstance(value, float) else f"{value}{unit}"
+
+
+def report(r: Results) -> str:
+    lines = [
+        f"### `{r.command}`",
+        "",
+        f"- **Date**: {r.started}; commit `{r.commit}`; {os.cpu_count()} cores; load average "
+        f"{r.load_start[0]:.1f} at the start, {r.load_end[0]:.1f} at the end; {r.seconds / 60:.0f} minutes in all.",
+        "- **Envelope**: 5,000 Nodes, 40,000 devices (8 per Node's ResourceSlice, a tenth partitionable), "
+        "150,000 Pods of which 10,000 use claims; each fraction a lab of its own.",
+        "- Ours: each operator a process of its own; upstream: kube-controller-manager with its DRA "
+        "controllers (all of it: RSS and CPU include its other controllers). Client limits 500/1000 for both.",
+        "",
+    ]
+    for f in r.fractions:
+        s = f.size
+        lines += [
+            f"#### {s['fraction']:g} of the envelope: {s['nodes']} Nodes, {s['devices']} devices, "
+            f"{s['plain_pods'] + s['claim_pods']} Pods ({s['claim_pods']} with claims)",
+            "",
+            "Filling (seconds): " + ", ".join(f"{k} {v:.0f}" for k, v in f.fill_seconds.items()),
+            "",
+        ]
+        if f.startup:
+            lines += [
+                "| start-up | primed (s) | peak RSS (MiB) | steady RSS (MiB) | peak / steady |",
+                "|---|---:|---:|---:|---:|",
+            ]
+            for name, v in f.startup.items():
+                ratio = (
+                    f"{v['peak_rss_mib'] / v['steady_rss_mib']:.2f}"
+                    if v.get("peak_rss_mib") and v.get("steady_rss_mib")
+                    else "–"
+                )
+                lines.append(
+                    f"| {name} | {fmt(v.get('primed_seconds'))} | {fmt(v.get('peak_rss_mib'))} | "
+                    f"{fmt(v.get('steady_rss_mib'))} | {ratio} |"
+                )
+            lines.append("")
+        rows = []
+        for label, table, keys in (
+            ("claims for new template Pods", f.claims, ("seconds", "cpu_seconds_per_1000")),
+            ("pool status request (all pools)", f.poolstatus, ("seconds", "cpu_seconds")),
+            ("NoExecute rule over the driver: all claim Pods evicted", f.taints, ("seconds", "cpu_seconds")),
+        ):
+            if table:
+                ours, up = table.get("ours") or {}, table.get("upstream") or {}
+                rows.append(
+                    f"| {label} | {fmt(ours.get(keys[0]))} s, {fmt(ours.get(keys[1]))} CPU s | "
+                    f"{fmt(up.get(keys[0]))} s, {fmt(up.get(keys[1]))} CPU s |"
+                )
+        if rows:
+            lines += ["| work | ours | upstream |", "|---|---|---|", *rows, ""]
+        for label, v in f.cli.items():
+            lines.append(f"- `{label}`: {fmt(v['seconds'])} s (exit {v['exit']}, {v['lines']} lines)")
+        for note in f.notes:
+            lines.append(f"- {note}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    fractions = env_float_list("SCALE_FRACTIONS", "0.1,0.25,0.5,1")
+    parts = [p.strip() for p in os.environ.get("SCALE_PARTS", ",".join(PARTS)).split(",") if p.strip()]
+    if unknown := set(parts) - set(PARTS):
+        raise SystemExit(f"bench-scale: unknown SCALE_PARTS {sorted(unknown)}; choose from {','.join(PARTS)}")
+    stamp = datetime.datetime.now(datetime.UTC)
+    run_root = Path(
+        os.environ.get("SCALE_RUN_DIR") or ROOT / ".cache" / "bench-scale" / stamp.strftime("%Y%m%dT%H%M%SZ")
+    )
+    knobs = " ".join(
+        f"{k}={os.environ[k]}"
+        for k in ("SCALE_FRACTIONS", "SCALE_PARTS", "SCALE_NEW_CLAIMS", "SCALE_SETTLE")
+        if os.environ.get(k)
+    )
+    command = f"{knobs} make bench-scale".strip()
+    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    results = Results(
+        started=stamp.strftime("%Y-%m-%d %H:%M UTC"),
+        command=command,
+        commit=commit.stdout.strip(),
+        load_start=os.getloadavg(),
+    )
+    t0 = time.monotonic()
+    failed = False
+    for fraction in fractions:
+        size = Size.of(fraction)
+        result = Fraction(size={**asdict(size), "claim_pods": size.claim_pods, "devices": size.devices})
+        results.fractions.append(result)
+        run_dir = (run_root / f"{fraction:g}").resolve()
+        run_dir.mkdir(parents=True, exist_ok=True)
+        say(f"{command}: fraction {fraction:g}, parts {parts}, run directory {run_dir}")
+        try:
+            asyncio.run(Scale(run_dir, size, parts, result).run())
+        except KeyboardInterrupt:
+            result.notes.append("interrupted")
+            failed = True
+            break
+        except Exception as e:  # noqa: BLE001 - what was measured is still written, marked as such
+            result.notes.append(f"stopped: {type(e).__name__}: {e}")
+            say(f"fraction {fraction:g} failed: {type(e).__name__}: {e}")
+            failed = True
+            break  # a larger fraction would fail the same way, later
+    results.seconds = time.monotonic() - t0
+    results.load_end = os.getloadavg()
+    run_root.mkdir(parents=True, exist_ok=True)
+    (run_root / "results.json").write_text(json.dumps(asdict(results), indent=2))
+    text = report(results)
+    write_results_section(command + (" (stopped)" if failed else ""), text)
+    print(text, flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,42 @@
+"""``make bench-scale``'s objects: each fraction adds up to its share of the envelope, and every
+Node's pool is one the API server of 1.35 and later accepts (counter sets in a slice of their own)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def scale():
+    spec = importlib.util.spec_from_file_location("bench_scale", ROOT / "bench" / "scale.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bench_scale"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("fraction", [0.01, 0.1, 0.25, 1.0])
+def test_a_fraction_is_that_share_of_the_envelope(scale, fraction):
+    size = scale.Size.of(fraction)
+    assert size.nodes == round(5000 * fraction) and size.devices == 8 * size.nodes
+    assert size.plain_pods + size.claim_pods == pytest.approx(150_000 * fraction, abs=4)
+    assert size.claim_pods == pytest.approx(10_000 * fraction, abs=4)
+    assert size.template_pods + size.shared_claims <= size.devices, "every claim gets a device"
+
+
+def test_a_partitionable_pool_has_its_counters_apart_and_eight_devices(scale):
+    counters, devices = scale.build_slices("n", partitionable=True)
+    assert "devices" not in counters["spec"] and counters["spec"]["sharedCounters"]
+    assert "sharedCounters" not in devices["spec"] and len(devices["spec"]["devices"]) == 8
+    assert {s["spec"]["pool"]["resourceSliceCount"] for s in (counters, devices)} == {2}
+    sets = {s["name"] for s in counters["spec"]["sharedCounters"]}
+    used = {c["counterSet"] for d in devices["spec"]["devices"] for c in d["consumesCounters"]}
+    assert used == sets
+    [plain] = scale.build_slices("m", partitionable=False)
+    assert len(plain["spec"]["devices"]) == 8 and plain["spec"]["pool"]["resourceSliceCount"] == 1
