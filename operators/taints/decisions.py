@@ -291,8 +291,8 @@ def pod_eviction(
     """``podEvictionTime``: a scheduled Pod is evicted at the earliest eviction time of the
     allocated claims reserved for it (UID in ``reservedFor``, or with ``workload_claims``
     (DRAWorkloadResourceClaims) its PodGroup by name, the claim then owned by the Pod or the
-    PodGroup), including, unlike upstream (kubernetes#141290), the claim the scheduler made for
-    extended resources."""
+    PodGroup), including the claim the scheduler made for extended resources (as upstream from
+    v1.37.2 on, ``resourceclaim.PodClaims``; before, kubernetes#141290)."""
     if not (pod.get("spec") or {}).get("nodeName"):
         return None
     eviction: Eviction | None = None
