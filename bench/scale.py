@@ -438,6 +438,19 @@ class Scale:
         start = text.rfind("--- start")
         return message in text[start:] or "not yet"
 
+    async def primed_controller(self, controller: str, name: str) -> tuple[Operator | None, int]:
+        """Our operator ``name`` (kube-controller-manager without upstream's DRA controllers) or,
+        for "upstream", kube-controller-manager with them; started and primed. Returns the
+        operator (None for upstream) and the pid whose CPU is measured."""
+        if controller != "ours":
+            await self.kcm_primed()
+            return None, self.kcm_pid()
+        self.controller_manager(False)
+        op = self.operator(name)
+        op.start()
+        await self.until(lambda: self._logged(op, f"{name} operator started"), 900, f"{name} primed", 0.2)
+        return op, op.proc.pid
+
     async def kcm_primed(self) -> float:
         """Restart kube-controller-manager with upstream's DRA controllers; seconds until all
         three work: the resourceclaim controller has made a probe Pod's claim, the pool status
@@ -484,16 +497,7 @@ class Scale:
     async def claims(self) -> None:
         count = int(os.environ.get("SCALE_NEW_CLAIMS", "1000"))
         for controller in ("ours", "upstream"):
-            op = None
-            if controller == "ours":
-                self.controller_manager(False)
-                op = self.operator("claims")
-                op.start()
-                await self.until(lambda op=op: self._logged(op, "claims operator started"), 900, "claims primed", 0.2)
-                pid = op.proc.pid
-            else:
-                await self.kcm_primed()
-                pid = self.kcm_pid()
+            op, pid = await self.primed_controller(controller, "claims")
             ns = f"scale-burst-{controller}"
             try:
                 await self.namespace(ns)
@@ -532,18 +536,7 @@ class Scale:
 
     async def poolstatus(self) -> None:
         for controller in ("ours", "upstream"):
-            op = None
-            if controller == "ours":
-                self.controller_manager(False)
-                op = self.operator("poolstatus")
-                op.start()
-                await self.until(
-                    lambda op=op: self._logged(op, "poolstatus operator started"), 900, "poolstatus primed", 0.2
-                )
-                pid = op.proc.pid
-            else:
-                await self.kcm_primed()
-                pid = self.kcm_pid()
+            op, pid = await self.primed_controller(controller, "poolstatus")
             name = f"scale-{controller}"
             try:
                 cpu0, started = cpu_seconds(pid), time.monotonic()
@@ -605,16 +598,7 @@ class Scale:
 
     async def taints(self) -> None:
         for controller in ("ours", "upstream"):
-            op = None
-            if controller == "ours":
-                self.controller_manager(False)
-                op = self.operator("taints")
-                op.start()
-                await self.until(lambda op=op: self._logged(op, "taints operator started"), 900, "taints primed", 0.2)
-                pid = op.proc.pid
-            else:
-                await self.kcm_primed()
-                pid = self.kcm_pid()
+            op, pid = await self.primed_controller(controller, "taints")
             rule = f"scale-{controller}"
             try:
                 await self.until(self.claim_pods_running, 1800, "claim Pods running", every=5)
