@@ -201,15 +201,17 @@ class Operator(OperatorProcess):
 
     def profile(self, output: Path) -> subprocess.Popen | None:
         """With BENCH_PROFILE: py-spy samples the process (40 Hz, without stopping it) until
-        ``stop_profile``; a flame graph in ``output`` (.svg)."""
+        ``stop_profile``; a flame graph in ``output`` (.svg), or collapsed stacks (.txt: one
+        line per stack and its count, for ``sort -k2 -n`` or a flame-graph tool)."""
         if not os.environ.get("BENCH_PROFILE") or self.proc is None:
             return None
         spy = shutil.which("py-spy", path=str(Path(sys.executable).parent)) or shutil.which("py-spy")
         if spy is None:
             say("BENCH_PROFILE: py-spy not found (pip install py-spy, or make bench BENCH_PROFILE=1)")
             return None
+        form = "raw" if output.suffix == ".txt" else "flamegraph"
         return subprocess.Popen(
-            [spy, "record", "-p", str(self.proc.pid), "--rate", "40", "--nonblocking", "-o", str(output)],
+            [spy, "record", "-p", str(self.proc.pid), "--rate", "40", "--nonblocking", "-f", form, "-o", str(output)],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )

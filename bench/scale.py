@@ -506,6 +506,7 @@ class Scale:
                 )
                 watch = StatusWatch(self.kube, ns)
                 await watch.start()
+                spy = op.profile(self.run_dir / f"profile-claims-{self.size.fraction}.txt") if op else None
                 cpu0, started = cpu_seconds(pid), time.monotonic()
                 names = [f"b-{i}" for i in range(count)]
                 await self.many(
@@ -522,6 +523,7 @@ class Scale:
                     every=0.2,
                 )
                 seconds, cpu = time.monotonic() - started, (cpu_seconds(pid) or 0) - (cpu0 or 0)
+                Operator.stop_profile(spy)
                 await watch.stop()
                 self.result.claims[controller] = {
                     "pods": count,
@@ -602,6 +604,7 @@ class Scale:
             rule = f"scale-{controller}"
             try:
                 await self.until(self.claim_pods_running, 1800, "claim Pods running", every=5)
+                spy = op.profile(self.run_dir / f"profile-taints-{self.size.fraction}.txt") if op else None
                 cpu0, started = cpu_seconds(pid), time.monotonic()
                 await self.kube.create(
                     DEVICE_TAINT_RULES,
@@ -615,6 +618,7 @@ class Scale:
                 )
                 await self.until(self._claim_pods_evicted, 1800, "every claim Pod evicted", every=0.5)
                 seconds, cpu = time.monotonic() - started, (cpu_seconds(pid) or 0) - (cpu0 or 0)
+                Operator.stop_profile(spy)
                 self.result.taints[controller] = {
                     "pods": self.size.claim_pods,
                     "seconds": round(seconds, 2),
