@@ -127,14 +127,13 @@ docs: venv
 reference: venv
 	$(PY) -m operators.docsgen docs/reference
 
-# lint first: it takes seconds, the lab minutes. NOTE: until the repository-wide pass (ruff check
-# --fix, ruff format, the remaining manual fixes, the mypy errors outside core.dra) has landed,
-# make lint fails and so does make test; `make unit` and `make integration` run pytest alone.
-# pytest exits 5 when it collected nothing: that is a failure here, never a pass. Two xdist
-# workers: the tests on the shared lab in one, the unit tests and the modules with labs of their
-# own in the other (tests/conftest.py); PYTEST_ARGS="-n 0" runs everything in one process.
+# lint first: it takes seconds, the lab minutes. pytest exits 5 when it collected nothing: that is
+# a failure here, never a pass. Two xdist workers, the tests grouped by lab and handed out longest
+# first (tests/conftest.py); `python -m tests.group_seconds` reads build/test-report.xml and gives
+# each group's seconds for its table. PYTEST_ARGS="-n 0" runs everything in one process.
 test: lint docs test-prerequisites
-	$(PY) -m pytest tests/unit tests/integration -n 2 --dist loadgroup --durations=30 $(PYTEST_ARGS); \
+	$(PY) -m pytest tests/unit tests/integration -n 2 --dist loadgroup --no-loadscope-reorder --durations=30 \
+	  --junitxml=build/test-report.xml $(PYTEST_ARGS); \
 	  code=$$?; if [ $$code -eq 5 ]; then echo "make test: no tests were collected" >&2; exit 1; fi; exit $$code
 
 # Upstream's DRA e2e suite on a lab with real nodes, with our controllers and with upstream's: a
@@ -180,6 +179,7 @@ bench: venv lab-build
 # of Kubernetes' scalability envelope (SCALE_FRACTIONS=0.1,0.25,0.5,1; SCALE_PARTS), a section of
 # bench/RESULTS.md per command. The whole envelope takes hours on 2 cores.
 bench-scale: venv lab-build
+	$(if $(BENCH_PROFILE),$(PY) -m pip install --quiet -e '.[bench]')
 	$(PY) bench/scale.py
 
 lab-up: venv lab-build

@@ -1,12 +1,17 @@
-"""How the session splits over two pytest-xdist workers (`make test` runs ``-n 2 --dist loadgroup``).
+"""How the session splits over two pytest-xdist workers (`make test` runs ``-n 2 --dist
+loadgroup --no-loadscope-reorder``).
 
 Each module of the shared lab's tests (conftest in tests/integration; each worker starts its own
 shared lab) is a group of its own: its module fixtures (a comparison run against upstream's
 controllers, simulated node agents) are built once, and the modules spread over both workers. The
 modules that start labs of their own with real nodes (kubelet, containerd, bridges) form one
-group and run one after the other, never two at once; they go first, as the longest group, so
-that the shorter ones fill the other worker meanwhile. The unit tests are one more group.
-Without xdist the markers do nothing and everything runs in order.
+group and run one after the other, never two at once. Each unit-test module is a group too.
+
+xdist hands the groups out in the order they are collected (``--no-loadscope-reorder``; its
+default orders them by number of tests, which put the unit tests first and the slowest modules,
+those with one or a few long tests, last, where they left one worker alone for minutes). So the
+longest go first (``MODULE_SECONDS``), and the unit modules, many and short, come last and fill
+whichever worker is free. Without xdist the markers do nothing and everything runs in order.
 """
 
 from __future__ import annotations
@@ -25,19 +30,51 @@ OWN_LABS = {
 }
 
 
+# Seconds each group took in `make test` (build/test-report.xml, rounded), for the groups that
+# take a minute or more; any other integration module counts 10 s a test. Only the order of the
+# session depends on these: a stale figure costs minutes of wall time, never a result.
+MODULE_SECONDS = {
+    "own-labs": 900,
+    "test_taints_operator.py": 300,
+    "test_claims_operator.py": 220,
+    "test_claims_vs_upstream.py": 200,
+    "test_leader_election.py": 180,
+    "test_podgroup_vs_upstream.py": 150,
+    "test_binding.py": 150,
+    "test_explain.py": 110,
+    "test_api_outage.py": 90,
+    "test_taints_vs_upstream.py": 90,
+    "test_startup_memory.py": 60,
+}
+
+
 def group_of(item: pytest.Item) -> str:
     if "unit" in item.path.parts:
-        return "unit"
+        return "unit/" + item.path.name
     if item.path.name in OWN_LABS:
         return "own-labs"
     return item.path.name
+
+
+def session_order(items: list[pytest.Item]) -> list[str]:
+    """The groups, longest first; the unit modules last, in collection order."""
+    tests: dict[str, int] = {}
+    for item in items:
+        tests[group_of(item)] = tests.get(group_of(item), 0) + 1
+
+    def seconds(group: str) -> float:
+        if group.startswith("unit/"):
+            return 0.0
+        return MODULE_SECONDS.get(group, 10.0 * tests[group])
+
+    return sorted(tests, key=seconds, reverse=True)  # a stable sort: ties keep collection order
 
 
 # First: xdist's worker reads the marks in its own hook of the same name (it appends the group
 # to each node id there). tests/unit/test_xdist_groups.py checks that the groups hold.
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    # A stable sort: the own-lab modules first (xdist hands out groups in collection order).
-    items.sort(key=lambda item: group_of(item) != "own-labs")
+    rank = {group: i for i, group in enumerate(session_order(items))}
+    items.sort(key=lambda item: rank[group_of(item)])  # stable: a module's tests keep their order
     for item in items:
         item.add_marker(pytest.mark.xdist_group(group_of(item)))
