@@ -4,7 +4,7 @@ verbs the scenarios use. Every name that differs between two runs contains ``tok
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Self
 
 from operators.core.api.kube import MERGE_PATCH, STRATEGIC_PATCH, ApiError, Kube
 from operators.core.api.resources import (
@@ -44,7 +44,7 @@ class ClaimsEnv:
         self.mode = ""  # "upstream" or "ours", set by the runner
         self.controllers: Any = None  # conftest's Controllers switch, for scenarios that restart them
 
-    async def __aenter__(self) -> ClaimsEnv:
+    async def __aenter__(self) -> Self:
         await self.kube.create(NAMESPACES, {"metadata": {"name": self.namespace}})
         device_class = objects.device_class(self.device_class, self.driver)
         if self.extended_resource:
