@@ -34,17 +34,20 @@ OWN_LABS = {
 # take a minute or more; any other integration module counts 10 s a test. Only the order of the
 # session depends on these: a stale figure costs minutes of wall time, never a result.
 MODULE_SECONDS = {
-    "own-labs": 900,
-    "test_taints_operator.py": 300,
-    "test_claims_operator.py": 220,
-    "test_claims_vs_upstream.py": 200,
-    "test_leader_election.py": 180,
-    "test_podgroup_vs_upstream.py": 150,
+    "own-labs": 750,
+    "test_podgroup_vs_upstream.py": 270,
+    "test_taints_operator.py": 200,
+    "test_examples.py": 190,
+    "test_leader_election.py": 170,
     "test_binding.py": 150,
-    "test_explain.py": 110,
+    "test_claims_vs_upstream.py": 150,
+    "test_claims_operator.py": 140,
+    "test_explain.py": 120,
+    "test_startup_memory.py": 90,
     "test_api_outage.py": 90,
-    "test_taints_vs_upstream.py": 90,
-    "test_startup_memory.py": 60,
+    "test_bad_input.py": 80,
+    "test_nodeagent.py": 60,
+    "test_kubelet_plugin.py": 60,
 }
 
 

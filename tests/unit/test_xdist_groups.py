@@ -63,9 +63,9 @@ def test_the_longest_groups_go_first_and_the_unit_modules_last():
             "tests/integration/test_lint.py",
             "tests/integration/test_api_outage.py",
             "tests/integration/test_real_node.py",
-            "tests/integration/test_examples.py",
-            "tests/integration/test_examples.py",
-            "tests/integration/test_examples.py",
+            "tests/integration/test_lab_cli.py",
+            "tests/integration/test_lab_cli.py",
+            "tests/integration/test_lab_cli.py",
             "tests/unit/test_b.py",
         )
     ]
@@ -73,7 +73,7 @@ def test_the_longest_groups_go_first_and_the_unit_modules_last():
     assert order == [
         "own-labs",
         "test_api_outage.py",  # one test, 90 s by the table
-        "test_examples.py",  # 3 x 10 s
+        "test_lab_cli.py",  # 3 x 10 s
         "test_lint.py",
         "unit/test_a.py",
         "unit/test_b.py",
