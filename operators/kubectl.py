@@ -202,7 +202,7 @@ def devices(
     wide = output == "wide"
 
     async def once(kube) -> tuple[list, dict]:
-        pods, claims, slices = await table.fetch(kube)
+        pods, claims, slices = await table.fetch(kube, ns)
         return table.build_rows(pods, claims, slices, ns), table.free_capacity(slices, claims)
 
     if not watch:
