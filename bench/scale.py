@@ -403,6 +403,7 @@ class Scale:
             op = self.operator(name)
             started = time.monotonic()
             op.start(wait_live=False)
+            spy = op.profile(self.run_dir / f"profile-startup-{name}-{self.size.fraction}.txt")
             try:
                 primed = await self.until(
                     lambda op=op, name=name: self._logged(op, f"{name} operator started"),
@@ -410,6 +411,7 @@ class Scale:
                     f"{name} operator primed",
                     every=0.2,
                 )
+                Operator.stop_profile(spy)
                 pid = op.proc.pid
                 figures = {"primed_seconds": round(primed, 2), "peak_rss_mib": mib(rss_kib(pid, "VmHWM"))}
                 await asyncio.sleep(settle)
@@ -587,8 +589,14 @@ class Scale:
             ("kubectl dra explain (allocated)", ["explain", f"pod/{pod}", "-n", DRA_NS]),
             ("kubectl dra explain (pending)", ["explain", "pod/pending", "-n", PROBE_NS]),
         ):
+            command = [kubectl_dra, *args]
+            spy = shutil.which("py-spy", path=str(Path(sys.executable).parent))
+            if os.environ.get("BENCH_PROFILE") and spy:
+                slug = re.sub(r"[^a-z]+", "-", label).strip("-")
+                profile = self.run_dir / f"profile-{slug}-{self.size.fraction}.txt"
+                command = [spy, "record", "--rate", "100", "-f", "raw", "-o", str(profile), "--", *command]
             started = time.monotonic()
-            done = subprocess.run([kubectl_dra, *args], env=env, capture_output=True, text=True, timeout=900)
+            done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
             seconds = time.monotonic() - started
             (self.run_dir / f"{label.replace(' ', '-')}.out").write_text(done.stdout + done.stderr)
             self.result.cli[label] = {
