@@ -223,3 +223,40 @@ async def test_a_cached_object_whose_line_is_skipped_in_a_streamed_relist_stays(
     ]
     store, informer, _ = await run(server, kube, [pod("a", "1", 5)], watch_list=True, keep=uses, keep_line=line)
     assert store.keys() == ["ns/a"] and informer.deletions_found == 0
+
+
+# -- list_streamed (kubectl dra devices' Pods) -------------------------------------------------
+
+
+async def test_list_streamed_keeps_what_it_wants_and_never_parses_the_other_lines(api, monkeypatch):
+    server, kube = api
+    plain = event("ADDED", pod("plain", "2", 12, claims=False))
+    server.script = [
+        ("watch", [event("ADDED", pod("a", "1", 11)), plain, bookmark(15, end=True)], "hang"),
+    ]
+    parsed = []
+    real_decode = watch_module._decode
+    monkeypatch.setattr(watch_module, "_decode", lambda line: parsed.append(line) or real_decode(line))
+    items, version = await watch_module.list_streamed(
+        kube, PODS, "ns", keep=lambda obj: "spec" in obj, keep_line=lambda line: b'"resourceClaims"' in line
+    )
+    assert [i["metadata"]["name"] for i in items] == ["a"] and version == "15"
+    assert plain not in parsed  # refused by its line: never decoded
+    request = server.requests[0]
+    assert request["sendInitialEvents"] == "true" and request["resourceVersionMatch"] == "NotOlderThan"
+
+
+async def test_list_streamed_falls_back_to_a_list_where_streaming_is_refused(api):
+    server, kube = api
+    server.script = [("status", 422), ("list", [pod("a", "1", 5), pod("p", "2", 6, claims=False)], 9)]
+    items, version = await watch_module.list_streamed(
+        kube, PODS, keep=lambda obj: "spec" in obj, keep_line=lambda line: True
+    )
+    assert [i["metadata"]["name"] for i in items] == ["a"] and version == "9"
+
+
+async def test_list_streamed_that_ends_before_its_snapshot_is_a_lost_connection(api):
+    server, kube = api
+    server.script = [("watch", [event("ADDED", pod("a", "1", 11))], "end")]
+    with pytest.raises(watch_module.ConnectionLost):
+        await watch_module.list_streamed(kube, PODS, keep=lambda obj: True, keep_line=lambda line: True)
