@@ -126,10 +126,11 @@ class Runtime:
         return INITIAL_EVENTS_END in text
 
     async def prime(self) -> dict[str, int]:
-        """The one LIST per watched resource at start-up, in the order the informers were made;
-        then each informer's reflector watches from its LIST's resourceVersion."""
-        counts = {plural: await informer.prime() for plural, informer in self.informers.items()}
+        """The one LIST per watched resource at start-up, in the order the informers were made
+        (as streamed initial events where served, for informers that filter lines); then each
+        informer's reflector watches from its LIST's resourceVersion."""
         watch_list = await self.streams_initial_events()
+        counts = {plural: await informer.prime(streamed=watch_list) for plural, informer in self.informers.items()}
         for plural, informer in self.informers.items():
             reflector = Reflector(self.kube, informer, watch_list=watch_list)
             self.reflectors.append(reflector)

@@ -26,12 +26,14 @@ import json
 import random
 import re
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..api.kube import ApiError, ConnectionLost, Kube
 from ..api.resources import Resource
 from ..logging import get_logger
-from .informer import Informer
+
+if TYPE_CHECKING:  # the informer primes with list_streamed: a module cycle at run time
+    from .informer import Informer
 
 log = get_logger(__name__)
 
@@ -219,6 +221,8 @@ async def list_streamed(
     *,
     keep: Callable[[dict[str, Any]], bool],
     keep_line: Callable[[bytes], bool],
+    field_selector: str | None = None,
+    label_selector: str | None = None,
     read_timeout: float = 60.0,
 ) -> tuple[list[dict[str, Any]], str]:
     """A list as the API server's streamed initial events (``sendInitialEvents``, KEP-3157) with
@@ -233,6 +237,8 @@ async def list_streamed(
         ("sendInitialEvents", "true"),
         ("resourceVersionMatch", "NotOlderThan"),
         ("timeoutSeconds", MIN_WATCH_TIMEOUT),
+        ("fieldSelector", field_selector),
+        ("labelSelector", label_selector),
     ]
     items: list[dict[str, Any]] = []
     try:
@@ -252,5 +258,7 @@ async def list_streamed(
     except ApiError as e:
         if e.status not in (400, 422):
             raise
-        return await kube.list_with_version(resource, namespace, keep=keep)
+        return await kube.list_with_version(
+            resource, namespace, field_selector=field_selector, label_selector=label_selector, keep=keep
+        )
     raise ConnectionLost("WATCH", resource.path(namespace), EOFError("the stream ended before its initial events"))

@@ -260,3 +260,30 @@ async def test_list_streamed_that_ends_before_its_snapshot_is_a_lost_connection(
     server.script = [("watch", [event("ADDED", pod("a", "1", 11))], "end")]
     with pytest.raises(watch_module.ConnectionLost):
         await watch_module.list_streamed(kube, PODS, keep=lambda obj: True, keep_line=lambda line: True)
+
+
+async def test_an_informer_with_a_line_filter_primes_from_streamed_events(api):
+    server, kube = api
+    server.script = [
+        (
+            "watch",
+            [
+                event("ADDED", pod("a", "1", 11)),
+                event("ADDED", pod("p", "2", 12, claims=False)),
+                bookmark(15, end=True),
+            ],
+            "hang",
+        )
+    ]
+    store = Store()
+    informer = Informer(
+        kube,
+        PODS,
+        store,
+        lambda obj, deleted: store.upsert(obj),
+        keep=lambda obj: "spec" in obj,
+        keep_line=lambda line: b'"resourceClaims"' in line,
+    )
+    assert await informer.prime(streamed=True) == 1
+    assert store.keys() == ["ns/a"] and informer.list_version == "15" and informer.primed
+    assert server.requests[0]["sendInitialEvents"] == "true"
