@@ -229,8 +229,9 @@ async def list_streamed(
     the reflector's line filter: an object whose raw line ``keep_line`` refuses is never parsed
     (a LIST's pages must be decoded whole, and most of a large cluster's Pods use no claim: that
     decoding was most of ``kubectl dra devices`` at scale). Returns what ``keep`` accepts and the
-    resourceVersion of the snapshot; a server without streamed initial events (400, 422) gets a
-    paged LIST instead."""
+    resourceVersion of the snapshot. A server without streamed initial events (400, 422), or a
+    stream that fails (429, 5xx, a broken or silent connection), gets the paged LIST instead,
+    which is retried: a start-up must not fail on what a retried LIST rides out."""
     params = [
         ("watch", "true"),
         ("allowWatchBookmarks", "true"),
@@ -255,10 +256,14 @@ async def list_streamed(
                     return items, meta.get("resourceVersion") or ""
                 if kind == "ADDED" and keep(obj):
                     items.append(obj)
+        raise ConnectionLost("WATCH", resource.path(namespace), EOFError("the stream ended before its snapshot"))
     except ApiError as e:
-        if e.status not in (400, 422):
+        # Refused (400, 422: no streamed initial events) or a failure the paged LIST retries
+        # (429, 5xx); anything else (403, 404) the LIST would meet as well.
+        if e.status not in (400, 422, 429) and e.status < 500:
             raise
-        return await kube.list_with_version(
-            resource, namespace, field_selector=field_selector, label_selector=label_selector, keep=keep
-        )
-    raise ConnectionLost("WATCH", resource.path(namespace), EOFError("the stream ended before its initial events"))
+    except (ConnectionLost, Gone):
+        pass  # broken, silent, ended early or expired: the paged LIST, retried as every request is
+    return await kube.list_with_version(
+        resource, namespace, field_selector=field_selector, label_selector=label_selector, keep=keep
+    )

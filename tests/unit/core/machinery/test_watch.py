@@ -255,10 +255,22 @@ async def test_list_streamed_falls_back_to_a_list_where_streaming_is_refused(api
     assert [i["metadata"]["name"] for i in items] == ["a"] and version == "9"
 
 
-async def test_list_streamed_that_ends_before_its_snapshot_is_a_lost_connection(api):
+@pytest.mark.parametrize(
+    "failure",
+    [("watch", [event("ADDED", pod("a", "1", 11))], "end"), ("watch", [], "drop"), ("status", 503)],
+    ids=["ended-early", "cut", "503"],
+)
+async def test_list_streamed_that_fails_lists_instead(api, failure):
     server, kube = api
-    server.script = [("watch", [event("ADDED", pod("a", "1", 11))], "end")]
-    with pytest.raises(watch_module.ConnectionLost):
+    server.script = [failure, ("list", [pod("a", "1", 5)], 9)]
+    items, version = await watch_module.list_streamed(kube, PODS, keep=lambda obj: True, keep_line=lambda line: True)
+    assert [i["metadata"]["name"] for i in items] == ["a"] and version == "9"
+
+
+async def test_list_streamed_forbidden_is_an_error(api):
+    server, kube = api
+    server.script = [("status", 403)]
+    with pytest.raises(watch_module.ApiError):
         await watch_module.list_streamed(kube, PODS, keep=lambda obj: True, keep_line=lambda line: True)
 
 
