@@ -913,9 +913,25 @@ class Lab:
         self.api("GET", path)  # raises on anything but 2xx
         return True
 
+    def controller_manager_metrics(self) -> str:
+        """kube-controller-manager's /metrics text, read as the lab's admin (system:masters)."""
+        context = _self_signed_server()
+        context.load_cert_chain(*map(str, self.pki.client("admin")))
+        url = f"https://127.0.0.1:{self._ports.controller_manager}/metrics"
+        with urllib.request.urlopen(url, context=context, timeout=10) as response:
+            return response.read().decode()
+
     @staticmethod
     def _http_ok(url: str) -> bool:
-        # kcm and the scheduler serve a self-signed in-memory certificate: no verification.
-        context = ssl._create_unverified_context() if url.startswith("https") else None
+        context = _self_signed_server() if url.startswith("https") else None
         with urllib.request.urlopen(url, context=context, timeout=5) as response:
             return response.status == 200
+
+
+def _self_signed_server() -> ssl.SSLContext:
+    """TLS to kube-controller-manager or kube-scheduler on loopback: they serve a self-signed
+    in-memory certificate, so the server is not verified."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    return context

@@ -114,12 +114,15 @@ class Controllers:
         self.operators = operators
         self.mode = "none"
 
-    def use(self, mode: str) -> None:
-        if mode == self.mode:
+    def use(self, mode: str, fresh: bool = False) -> None:
+        """``fresh``: restart the chosen controllers even when they already run, so that their
+        metrics count only what follows (kube-controller-manager stays up across test modules
+        otherwise, its counters holding what earlier modules did)."""
+        if mode == self.mode and not fresh:
             return
         for operator in self.operators.values():
             operator.stop()
-        if self.lab.upstream_controllers != (mode == "upstream"):
+        if fresh and mode == "upstream" or self.lab.upstream_controllers != (mode == "upstream"):
             self.lab.restart_controller_manager(upstream_controllers=mode == "upstream")
         if mode == "ours":
             for operator in self.operators.values():

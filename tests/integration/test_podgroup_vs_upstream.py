@@ -15,8 +15,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import ssl
-import urllib.request
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -331,13 +329,15 @@ async def _side_by_side(scenario, kube, controllers: Controllers, token: str, me
     results = {}
     for mode in ("upstream", "ours"):
         async with PodGroupEnv(kube, f"{mode[:2]}{token}") as env:
-            env.start = lambda mode=mode: asyncio.to_thread(controllers.use, mode)
+            # fresh: the create counter is compared, so it must count only this scenario.
+            env.start = lambda mode=mode: asyncio.to_thread(controllers.use, mode, metrics)
             results[mode] = await scenario(env)
             await env.started()  # a scenario of templates alone
             if metrics:
                 text = await asyncio.to_thread(
-                    _controller_manager_metrics if mode == "upstream" else controllers.operators["claims"].metrics,
-                    *([controllers.lab] if mode == "upstream" else []),
+                    controllers.lab.controller_manager_metrics
+                    if mode == "upstream"
+                    else controllers.operators["claims"].metrics
                 )
                 results[mode].append(_pod_group_creates(text))
     upstream = [without_known_upstream_bugs(snap) for snap in results["upstream"]]
@@ -372,18 +372,6 @@ def without_known_upstream_bugs(snap: dict) -> dict:
             r for r in claim["reservedFor"] if r.get("resource") != "pods" or r["name"] not in finished
         ]
     return fixed
-
-
-def _controller_manager_metrics(lab: Lab) -> str:
-    """kube-controller-manager's /metrics with the lab's admin client certificate (self-signed server)."""
-    context = ssl.create_default_context()
-    context.check_hostname = False
-    context.verify_mode = ssl.CERT_NONE
-    context.load_cert_chain(lab.files.pki / "admin.crt", lab.files.pki / "admin.key")
-    with urllib.request.urlopen(
-        f"https://127.0.0.1:{lab.ports.controller_manager}/metrics", context=context, timeout=10
-    ) as r:
-        return r.read().decode()
 
 
 def _pod_group_creates(text: str) -> dict[str, Any]:
