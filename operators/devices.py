@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .core.api.kube import Kube
-from .core.api.resources import PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
+from .core.api.resources import PODS, RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS, RESOURCE_SLICES
 from .core.dra.capacity import Amounts, add, capacity_problem, q, show
 from .core.dra.claimstate import claim_state
 from .core.dra.devicefit import counters_problem
@@ -288,20 +288,48 @@ def rich_table(rows: list[Row], free: dict[str, NodeFree], wide: bool = False, t
     return Group(table, Text(""), footer)
 
 
+# Namespaces whose Pods are streamed at once: each stream is one API-server watch; a handful keep
+# the server busy without a burst of hundreds.
+CONCURRENT_NAMESPACES = 8
+
+
 async def fetch(
     kube: Kube, namespace: str | None = None
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
     """The Pods that use DRA (of ``namespace``, else all), and every claim and slice: what is
-    free depends on the claims of every namespace. The three lists go at once; the Pods come as
-    streamed events whose lines are looked at before they are parsed, so that Pods without claims
-    (most of a large cluster's: 14,000 of 15,000 at a tenth of the scale envelope,
-    bench/RESULTS.md) cost almost nothing."""
-    (pods, _), claims, slices = await asyncio.gather(
-        list_streamed(kube, PODS, namespace, keep=uses_claims, keep_line=may_use_claims),
-        kube.list(RESOURCE_CLAIMS),
-        kube.list(RESOURCE_SLICES),
+    free depends on the claims of every namespace. The Pods come as streamed events whose lines
+    are looked at before they are parsed, so that Pods without claims cost almost nothing.
+
+    Without ``namespace`` only the namespaces that hold a ResourceClaim or a
+    ResourceClaimTemplate are read: a Pod elsewhere has no claim and can get none, so it holds
+    no device (its "not created yet" row is shown by ``-n``). On a large cluster most Pods are in
+    namespaces without DRA objects, and reading them was most of the command's time
+    (bench/RESULTS.md, issue 32)."""
+    if namespace:
+        (pods, _), claims, slices = await asyncio.gather(
+            _dra_pods(kube, namespace), kube.list(RESOURCE_CLAIMS), kube.list(RESOURCE_SLICES)
+        )
+        return pods, claims, slices
+    claims, templates, slices = await asyncio.gather(
+        kube.list(RESOURCE_CLAIMS), kube.list(RESOURCE_CLAIM_TEMPLATES), kube.list(RESOURCE_SLICES)
     )
-    return pods, claims, slices
+    gate = asyncio.Semaphore(CONCURRENT_NAMESPACES)
+
+    async def one(ns: str) -> list[dict[str, Any]]:
+        async with gate:
+            return (await _dra_pods(kube, ns))[0]
+
+    per_namespace = await asyncio.gather(*(one(ns) for ns in dra_namespaces(claims, templates)))
+    return [pod for pods in per_namespace for pod in pods], claims, slices
+
+
+def dra_namespaces(claims: list[dict[str, Any]], templates: list[dict[str, Any]]) -> list[str]:
+    """The namespaces where a Pod can have a claim: those with a claim or a claim template."""
+    return sorted({o["metadata"]["namespace"] for o in (*claims, *templates)})
+
+
+async def _dra_pods(kube: Kube, namespace: str) -> tuple[list[dict[str, Any]], str]:
+    return await list_streamed(kube, PODS, namespace, keep=uses_claims, keep_line=may_use_claims)
 
 
 async def snapshot(kube: Kube, namespace: str | None = None, wide: bool = False) -> tuple[str, list[Row]]:

@@ -25,6 +25,7 @@ from operators.core.api.resources import (
     NAMESPACES,
     NODES,
     PODS,
+    RESOURCE_CLAIM_TEMPLATES,
     RESOURCE_CLAIMS,
     RESOURCE_SLICES,
     SERVICE_ACCOUNTS,
@@ -33,6 +34,7 @@ from operators.explain import fetch, unmodelled
 from operators.explain.render import render_pod
 from operators.explain.story import explain_pod
 
+from . import objects
 from .explain_scenarios import ADMIN_LABEL, LABEL, Generator, Scenario
 from .waiting import wait_for
 
@@ -548,6 +550,33 @@ async def test_kubectl_dra_explain_devices_and_preview(lab, kube, namespace, clu
                 await kube.patch(
                     RESOURCE_CLAIMS, claim["metadata"]["name"], {"metadata": {"finalizers": None}}, namespace
                 )
+
+
+async def test_kubectl_dra_devices_reads_the_namespaces_with_dra_objects(lab, kube, namespace, unique):
+    """Across namespaces, devices reads the Pods of the namespaces that hold a claim or a claim
+    template (issue 32: most Pods of a large cluster are elsewhere); a Pod waiting for a template
+    in a namespace without any shows with ``-n`` that namespace."""
+    plain = f"{namespace}-plain"
+    await kube.create(NAMESPACES, {"metadata": {"name": plain}})
+    try:
+        await wait_for(
+            lambda: kube.get_or_none(SERVICE_ACCOUNTS, "default", plain), timeout=30, what=f"ServiceAccount {plain}"
+        )
+        await kube.create(RESOURCE_CLAIM_TEMPLATES, objects.resource_claim_template("t", f"none-{unique}"), namespace)
+        for ns, pod in ((namespace, "in-dra"), (plain, "in-plain")):
+            await kube.create(PODS, objects.pod(pod, {"gpu": {"resourceClaimTemplateName": "missing"}}), ns)
+
+        def rows(*args: str) -> dict[tuple[str, str], str]:
+            done = kubectl_dra(lab, "devices", *args, "-o", "json")
+            assert done.returncode == 0, done.stderr
+            return {(r["namespace"], r["pod"]): r["state"] for r in json.loads(done.stdout)["claims"]}
+
+        everywhere = rows("-A")
+        assert everywhere[(namespace, "in-dra")] == "waiting", everywhere
+        assert not [key for key in everywhere if key[0] == plain], everywhere
+        assert rows("-n", plain) == {(plain, "in-plain"): "waiting"}
+    finally:
+        await kube.delete(NAMESPACES, plain)
 
 
 async def _bound(kube, namespace, name):
