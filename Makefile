@@ -35,9 +35,16 @@ help:
 # anew when the lock changes, so that it holds what the lock says and nothing else (as on a fresh
 # machine, as in CI). Then the project itself, without dependencies, again when pyproject.toml
 # changes; setuptools, pinned in the lock, builds it (no build isolation: nothing unpinned is fetched).
+# pip installs uv alone from its pin in the lock, and uv the whole lock (`pip sync`: exactly the
+# lock, compiled, in about 10 s against pip's 80); where uv cannot install, pip does it all.
+UV_PIN = awk '/^uv==/ {p = 1; print; next} p && /^ / {print; next} {p = 0}' requirements-dev.lock
 $(VENV)/.locked: requirements-dev.lock
 	$(PYTHON) -m venv --clear $(VENV)
-	$(PY) -m pip install --quiet --require-hashes --only-binary=:all: -r requirements-dev.lock
+	$(UV_PIN) > $(VENV)/uv.lock
+	$(PY) -m pip install --quiet --require-hashes --only-binary=:all: --no-deps -r $(VENV)/uv.lock
+	$(VENV)/bin/uv pip sync --quiet --python $(PY) --require-hashes --only-binary :all: --compile-bytecode \
+	  requirements-dev.lock || { echo "make venv: uv failed, installing with pip" >&2; \
+	  $(PY) -m pip install --quiet --require-hashes --only-binary=:all: -r requirements-dev.lock; }
 	touch $@
 
 $(VENV)/.installed: $(VENV)/.locked pyproject.toml
@@ -128,11 +135,13 @@ reference: venv
 	$(PY) -m operators.docsgen docs/reference
 
 # lint first: it takes seconds, the lab minutes. pytest exits 5 when it collected nothing: that is
-# a failure here, never a pass. Two xdist workers, the tests grouped by lab and handed out longest
-# first (tests/conftest.py); `python -m tests.group_seconds` reads build/test-report.xml and gives
-# each group's seconds for its table. PYTEST_ARGS="-n 0" runs everything in one process.
+# a failure here, never a pass. Three xdist workers on two cores: much of a test is waiting on its
+# lab, and two workers left a third of the cores idle (three: 22 minutes of tests against 25). The
+# tests are grouped by lab and handed out longest first (tests/conftest.py); `python -m
+# tests.group_seconds` reads build/test-report.xml and gives each group's seconds for its table.
+# PYTEST_ARGS="-n 0" runs everything in one process.
 test: lint docs test-prerequisites
-	$(PY) -m pytest tests/unit tests/integration -n 2 --dist loadgroup --no-loadscope-reorder --durations=30 \
+	$(PY) -m pytest tests/unit tests/integration -n 3 --dist loadgroup --no-loadscope-reorder --durations=30 \
 	  --junitxml=build/test-report.xml $(PYTEST_ARGS); \
 	  code=$$?; if [ $$code -eq 5 ]; then echo "make test: no tests were collected" >&2; exit 1; fi; exit $$code
 

@@ -1,9 +1,9 @@
-"""How the session splits over two pytest-xdist workers (`make test` runs ``-n 2 --dist
+"""How the session splits over three pytest-xdist workers (`make test` runs ``-n 3 --dist
 loadgroup --no-loadscope-reorder``).
 
 Each module of the shared lab's tests (conftest in tests/integration; each worker starts its own
 shared lab) is a group of its own: its module fixtures (a comparison run against upstream's
-controllers, simulated node agents) are built once, and the modules spread over both workers. The
+controllers, simulated node agents) are built once, and the modules spread over the workers. The
 modules that start labs of their own with real nodes (kubelet, containerd, bridges) form one
 group and run one after the other, never two at once. Each unit-test module is a group too.
 
