@@ -16,7 +16,7 @@ from typing import Any
 
 from ..core.dra.allocator import AllocationError, Request, allocate, attribute, attribute_value, claim_key, requests_of
 from ..core.dra.devicefit import FITS, ORDER, Fit, device_fit
-from ..core.dra.nodeselection import node_selector_matches, pod_node_problem
+from ..core.dra.nodeselection import NodeReach, node_selector_matches, pod_node_problem
 from ..core.dra.pools import AllocatedState, Pool, all_pools, available_counters
 from ..core.dra.resourceclaim import is_allocated
 from . import unmodelled
@@ -201,7 +201,7 @@ class AlternativeReport:
 
 
 def analyse_alternative(
-    r: Request, classes: dict[str, Obj], pools: list[Pool], usable: list[Obj], state: AllocatedState
+    r: Request, classes: dict[str, Obj], pools: list[Pool], usable: NodeReach, state: AllocatedState
 ) -> AlternativeReport:
     fits: list[Fit] = []
     rejected: list[Fit] = []
@@ -248,8 +248,9 @@ def analyse_claim(
     claim: Obj, classes: dict[str, Obj], slices: list[Obj], usable: list[Obj], state: AllocatedState
 ) -> tuple[list[list[AlternativeReport]], list[str]]:
     pools = all_pools(slices)
+    reach = NodeReach(usable)
     reports = [
-        [analyse_alternative(r, classes, pools, usable, state) for r in alternatives]
+        [analyse_alternative(r, classes, pools, reach, state) for r in alternatives]
         for alternatives in requests_of(claim)
     ]
     return reports, constraint_notes(claim, reports, pools)

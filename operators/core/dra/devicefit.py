@@ -14,7 +14,7 @@ from . import cel
 from .allocator import Request, selector_failure
 from .capacity import Amounts, add, capacity_problem, show
 from .counters import Counters, shortfall
-from .nodeselection import device_reaches
+from .nodeselection import NodeReach
 from .pools import AllocatedState, DeviceID, Pool, available_counters
 from .tolerations import describe_taint, untolerated
 
@@ -109,14 +109,15 @@ def device_fit(
     pool: Pool,
     s: Obj,
     d: Obj,
-    usable_nodes: list[Obj],
+    usable_nodes: NodeReach,
     state: AllocatedState,
     available: Counters | None = None,
 ) -> Fit:
-    """The first rule that rejects device ``d`` (of slice ``s`` in ``pool``) for ``request``."""
+    """The first rule that rejects device ``d`` (of slice ``s`` in ``pool``) for ``request``;
+    ``usable_nodes``: the Nodes the Pod may use."""
     spec = s["spec"]
     device = (spec["driver"], spec["pool"]["name"], d["name"])
-    nodes = tuple(n["metadata"]["name"] for n in usable_nodes if device_reaches(spec, d, n))
+    nodes = usable_nodes.of(spec, d)
     if pool.incomplete or pool.invalid:
         # The allocator skips such pools whole; a device the class would not select anyway is
         # reported as such, so other drivers' pools do not crowd the answer.

@@ -14,6 +14,7 @@ decides it (pure functions over plain dicts).
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from .tolerations import describe_taint, untolerated
@@ -89,11 +90,42 @@ def slice_node_selection(spec: Obj) -> str:
 def device_reaches(spec: Obj, device: Obj, node: Obj) -> bool:
     """Whether a device of this slice can be used on ``node`` (the slice's node selection, or
     the device's own with ``perDeviceNodeSelection``)."""
-    if spec.get("perDeviceNodeSelection"):
-        return node_matches(
-            node, device.get("nodeName") or "", bool(device.get("allNodes")), device.get("nodeSelector")
-        )
-    return node_matches(node, spec.get("nodeName") or "", bool(spec.get("allNodes")), spec.get("nodeSelector"))
+    return node_matches(node, *_selection(spec, device))
+
+
+def _selection(spec: Obj, device: Obj) -> tuple[str, bool, Obj | None]:
+    """The node name, all-nodes flag and node selector that apply to a device of this slice."""
+    where = device if spec.get("perDeviceNodeSelection") else spec
+    return where.get("nodeName") or "", bool(where.get("allNodes")), where.get("nodeSelector")
+
+
+class NodeReach:
+    """``device_reaches`` over a list of Nodes at once: the names of those a device reaches, in
+    the list's order. A node-local slice (nearly all of them) is answered by its node's name, an
+    all-nodes one by the whole list, a node selector once per distinct selector; looping over
+    every Node for every device made ``kubectl dra explain`` grow with Nodes times devices
+    (bench/RESULTS.md, issue 32)."""
+
+    def __init__(self, nodes: list[Obj]):
+        self.nodes = nodes
+        self.names = tuple(n["metadata"]["name"] for n in nodes)
+        self._known = set(self.names)
+        self._by_selector: dict[str, tuple[str, ...]] = {}
+
+    def of(self, spec: Obj, device: Obj) -> tuple[str, ...]:
+        name, all_nodes, selector = _selection(spec, device)
+        if name:
+            return (name,) if name in self._known else ()
+        if all_nodes:
+            return self.names
+        if selector is None:
+            return ()
+        key = json.dumps(selector, sort_keys=True)
+        if key not in self._by_selector:
+            self._by_selector[key] = tuple(
+                n["metadata"]["name"] for n in self.nodes if node_selector_matches(selector, n)
+            )
+        return self._by_selector[key]
 
 
 def pod_node_problem(pod: Obj, node: Obj) -> str | None:

@@ -209,6 +209,35 @@ def test_device_reaches_and_slice_node_selection():
     ] == ["node n", "all nodes", "a node selector", "per-device node selection", "no node"]
 
 
+def test_node_reach_agrees_with_device_reaches_node_by_node():
+    """NodeReach answers by name, by the whole list or once per selector what device_reaches
+    says Node by Node, in the list's order."""
+    nodes = [
+        {"metadata": {"name": f"node-{i}", "labels": {"zone": "a" if i % 2 else "b", "rack": str(i)}}} for i in range(5)
+    ]
+    zone_a = {"nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}]}
+    node_3 = {"key": "metadata.name", "operator": "In", "values": ["node-3"]}
+    by_field = {"nodeSelectorTerms": [{"matchFields": [node_3]}]}
+    cases = [
+        ({"nodeName": "node-2"}, {}),
+        ({"nodeName": "node-9"}, {}),  # a Node the Pod may not use, or that does not exist
+        ({"allNodes": True}, {}),
+        ({"nodeSelector": zone_a}, {}),
+        ({"nodeSelector": zone_a}, {"nodeName": "node-0"}),  # the device's own fields count only per device
+        ({"nodeSelector": {"nodeSelectorTerms": [{}]}}, {}),  # a term without requirements: nothing
+        ({"perDeviceNodeSelection": True}, {"nodeName": "node-4"}),
+        ({"perDeviceNodeSelection": True}, {"allNodes": True}),
+        ({"perDeviceNodeSelection": True}, {"nodeSelector": by_field}),
+        ({"perDeviceNodeSelection": True}, {}),
+        ({}, {}),
+    ]
+    reach = nodeselection.NodeReach(nodes)
+    for spec, device in cases:
+        want = tuple(n["metadata"]["name"] for n in nodes if nodeselection.device_reaches(spec, device, n))
+        assert reach.of(spec, device) == want, (spec, device)
+        assert reach.of(spec, device) == want  # the selector's cached answer
+
+
 # -- devicefit: the first rule that rejects a device --------------------------------------------------
 
 DRIVER = "drv"
@@ -236,7 +265,14 @@ def fit(device, request=None, pool=None, state=None, node="node-1", driver=DRIVE
     s = slice_(device, node=node, driver=driver)
     pool = pool or Pool(driver, "p", slices=[s], counter_sets=counters or {})
     return devicefit.device_fit(
-        request or req(), device_class, pool, s, device, [NODE1], state or AllocatedState(), None
+        request or req(),
+        device_class,
+        pool,
+        s,
+        device,
+        nodeselection.NodeReach([NODE1]),
+        state or AllocatedState(),
+        None,
     )
 
 
