@@ -155,9 +155,11 @@ def newest_slices(slices: list[Obj]) -> tuple[list[Obj], dict[tuple[str, str], s
     for s in slices:
         newest[_pool_key(s)] = max(newest.get(_pool_key(s), 0), _generation(s))
     current = [s for s in slices if _generation(s) == newest[_pool_key(s)]]
+    by_pool: dict[tuple[str, str], list[Obj]] = {}
+    for s in current:  # grouped once: a pass over the slices per pool grew with pools squared
+        by_pool.setdefault(_pool_key(s), []).append(s)
     problems: dict[tuple[str, str], str] = {}
-    for key in newest:
-        of_pool = [s for s in current if _pool_key(s) == key]
+    for key, of_pool in by_pool.items():
         if len(of_pool) != _slice_count(of_pool[0]):
             problems[key] = (
                 f"pool {key[0]}/{key[1]} is being updated: generation {newest[key]} has "
