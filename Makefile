@@ -136,7 +136,7 @@ reference: venv
 
 # lint first: it takes seconds, the lab minutes. pytest exits 5 when it collected nothing: that is
 # a failure here, never a pass. Three xdist workers on two cores: much of a test is waiting on its
-# lab, and two workers left a third of the cores idle (three: 22 minutes of tests against 25). The
+# lab, and two workers left a third of the cores idle (three: 19 to 22 minutes of tests, not 25). The
 # tests are grouped by lab and handed out longest first (tests/conftest.py); `python -m
 # tests.group_seconds` reads build/test-report.xml and gives each group's seconds for its table.
 # PYTEST_ARGS="-n 0" runs everything in one process.
