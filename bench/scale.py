@@ -25,6 +25,10 @@ Then, on the same objects, one controller after the other (``SCALE_PARTS``, in t
 - *taints*: a NoExecute DeviceTaintRule over the whole driver: seconds until every claim Pod is
   being deleted, and CPU seconds; the claim Pods are made again before the next controller.
 
+``SCALE_PLAIN_PODS=N``: N plain Pods instead of the fraction's share (the CLI at the whole
+envelope's Nodes and devices on a machine that cannot hold its 140,000 plain Pods; the command
+only reads the namespaces with DRA objects, which the plain Pods are not in).
+
 Results: the run directory (``SCALE_RUN_DIR``, default ``.cache/bench-scale/<UTC time>``:
 ``results.json``, logs) and a section of ``bench/RESULTS.md`` per command.
 """
@@ -127,13 +131,14 @@ class Size:
     shared_claims: int
 
     @classmethod
-    def of(cls, fraction: float) -> Size:
+    def of(cls, fraction: float, plain_pods: int | None = None) -> Size:
+        """That fraction of the envelope; ``plain_pods`` instead of its share of plain Pods."""
         claim_pods = round(ENVELOPE["claim_pods"] * fraction)
         shared_pods = claim_pods // 5
         return cls(
             fraction=fraction,
             nodes=max(1, round(ENVELOPE["nodes"] * fraction)),
-            plain_pods=round(ENVELOPE["pods"] * fraction) - claim_pods,
+            plain_pods=round(ENVELOPE["pods"] * fraction) - claim_pods if plain_pods is None else plain_pods,
             template_pods=claim_pods - shared_pods,
             shared_claims=shared_pods // SHARED_PER_CLAIM,
         )
@@ -751,7 +756,7 @@ def main() -> int:
     )
     knobs = " ".join(
         f"{k}={os.environ[k]}"
-        for k in ("SCALE_FRACTIONS", "SCALE_PARTS", "SCALE_NEW_CLAIMS", "SCALE_SETTLE")
+        for k in ("SCALE_FRACTIONS", "SCALE_PLAIN_PODS", "SCALE_PARTS", "SCALE_NEW_CLAIMS", "SCALE_SETTLE")
         if os.environ.get(k)
     )
     command = f"{knobs} make bench-scale".strip()
@@ -764,8 +769,11 @@ def main() -> int:
     )
     t0 = time.monotonic()
     failed = False
+    plain = os.environ.get("SCALE_PLAIN_PODS")
+    if plain is not None and not plain.isdigit():
+        raise SystemExit(f"bench-scale: SCALE_PLAIN_PODS={plain!r} is not a number of Pods")
     for fraction in fractions:
-        size = Size.of(fraction)
+        size = Size.of(fraction, None if plain is None else int(plain))
         result = Fraction(size={**asdict(size), "claim_pods": size.claim_pods, "devices": size.devices})
         results.fractions.append(result)
         run_dir = (run_root / f"{fraction:g}").resolve()

@@ -30,6 +30,11 @@ def test_a_fraction_is_that_share_of_the_envelope(scale, fraction):
     assert size.template_pods + size.shared_claims <= size.devices, "every claim gets a device"
 
 
+def test_plain_pods_can_be_set_apart_from_the_fraction(scale):
+    size = scale.Size.of(1, plain_pods=0)
+    assert (size.nodes, size.devices, size.plain_pods, size.claim_pods) == (5000, 40000, 0, 10000)
+
+
 def test_a_partitionable_pool_has_its_counters_apart_and_eight_devices(scale):
     counters, devices = scale.build_slices("n", partitionable=True)
     assert "devices" not in counters["spec"] and counters["spec"]["sharedCounters"]
