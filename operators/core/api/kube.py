@@ -26,6 +26,7 @@ from typing import Any
 import aiohttp
 import tenacity
 
+from .. import heap
 from ..logging import get_logger
 from . import apihealth, wirejson
 from . import kubeconfig as kubeconfig_loader
@@ -504,7 +505,20 @@ class Kube(DerivedVerbs):
         expired (410 while paging, after a compaction) restarts the list from its first page, as
         client-go's reflector does after an expired list (``Reflector.list``: a fresh consistent
         list); what the broken attempt kept is dropped, so the result is still one list at one
-        resourceVersion. Not the pager's fallback to one unpaged list: that holds the cluster."""
+        resourceVersion. Not the pager's fallback to one unpaged list: that holds the cluster.
+        The cyclic collector is paused meanwhile (``heap.bulk``)."""
+        with heap.bulk():
+            return await self._list_pages(res, namespace, label_selector, field_selector, limit, keep)
+
+    async def _list_pages(
+        self,
+        res: Resource,
+        namespace: str | None,
+        label_selector: str | None,
+        field_selector: str | None,
+        limit: int,
+        keep: Callable[[JSON], bool] | None,
+    ) -> tuple[builtins.list[JSON], str]:
         for attempt in range(3):
             items: list[JSON] = []
             token: str | None = None

@@ -130,7 +130,19 @@ class Runtime:
         (as streamed initial events where served, for informers that filter lines); then each
         informer's reflector watches from its LIST's resourceVersion."""
         watch_list = await self.streams_initial_events()
-        counts = {plural: await informer.prime(streamed=watch_list) for plural, informer in self.informers.items()}
+        counts: dict[str, int] = {}
+        for plural, informer in self.informers.items():
+            started = time.monotonic()
+            counts[plural] = await informer.prime(streamed=watch_list)
+            # Where a slow start-up went, for whoever waits on it (one line per resource).
+            log.info(
+                "cache primed",
+                operator=self.name,
+                resource=plural,
+                kept=counts[plural],
+                seconds=round(time.monotonic() - started, 2),
+                streamed=watch_list and informer.keep_line is not None,
+            )
         for plural, informer in self.informers.items():
             reflector = Reflector(self.kube, informer, watch_list=watch_list)
             self.reflectors.append(reflector)

@@ -23,6 +23,7 @@ from typing import Any
 
 from prometheus_client.core import GaugeMetricFamily
 
+from .. import heap
 from ..api.kube import ApiError, Kube
 from ..api.resources import Resource
 from ..logging import get_logger
@@ -105,8 +106,9 @@ class Informer:
             items, version = await self.kube.list_with_version(
                 self.resource, field_selector=self.field_selector, label_selector=self.label_selector, keep=self.keep
             )
-        for obj in items:
-            self._deliver(self._with_kind(obj), False)
+        with heap.bulk():  # the handlers cache (and slim) every object: no cycles made
+            for obj in items:
+                self._deliver(self._with_kind(obj), False)
         self.list_version = version
         self.reached(_int(version))
         self.primed = True

@@ -28,6 +28,7 @@ import re
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from .. import heap
 from ..api.kube import ApiError, ConnectionLost, Kube
 from ..api.resources import Resource
 from ..logging import get_logger
@@ -231,7 +232,8 @@ async def list_streamed(
     decoding was most of ``kubectl dra devices`` at scale). Returns what ``keep`` accepts and the
     resourceVersion of the snapshot. A server without streamed initial events (400, 422), or a
     stream that fails (429, 5xx, a broken or silent connection), gets the paged LIST instead,
-    which is retried: a start-up must not fail on what a retried LIST rides out."""
+    which is retried: a start-up must not fail on what a retried LIST rides out. The cyclic
+    collector is paused meanwhile (``heap.bulk``)."""
     params = [
         ("watch", "true"),
         ("allowWatchBookmarks", "true"),
@@ -241,22 +243,9 @@ async def list_streamed(
         ("fieldSelector", field_selector),
         ("labelSelector", label_selector),
     ]
-    items: list[dict[str, Any]] = []
     try:
-        async with kube.stream(resource.path(namespace), params, read_timeout=read_timeout) as lines:
-            async for line in lines:
-                if line.startswith(OBJECT_EVENTS) and not keep_line(line):
-                    continue
-                event = _decode(line)
-                kind, obj = event.get("type"), event.get("object") or {}
-                if kind == "ERROR":
-                    _raise(obj)
-                meta = obj.get("metadata") or {}
-                if kind == "BOOKMARK" and (meta.get("annotations") or {}).get(INITIAL_EVENTS_END) == "true":
-                    return items, meta.get("resourceVersion") or ""
-                if kind == "ADDED" and keep(obj):
-                    items.append(obj)
-        raise ConnectionLost("WATCH", resource.path(namespace), EOFError("the stream ended before its snapshot"))
+        with heap.bulk():
+            return await _snapshot(kube, resource.path(namespace), params, keep, keep_line, read_timeout)
     except ApiError as e:
         # Refused (400, 422: no streamed initial events) or a failure the paged LIST retries
         # (429, 5xx); anything else (403, 404) the LIST would meet as well.
@@ -267,3 +256,29 @@ async def list_streamed(
     return await kube.list_with_version(
         resource, namespace, field_selector=field_selector, label_selector=label_selector, keep=keep
     )
+
+
+async def _snapshot(
+    kube: Kube,
+    path: str,
+    params: list[tuple[str, Any]],
+    keep: Callable[[dict[str, Any]], bool],
+    keep_line: Callable[[bytes], bool],
+    read_timeout: float,
+) -> tuple[list[dict[str, Any]], str]:
+    """``list_streamed``'s stream: the objects ``keep`` accepts until the end of the snapshot."""
+    items: list[dict[str, Any]] = []
+    async with kube.stream(path, params, read_timeout=read_timeout) as lines:
+        async for line in lines:
+            if line.startswith(OBJECT_EVENTS) and not keep_line(line):
+                continue
+            event = _decode(line)
+            kind, obj = event.get("type"), event.get("object") or {}
+            if kind == "ERROR":
+                _raise(obj)
+            meta = obj.get("metadata") or {}
+            if kind == "BOOKMARK" and (meta.get("annotations") or {}).get(INITIAL_EVENTS_END) == "true":
+                return items, meta.get("resourceVersion") or ""
+            if kind == "ADDED" and keep(obj):
+                items.append(obj)
+    raise ConnectionLost("WATCH", path, EOFError("the stream ended before its snapshot"))

@@ -37,3 +37,60 @@ def test_trim_is_a_no_op_without_malloc_trim(monkeypatch):
         assert heap.trim() is False
     finally:
         heap._malloc_trim.cache_clear()
+
+
+# -- bulk: the cyclic collector paused while listings are decoded --------------------------------
+
+
+def test_bulk_pauses_the_collector_until_the_last_section_ends():
+    import asyncio
+    import gc
+
+    seen = []
+
+    async def section(name: str, hold: asyncio.Event, release: asyncio.Event) -> None:
+        with heap.bulk():
+            seen.append((name, "in", gc.isenabled()))
+            hold.set()
+            await release.wait()
+        seen.append((name, "out", gc.isenabled()))
+
+    async def main() -> None:
+        a_in, b_in, a_go, b_go = (asyncio.Event() for _ in range(4))
+        a = asyncio.create_task(section("a", a_in, a_go))
+        await a_in.wait()
+        b = asyncio.create_task(section("b", b_in, b_go))
+        await b_in.wait()
+        a_go.set()  # the first section ends while the second is still open
+        await a
+        b_go.set()
+        await b
+
+    assert gc.isenabled()
+    asyncio.run(main())
+    assert seen == [("a", "in", False), ("b", "in", False), ("a", "out", False), ("b", "out", True)]
+    assert gc.isenabled()
+
+
+def test_bulk_leaves_a_collector_that_was_off_off():
+    import gc
+
+    gc.disable()
+    try:
+        with heap.bulk():
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+def test_no_collection_runs_while_a_listing_is_decoded_in_bulk():
+    import gc
+    import json
+
+    listing = json.dumps({"items": [{"metadata": {"name": f"p{i}"}, "spec": {"x": [i]}} for i in range(20000)]})
+    before = [s["collections"] for s in gc.get_stats()]
+    with heap.bulk():
+        items = json.loads(listing)["items"]
+        during = [s["collections"] for s in gc.get_stats()]
+    assert len(items) == 20000 and during == before

@@ -75,3 +75,12 @@ async def test_a_list_that_keeps_expiring_gives_up_with_the_410(server):
     with pytest.raises(ApiError) as raised:
         await kube.list_with_version(PODS, limit=20, keep=uses_claims)
     assert raised.value.status == 410
+
+
+async def test_pages_are_decoded_with_the_cyclic_collector_paused(server):
+    import gc
+
+    kube, _ = server
+    collector_on = set()
+    await kube.list_with_version(PODS, limit=20, keep=lambda obj: collector_on.add(gc.isenabled()) or True)
+    assert collector_on == {False} and gc.isenabled()

@@ -246,6 +246,18 @@ async def test_list_streamed_keeps_what_it_wants_and_never_parses_the_other_line
     assert request["sendInitialEvents"] == "true" and request["resourceVersionMatch"] == "NotOlderThan"
 
 
+async def test_list_streamed_decodes_with_the_cyclic_collector_paused(api):
+    import gc
+
+    server, kube = api
+    server.script = [("watch", [event("ADDED", pod("a", "1", 11)), bookmark(15, end=True)], "hang")]
+    collector_on = []
+    await watch_module.list_streamed(
+        kube, PODS, keep=lambda obj: collector_on.append(gc.isenabled()) or True, keep_line=lambda line: True
+    )
+    assert collector_on == [False] and gc.isenabled()
+
+
 async def test_list_streamed_falls_back_to_a_list_where_streaming_is_refused(api):
     server, kube = api
     server.script = [("status", 422), ("list", [pod("a", "1", 5), pod("p", "2", 6, claims=False)], 9)]
