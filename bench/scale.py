@@ -86,6 +86,7 @@ ENVELOPE = {"nodes": 5000, "pods": 150_000, "claim_pods": 10_000}
 DEVICES_PER_NODE = 8
 SHARED_PER_CLAIM = 4
 PARTS = ("startup", "claims", "poolstatus", "cli", "taints")
+KNOBS = ("SCALE_FRACTIONS", "SCALE_PLAIN_PODS", "SCALE_PARTS", "SCALE_NEW_CLAIMS", "SCALE_SETTLE", "SCALE_HOLD")
 OURS = ("claims", "taints", "poolstatus")
 INFLIGHT = 64
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -660,6 +661,39 @@ class Scale:
         left = len(await self.kube.list(PODS, DRA_NS, limit=5000))
         return left == 0 or f"{left} left"
 
+    async def run_parts(self, parts: list[str]) -> None:
+        for part in PARTS:
+            if part in parts:
+                say(f"part {part}")
+                await getattr(self, part)()
+
+    async def hold(self) -> None:
+        """``SCALE_HOLD``: keep the filled lab and run parts again on request. Our operators
+        start from the tree each time, so a change to them is measured on the same objects
+        without filling again. The request is a file, ``again``, in the run directory: the parts
+        to run (``SCALE_PARTS``' names, one line), or ``stop``."""
+        again = self.run_dir / "again"
+        say(
+            f"holding the lab: KUBECONFIG={self.lab.kubeconfig}; "
+            f"echo startup > {again} runs a part again, echo stop > {again} ends"
+        )
+        while True:
+            if not again.exists():
+                await asyncio.sleep(1)
+                continue
+            words = again.read_text().replace(",", " ").split()
+            again.unlink()
+            if words == ["stop"]:
+                return
+            if unknown := set(words) - set(PARTS):
+                say(f"hold: unknown parts {sorted(unknown)}; choose from {','.join(PARTS)} or stop")
+                continue
+            try:
+                await self.run_parts(words)
+                self.result.notes.append(f"held: {' '.join(words)} run again; its figures replace the earlier ones")
+            except Exception as e:  # noqa: BLE001 - a failed experiment must not lose the filled lab
+                say(f"hold: {' '.join(words)} failed: {type(e).__name__}: {e}")
+
     async def run(self) -> None:
         self.lab = Lab(LabOptions(name=f"scale-{self.run_dir.name}", nodes=1, run_dir=self.run_dir / "lab"), log=say)
         self.lab.start()
@@ -668,10 +702,9 @@ class Scale:
             started = time.monotonic()
             await self.fill()
             self.result.fill_seconds["total"] = round(time.monotonic() - started, 1)
-            for part in PARTS:
-                if part in self.parts:
-                    say(f"part {part}")
-                    await getattr(self, part)()
+            await self.run_parts(self.parts)
+            if os.environ.get("SCALE_HOLD"):
+                await self.hold()
         finally:
             if self.kube is not None:
                 await self.kube.close()
@@ -754,11 +787,7 @@ def main() -> int:
     run_root = Path(
         os.environ.get("SCALE_RUN_DIR") or ROOT / ".cache" / "bench-scale" / stamp.strftime("%Y%m%dT%H%M%SZ")
     )
-    knobs = " ".join(
-        f"{k}={os.environ[k]}"
-        for k in ("SCALE_FRACTIONS", "SCALE_PLAIN_PODS", "SCALE_PARTS", "SCALE_NEW_CLAIMS", "SCALE_SETTLE")
-        if os.environ.get(k)
-    )
+    knobs = " ".join(f"{k}={os.environ[k]}" for k in KNOBS if os.environ.get(k))
     command = f"{knobs} make bench-scale".strip()
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
     results = Results(
