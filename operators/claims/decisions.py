@@ -17,6 +17,7 @@ from typing import Any
 from ..core.dra import podgroup as pg
 from ..core.dra.metatime import parse_time
 from ..core.dra.resourceclaim import (
+    POD_CLAIM_ANNOTATION,
     ClaimNotCreatedYet,
     Obj,
     UnsupportedPodClaim,
@@ -29,7 +30,6 @@ from ..core.dra.resourceclaim import (
     pod_claims,
 )
 
-POD_CLAIM_ANNOTATION = "resource.kubernetes.io/pod-claim-name"
 EXTENDED_RESOURCE_CLAIM_ANNOTATION = "resource.kubernetes.io/extended-resource-claim"
 FINALIZER = "resource.kubernetes.io/delete-protection"
 FIELD_MANAGER = "ResourceClaimController"

@@ -12,6 +12,9 @@ from typing import Any
 
 Obj = dict[str, Any]
 
+# resourceapi.PodResourceClaimAnnotation: on a generated claim, the Pod's name for it.
+POD_CLAIM_ANNOTATION = "resource.kubernetes.io/pod-claim-name"
+
 
 class ClaimNotCreatedYet(Exception):
     """``resourceclaim.ErrClaimNotFound``: the template's claim has no status entry yet."""

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ...core.dra.devicemetadata import GROUP
+from ...core.dra.resourceclaim import POD_CLAIM_ANNOTATION
 from . import durable
 
 KIND = "DeviceMetadata"
@@ -35,7 +36,6 @@ HOST_SUBDIR = "dra-device-metadata"  # metadataSubDir
 HOST_FILE = "metadata.json"
 CONTAINER_DIR = "/var/run/kubernetes.io/dra-device-attributes"  # metadata.ContainerDir
 CLAIMS_SUBDIR, TEMPLATES_SUBDIR = "resourceclaims", "resourceclaimtemplates"
-POD_CLAIM_ANNOTATION = "resource.kubernetes.io/pod-claim-name"  # resourceapi.PodResourceClaimAnnotation
 
 GO_ESCAPED = "<>&\u2028\u2029"  # what encoding/json escapes beyond what Python's json does
 
