@@ -586,9 +586,10 @@ class Scale:
         # A Pod whose claim waits for allocation: explain then checks the request against every
         # device of the cluster, as kube-scheduler would.
         await self.kcm_primed()
-        await self.kube.create(
-            PODS, build_claim_pod("pending", {"resourceClaimTemplateName": "gpu"}, scheduler="none"), PROBE_NS
-        )
+        if await self.kube.get_or_none(PODS, "pending", PROBE_NS) is None:  # made by an earlier run (SCALE_HOLD)
+            await self.kube.create(
+                PODS, build_claim_pod("pending", {"resourceClaimTemplateName": "gpu"}, scheduler="none"), PROBE_NS
+            )
         await self.until(lambda: self._has_claim_status(PROBE_NS, "pending"), 300, "the pending Pod's claim", every=0.2)
         for label, args in (
             ("kubectl dra devices", ["devices"]),
