@@ -6,11 +6,16 @@ counts in the process's RSS until reused: on a DaemonSet, on every node. ``mallo
 returns the free pages (2 MiB of the node agent's 64 MiB, bench/RESULTS.md, P4). Where the C
 library is not glibc (musl, macOS) nothing is done.
 
-And keep the cyclic garbage collector off while a listing is decoded (``bulk``): each
-collection walks the objects built so far, so decoding N objects costs several passes over all
-of them (3 to 7 times the decoding itself with a few thousand Pods already held, Python 3.11).
-What JSON decodes holds no reference cycle, so pausing the collector frees nothing later than
-reference counting would anyway.
+And keep the cyclic garbage collector out of bulk work: each collection walks the objects
+built so far, so building N objects costs several passes over all of them (decoding listings
+took 3 to 7 times as long with a few thousand Pods already held, Python 3.11). What JSON
+decodes, the modules imported and the caches primed hold no cycle that reference counting
+would not free, so pausing the collector then costs no memory:
+
+- ``bulk``: while a listing is decoded (any time, in any process);
+- ``hold_until_started`` / ``started``: an operator's whole start-up, after which what it built
+  is moved out of later collections' way (``gc.freeze``);
+- the ``kubectl dra`` commands leave it off: they run once and exit.
 """
 
 from __future__ import annotations
@@ -55,3 +60,20 @@ def bulk() -> Iterator[None]:
         _depth -= 1
         if _depth == 0 and _restore:
             gc.enable()
+
+
+def hold_until_started() -> None:
+    """Off from here until ``started`` (an operator process, before its imports)."""
+    gc.disable()
+
+
+def started() -> None:
+    """Start-up is done: what it built lives on (modules, primed caches), so later collections
+    skip it (``gc.freeze``), and the collector is on again (once no ``bulk`` section is open:
+    another operator of this process may still be listing)."""
+    global _restore
+    gc.freeze()
+    if _depth:
+        _restore = True
+    else:
+        gc.enable()

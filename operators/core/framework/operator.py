@@ -24,6 +24,7 @@ from typing import Any
 
 import kopf
 
+from .. import heap
 from ..api.kube import Kube
 from ..settings import Settings
 from .kopfsettings import quiet
@@ -75,6 +76,7 @@ def register(spec: OperatorSpec) -> None:
         setattr(memo, spec.memo_key, runtime)
         runtime.on_cleanup(kube.close)
         await start_or_undo(runtime, lambda: spec.start(runtime, config, memo))
+        heap.started()
 
     @kopf.on.cleanup(id=f"{spec.name}-stop")
     async def stop(memo: kopf.Memo, **_: Any) -> None:

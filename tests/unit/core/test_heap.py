@@ -94,3 +94,32 @@ def test_no_collection_runs_while_a_listing_is_decoded_in_bulk():
         items = json.loads(listing)["items"]
         during = [s["collections"] for s in gc.get_stats()]
     assert len(items) == 20000 and during == before
+
+
+def test_an_operator_start_up_holds_the_collector_and_freezes_what_it_built():
+    import gc
+
+    try:
+        heap.hold_until_started()
+        built = [{"pod": i} for i in range(1000)]
+        assert not gc.isenabled()
+        frozen_before = gc.get_freeze_count()
+        heap.started()
+        assert gc.isenabled() and gc.get_freeze_count() >= frozen_before + len(built)
+    finally:
+        gc.unfreeze()
+        gc.enable()
+
+
+def test_started_while_another_operator_lists_turns_the_collector_on_after_it():
+    import gc
+
+    try:
+        heap.hold_until_started()
+        with heap.bulk():  # the second operator of the process, still listing
+            heap.started()  # the first one is done
+            assert not gc.isenabled()
+        assert gc.isenabled()
+    finally:
+        gc.unfreeze()
+        gc.enable()
