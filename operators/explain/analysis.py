@@ -17,7 +17,7 @@ from typing import Any
 from ..core.dra.allocator import AllocationError, Request, allocate, attribute, attribute_value, claim_key, requests_of
 from ..core.dra.devicefit import FITS, ORDER, Fit, device_fit
 from ..core.dra.nodeselection import NodeReach, node_selector_matches, pod_node_problem
-from ..core.dra.pools import AllocatedState, Pool, all_pools, available_counters
+from ..core.dra.pools import AllocatedState, Pool, all_pools, available_counters, slices_by_node
 from ..core.dra.resourceclaim import is_allocated
 from . import unmodelled
 
@@ -101,6 +101,7 @@ def verdict(
         # No yes/no from a model that leaves out what decides: the scheduler's answer may differ.
         return Verdict(None, unmodelled.summary(found), outcomes, not_modelled=found)
     errors = []
+    slices_for = slices_by_node(slices)
     for node in usable:
         name = node["metadata"]["name"]
         elsewhere = [
@@ -117,7 +118,7 @@ def verdict(
             outcomes.append(NodeOutcome(name, True, "all claims are allocated"))
             continue
         try:
-            results = allocate(node, to_allocate, slices, classes, state)
+            results = allocate(node, to_allocate, slices_for(name), classes, state)
         except AllocationError as e:
             errors.append(f"node {name}: {e}")
             outcomes.append(NodeOutcome(name, False, "error", error=str(e)))

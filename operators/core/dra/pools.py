@@ -7,7 +7,8 @@ allocateddevices.go (``foreachAllocatedDevice``) at v1.37.1.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import heapq
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -110,6 +111,23 @@ def _build(driver: str, name: str, slices: list[Obj], all_of_pool: list[Obj] | N
                         pool.invalid = f"counter {counter} not found in counter set {consumption['counterSet']}"
                         return pool
     return pool
+
+
+def slices_by_node(slices: list[Obj]) -> Callable[[str], list[Obj]]:
+    """For a Node's name, the slices ``gather_pools`` may take for it: those naming it and those
+    naming no Node (all nodes, a node selector), in the order given. Made once for a question
+    about every Node (``kubectl dra explain``): filtering all slices for each Node was Nodes
+    times slices (bench/RESULTS.md, issue 32)."""
+    named: dict[str, list[tuple[int, Obj]]] = {}
+    shared: list[tuple[int, Obj]] = []
+    for i, s in enumerate(slices):
+        node_name = s["spec"].get("nodeName") or ""
+        (named.setdefault(node_name, []) if node_name else shared).append((i, s))
+
+    def for_node(name: str) -> list[Obj]:
+        return [s for _, s in heapq.merge(named.get(name, []), shared, key=lambda item: item[0])]
+
+    return for_node
 
 
 def gather_pools(node: Obj | None, slices: list[Obj]) -> list[Pool]:
