@@ -45,3 +45,15 @@ def test_a_partitionable_pool_has_its_counters_apart_and_eight_devices(scale):
     assert used == sets
     [plain] = scale.build_slices("m", partitionable=False)
     assert len(plain["spec"]["devices"]) == 8 and plain["spec"]["pool"]["resourceSliceCount"] == 1
+
+
+def test_ours_start_only_once_kube_controller_manager_is_quiet(scale, monkeypatch):
+    """Its own start-up (listing every object) must not overlap ours: waited out by its CPU."""
+    import asyncio
+
+    used = iter([0.0, 3.0, 6.0, 6.5, 6.55, 6.6])  # busy, busy, busy, then quiet
+    monkeypatch.setattr(scale, "cpu_seconds", lambda pid: next(used))
+    run = scale.Scale.__new__(scale.Scale)
+    monkeypatch.setattr(run, "kcm_pid", lambda: 1, raising=False)
+    asyncio.run(run.controller_manager_quiet(window=0.01, busy=0.1))
+    assert next(used) == 6.6  # it read until the first quiet window (6.5 -> 6.55)
