@@ -43,6 +43,24 @@ def replicas(lab, kube, controllers, tmp_path, unique):
         replica.stop()
 
 
+async def _without_leftover_work(kube, controllers) -> None:
+    """Switch to no claims controller once earlier tests' namespaces are gone. Their claims wait
+    for a claims controller to release them after their own operators stopped; a rate-limited
+    leader started before would spend its few requests on them (seen in CI: 0.5 requests a
+    second taken by the 100 Pods of an earlier test's terminating namespace, none left for this
+    test's creates within 60 s). Ours do that work first, at their normal rate."""
+    from operators.core.api.resources import NAMESPACES
+
+    controllers.use("ours")
+
+    async def none_terminating() -> bool:
+        namespaces = await kube.list(NAMESPACES)
+        return not [n for n in namespaces if (n.get("status") or {}).get("phase") == "Terminating"]
+
+    await wait_for(none_terminating, timeout=180, what="earlier tests' namespaces deleted")
+    controllers.use("none")
+
+
 def _leader(pair: list[OperatorProcess]) -> OperatorProcess | None:
     alive = [r for r in pair if r.proc and r.proc.poll() is None and "became leader" in r.log.read_text()]
     return alive[-1] if alive else None
@@ -108,7 +126,7 @@ async def test_a_leader_frozen_in_the_middle_of_its_work_sends_nothing_when_it_w
     stops them; the gate of the work queue is asked before a sync, not during one."""
     from operators.core.api.resources import NAMESPACES
 
-    controllers.use("none")
+    await _without_leftover_work(kube, controllers)
     namespace = f"fw-{unique}"
     await kube.create(NAMESPACES, {"metadata": {"name": namespace}})
     election = {
@@ -166,7 +184,7 @@ async def test_a_rate_limited_leader_keeps_its_lease_under_load(lab, kube, contr
     share the bucket: the leader missed its renew deadline and exited."""
     from operators.core.api.resources import NAMESPACES
 
-    controllers.use("none")
+    await _without_leftover_work(kube, controllers)
     namespace = f"rl-{unique}"
     await kube.create(NAMESPACES, {"metadata": {"name": namespace}})
     leader = OperatorProcess(
