@@ -103,6 +103,10 @@ CLAIM_POD_BATCH = 500
 # kube-scheduler filters a Pod on 100 feasible Nodes (its minimum), not its default 10-46% of
 # them: DRA's Filter costs per Node, and where a claim Pod lands is not measured.
 SCHEDULER_CONFIG = {"percentageOfNodesToScore": 1}
+# kwok on 2 cores renews 2,500 Nodes' leases minutes late; kube-controller-manager's
+# node-lifecycle-controller then taints them unreachable and evicts their Pods (seen at 0.5). No
+# figure here is about Nodes that die, so it waits an hour before it thinks one has.
+CONTROLLER_MANAGER_FLAGS = ("--node-monitor-grace-period=1h",)
 # device-taint-eviction-controller's last informer (klog names no controller in the others' "Caches
 # are synced" lines, so those two are timed by the first work they do: see Scale.kcm_primed).
 TAINTS_SYNCED = re.compile(r'device_taint_eviction.go.*"Done waiting".*instance="SharedIndexInformer \*v1.Pod \+')
@@ -741,6 +745,7 @@ class Scale:
                 run_dir=self.run_dir / "lab",
                 disabled_gates=SCHEDULER_COSTLY_GATES,
                 scheduler_config=SCHEDULER_CONFIG,
+                controller_manager_flags=CONTROLLER_MANAGER_FLAGS,
             ),
             log=say,
         )

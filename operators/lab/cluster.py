@@ -62,6 +62,9 @@ class LabOptions:
     # kube-scheduler, so at their default (off for DRAWorkloadResourceClaims in 1.37); the gates
     # they depend on (GenericWorkload) stay on.
     disabled_gates: tuple[str, ...] = ()
+    # More kube-controller-manager flags, e.g. a longer --node-monitor-grace-period where kwok cannot
+    # renew every Node's lease in time (make bench-scale).
+    controller_manager_flags: tuple[str, ...] = ()
     # kube-controller-manager's client limits (--kube-api-qps, --kube-api-burst).
     controller_manager_api_limits: tuple[int, int] = (500, 1000)
     # Each real node's containerd and kubelet run in a mount namespace of their own in which the
@@ -761,6 +764,7 @@ class Lab:
                 self.options.controller_manager_api_limits,
                 off=self._gates_off(),
                 known=self._controllers,
+                extra=self.options.controller_manager_flags,
             ),
         )
 

@@ -248,10 +248,12 @@ def build_controller_manager_args(
     api_limits: tuple[int, int] = (500, 1000),
     off: tuple[str, ...] = (),
     known: frozenset[str] | None = None,
+    extra: tuple[str, ...] = (),
 ) -> list[str]:
     """``api_limits``: its client's (QPS, burst); the lab's 500/1000 as large clusters run it,
     ``make bench`` also upstream's defaults (20/30). ``known``: the release's controllers
-    (``known_controllers``); only those of REPLACED_CONTROLLERS are switched off."""
+    (``known_controllers``); only those of REPLACED_CONTROLLERS are switched off. ``extra``:
+    more flags, last."""
     pki = files.pki
     kubeconfig = files.kubeconfig("kube-controller-manager")
     replaced = replaced_controllers(known)
@@ -272,6 +274,7 @@ def build_controller_manager_args(
         f"--kube-api-qps={api_limits[0]}",
         f"--kube-api-burst={api_limits[1]}",
         feature_gates_flag(gates, off),
+        *extra,
     ]
 
 

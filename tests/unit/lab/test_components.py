@@ -77,6 +77,13 @@ def test_controller_manager_upstream_controllers_on():
     assert "--controllers=*" in args
 
 
+def test_controller_manager_extra_flags_come_last():
+    args = components.build_controller_manager_args(
+        Path("/b/kcm"), FILES, PORTS, [], True, extra=("--node-monitor-grace-period=1h",)
+    )
+    assert args[-1] == "--node-monitor-grace-period=1h"
+
+
 def test_apiserver_serves_every_resource_api_version_and_loopback_only():
     args = components.build_apiserver_args(Path("/b/apiserver"), FILES, PORTS, ["DRAA", "DRAB"])
     assert (
