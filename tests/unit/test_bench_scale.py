@@ -51,9 +51,10 @@ def test_ours_start_only_once_kube_controller_manager_is_quiet(scale, monkeypatc
     """Its own start-up (listing every object) must not overlap ours: waited out by its CPU."""
     import asyncio
 
-    used = iter([0.0, 3.0, 6.0, 6.5, 6.55, 6.6])  # busy, busy, busy, then quiet
+    # busy, busy, one quiet window, busy again, then three quiet ones, then more
+    used = iter([0.0, 3.0, 6.0, 6.05, 8.0, 8.05, 8.1, 8.15, 8.2])
     monkeypatch.setattr(scale, "cpu_seconds", lambda pid: next(used))
     run = scale.Scale.__new__(scale.Scale)
     monkeypatch.setattr(run, "kcm_pid", lambda: 1, raising=False)
-    asyncio.run(run.controller_manager_quiet(window=0.01, busy=0.1))
-    assert next(used) == 6.6  # it read until the first quiet window (6.5 -> 6.55)
+    asyncio.run(run.controller_manager_quiet(window=0.01, busy=0.1, calm=3))
+    assert next(used) == 8.2  # it read until the third quiet window in a row (8.1 -> 8.15)
