@@ -322,6 +322,7 @@ class FakeApi(DerivedVerbs):
         field_selector: str | None = None,
         limit: int = 500,
         keep: Callable[[JSON], bool] | None = None,
+        trim: Callable[[JSON], JSON] | None = None,
     ) -> tuple[list[JSON], str]:
         answer = await self._fake_do(
             res,
@@ -333,6 +334,8 @@ class FakeApi(DerivedVerbs):
             ),
         )
         items = [i for i in answer.get("items") or [] if keep is None or keep(i)]
+        if trim is not None:
+            items = [trim(i) for i in items]
         return items, (answer.get("metadata") or {}).get("resourceVersion", "")
 
     async def create(

@@ -179,6 +179,7 @@ class DerivedVerbs:
         field_selector: str | None = None,
         limit: int = 500,
         keep: Callable[[JSON], bool] | None = None,
+        trim: Callable[[JSON], JSON] | None = None,
     ) -> tuple[builtins.list[JSON], str]:
         raise NotImplementedError
 
@@ -496,6 +497,7 @@ class Kube(DerivedVerbs):
         field_selector: str | None = None,
         limit: int = 500,
         keep: Callable[[JSON], bool] | None = None,
+        trim: Callable[[JSON], JSON] | None = None,
     ) -> tuple[builtins.list[JSON], str]:
         """All objects, paged, and the resourceVersion of the (consistent) list: the first page's,
         as client-go's pager keeps it (k8s.io/client-go tools/pager/pager.go ``ListPager.list``).
@@ -506,9 +508,12 @@ class Kube(DerivedVerbs):
         client-go's reflector does after an expired list (``Reflector.list``: a fresh consistent
         list); what the broken attempt kept is dropped, so the result is still one list at one
         resourceVersion. Not the pager's fallback to one unpaged list: that holds the cluster.
-        The cyclic collector is paused meanwhile (``heap.bulk``)."""
+        ``trim``: what is collected of each kept object, as it comes (an informer's store keeps
+        only that much, and the whole objects of a large list held at once were most of an
+        operator's memory: their freed memory stays with the process). The cyclic collector is
+        paused meanwhile (``heap.bulk``)."""
         with heap.bulk():
-            return await self._list_pages(res, namespace, label_selector, field_selector, limit, keep)
+            return await self._list_pages(res, namespace, label_selector, field_selector, limit, keep, trim)
 
     async def _list_pages(
         self,
@@ -518,6 +523,7 @@ class Kube(DerivedVerbs):
         field_selector: str | None,
         limit: int,
         keep: Callable[[JSON], bool] | None,
+        trim: Callable[[JSON], JSON] | None,
     ) -> tuple[builtins.list[JSON], str]:
         for attempt in range(3):
             items: list[JSON] = []
@@ -543,11 +549,12 @@ class Kube(DerivedVerbs):
                             res.path(namespace),
                         )
                     found = page.get("items") or []
-                    items.extend(found if keep is None else (obj for obj in found if keep(obj)))
+                    kept = found if keep is None else (obj for obj in found if keep(obj))
+                    items.extend(kept if trim is None else map(trim, kept))
                     meta = page.get("metadata") or {}
                     version = version or meta.get("resourceVersion", "")
                     token = meta.get("continue")
-                    del page, found  # the page is not kept while the next one is read
+                    del page, found, kept  # the page is not kept while the next one is read
                     if not token:
                         return items, version
             except ApiError as e:

@@ -91,7 +91,9 @@ class Informer:
         ``streamed`` (the server offers streamed initial events) and a ``keep_line``, the
         snapshot comes as events and the lines ``keep_line`` refuses are never parsed: decoding
         the pages of every Pod was two thirds of the claims operator's start-up CPU at a tenth
-        of the scale envelope (bench/RESULTS.md). Returns how many were kept."""
+        of the scale envelope (bench/RESULTS.md). Each kept object is trimmed as it comes (what
+        the store keeps of it): holding every whole object until the end was most of the claims
+        operator's memory at the envelope. Returns how many were kept."""
         if streamed and self.keep_line is not None:
             keep = self.keep
             items, version = await list_streamed(
@@ -101,10 +103,15 @@ class Informer:
                 keep_line=self.keep_line,
                 field_selector=self.field_selector,
                 label_selector=self.label_selector,
+                trim=self.store.trim,
             )
         else:
             items, version = await self.kube.list_with_version(
-                self.resource, field_selector=self.field_selector, label_selector=self.label_selector, keep=self.keep
+                self.resource,
+                field_selector=self.field_selector,
+                label_selector=self.label_selector,
+                keep=self.keep,
+                trim=self.store.trim,
             )
         with heap.bulk():  # the handlers cache (and slim) every object: no cycles made
             for obj in items:

@@ -112,6 +112,15 @@ class Store:
     def stamp(self, key: str) -> int:
         return self._stamps.get(key, 0)
 
+    def trim(self, obj: Obj) -> Obj:
+        """What is stored of ``obj``: ``transform``'s result, or ``obj`` itself without its
+        managedFields. No decision reads those, often the largest part of an object; an update
+        sent without them keeps the server's (its field manager takes the live ones)."""
+        if self._transform is not None:
+            return self._transform(obj)
+        obj["metadata"].pop("managedFields", None)
+        return obj
+
     def upsert(self, obj: Obj) -> bool:
         """Store ``obj`` unless it is deleted or a newer version is stored; return whether it was."""
         uid = uid_of(obj)
@@ -124,12 +133,7 @@ class Store:
         old = self._objects.get(key)
         if old is not None and uid_of(old) == uid and resource_version(old) > resource_version(obj):
             return False
-        if self._transform is not None:
-            obj = self._transform(obj)
-        else:
-            # No decision reads managedFields, often the largest part of an object. An update
-            # sent without them keeps the server's (its field manager takes the live ones).
-            obj["metadata"].pop("managedFields", None)
+        obj = self.trim(obj)
         self._unindex(key)
         self._objects[key] = obj
         self._stamps[key] = next(self._counter)

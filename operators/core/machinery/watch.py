@@ -225,6 +225,7 @@ async def list_streamed(
     field_selector: str | None = None,
     label_selector: str | None = None,
     read_timeout: float = 60.0,
+    trim: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
 ) -> tuple[list[dict[str, Any]], str]:
     """A list as the API server's streamed initial events (``sendInitialEvents``, KEP-3157) with
     the reflector's line filter: an object whose raw line ``keep_line`` refuses is never parsed
@@ -232,7 +233,8 @@ async def list_streamed(
     decoding was most of ``kubectl dra devices`` at scale). Returns what ``keep`` accepts and the
     resourceVersion of the snapshot. A server without streamed initial events (400, 422), or a
     stream that fails (429, 5xx, a broken or silent connection), gets the paged LIST instead,
-    which is retried: a start-up must not fail on what a retried LIST rides out. The cyclic
+    which is retried: a start-up must not fail on what a retried LIST rides out. ``trim``: what
+    is collected of each kept object, as it comes (``Kube.list_with_version``). The cyclic
     collector is paused meanwhile (``heap.bulk``)."""
     params = [
         ("watch", "true"),
@@ -245,7 +247,7 @@ async def list_streamed(
     ]
     try:
         with heap.bulk():
-            return await _snapshot(kube, resource.path(namespace), params, keep, keep_line, read_timeout)
+            return await _snapshot(kube, resource.path(namespace), params, keep, keep_line, read_timeout, trim)
     except ApiError as e:
         # Refused (400, 422: no streamed initial events) or a failure the paged LIST retries
         # (429, 5xx); anything else (403, 404) the LIST would meet as well.
@@ -254,7 +256,7 @@ async def list_streamed(
     except (ConnectionLost, Gone):
         pass  # broken, silent, ended early or expired: the paged LIST, retried as every request is
     return await kube.list_with_version(
-        resource, namespace, field_selector=field_selector, label_selector=label_selector, keep=keep
+        resource, namespace, field_selector=field_selector, label_selector=label_selector, keep=keep, trim=trim
     )
 
 
@@ -265,6 +267,7 @@ async def _snapshot(
     keep: Callable[[dict[str, Any]], bool],
     keep_line: Callable[[bytes], bool],
     read_timeout: float,
+    trim: Callable[[dict[str, Any]], dict[str, Any]] | None,
 ) -> tuple[list[dict[str, Any]], str]:
     """``list_streamed``'s stream: the objects ``keep`` accepts until the end of the snapshot."""
     items: list[dict[str, Any]] = []
@@ -280,5 +283,5 @@ async def _snapshot(
             if kind == "BOOKMARK" and (meta.get("annotations") or {}).get(INITIAL_EVENTS_END) == "true":
                 return items, meta.get("resourceVersion") or ""
             if kind == "ADDED" and keep(obj):
-                items.append(obj)
+                items.append(obj if trim is None else trim(obj))
     raise ConnectionLost("WATCH", path, EOFError("the stream ended before its snapshot"))

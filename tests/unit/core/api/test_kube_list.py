@@ -84,3 +84,19 @@ async def test_pages_are_decoded_with_the_cyclic_collector_paused(server):
     collector_on = set()
     await kube.list_with_version(PODS, limit=20, keep=lambda obj: collector_on.add(gc.isenabled()) or True)
     assert collector_on == {False} and gc.isenabled()
+
+
+async def test_each_kept_object_is_trimmed_as_its_page_comes(server):
+    """What is collected is ``trim``'s result, made before the next page is asked for: the whole
+    objects of a large list are never all held at once (at the envelope they were most of an
+    operator's memory, which stayed with the process after start-up)."""
+    kube, state = server
+    trimmed_at: list[int] = []
+
+    def trim(obj: dict) -> dict:
+        trimmed_at.append(len(state["pages"]))
+        return {"metadata": {"name": obj["metadata"]["name"]}}
+
+    items, _ = await kube.list_with_version(PODS, limit=20, keep=uses_claims, trim=trim)
+    assert items == [{"metadata": {"name": f"p{i}"}} for i in range(0, 95, 10)]
+    assert trimmed_at == [1, 1, 2, 2, 3, 3, 4, 4, 5, 5]  # two claim Pods a page, trimmed on arrival

@@ -220,3 +220,20 @@ async def test_catch_up_delivers_only_what_the_cache_lacks_or_holds_older():
 
 def uid_of_stored(store, key):
     return store.get(key)["metadata"]["uid"]
+
+
+async def test_prime_has_each_listed_object_trimmed_as_it_comes_as_the_store_keeps_it():
+    class Trimming(Api):
+        async def list_with_version(self, res, namespace=None, keep=None, trim=None, **_):
+            self.trim = trim
+            return [trim(o) for o in self.objects if keep is None or keep(o)], self.version
+
+    listed = pod("a", "1")
+    listed["metadata"]["managedFields"] = [{"manager": "kube-scheduler"}]
+    listed["spec"] = {"containers": [{"name": "big"}]}
+    api, store = Trimming([listed]), Store(transform=lambda obj: {"metadata": obj["metadata"]})
+    handler = Recorder(store)
+    assert await Informer(api, PODS, store, handler, kind="Pod").prime() == 1
+    assert api.trim == store.trim  # the list trims: whole objects are not all held at once
+    assert store.get("ns/a") == {"metadata": listed["metadata"]}
+    assert Store().trim(listed)["metadata"].get("managedFields") is None
