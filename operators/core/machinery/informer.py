@@ -205,13 +205,15 @@ class Informer:
 
     async def list_again(self) -> tuple[list[Obj], str]:
         """A consistent LIST with this informer's selectors: what ``keep`` accepts, and what is
-        cached already (so that a change making it unwanted is seen). For relists and catch-ups."""
+        cached already (so that a change making it unwanted is seen), each trimmed as it comes
+        (as in ``prime``). For relists and catch-ups."""
         keep = self.keep
         return await self.kube.list_with_version(
             self.resource,
             field_selector=self.field_selector,
             label_selector=self.label_selector,
             keep=None if keep is None else (lambda obj: keep(obj) or key_of(obj) in self.store),
+            trim=self.store.trim,
         )
 
     # -- catch-up: a fresh read for a replica that has just become leader --------------------

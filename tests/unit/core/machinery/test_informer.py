@@ -237,3 +237,6 @@ async def test_prime_has_each_listed_object_trimmed_as_it_comes_as_the_store_kee
     assert api.trim == store.trim  # the list trims: whole objects are not all held at once
     assert store.get("ns/a") == {"metadata": listed["metadata"]}
     assert Store().trim(listed)["metadata"].get("managedFields") is None
+    api.trim = None
+    await Informer(api, PODS, store, handler, kind="Pod").list_again()  # a relist's LIST too
+    assert api.trim == store.trim
