@@ -128,7 +128,9 @@ class LeaderElector:
         our lead, because the standby counts the Lease from when the server wrote it."""
         started = asyncio.get_running_loop().time()
         try:
-            return started if await asyncio.wait_for(self.try_acquire_or_renew(), self.renew_deadline) else None
+            async with asyncio.timeout(self.renew_deadline):
+                renewed = await self.try_acquire_or_renew()
+            return started if renewed else None
         except asyncio.CancelledError:
             raise
         except Exception as e:  # noqa: BLE001 - an election must survive whatever the API does
@@ -180,13 +182,13 @@ class LeaderElector:
             return
         self.is_leader = False
         try:
-            lease = await asyncio.wait_for(
-                self.kube.get_or_none(LEASES, self.name, self.namespace), self.renew_deadline
-            )
+            async with asyncio.timeout(self.renew_deadline):
+                lease = await self.kube.get_or_none(LEASES, self.name, self.namespace)
             if lease and (lease.get("spec") or {}).get("holderIdentity") == self.identity:
                 body = self._body(lease, acquire=False)
                 body["spec"].update(holderIdentity="", leaseDurationSeconds=1)
-                await asyncio.wait_for(self.kube.replace(LEASES, body), self.renew_deadline)
+                async with asyncio.timeout(self.renew_deadline):
+                    await self.kube.replace(LEASES, body)
         except asyncio.CancelledError:
             raise
         except Exception as e:  # noqa: BLE001 - the Lease then simply expires
@@ -247,7 +249,8 @@ async def act_when_leader(
 
     async def lost() -> None:
         try:
-            await asyncio.wait_for(stop(), 5)
+            async with asyncio.timeout(5):
+                await stop()
         finally:
             elector.log.error("exiting after losing the lease")
             os._exit(1)  # nothing more may happen in this process

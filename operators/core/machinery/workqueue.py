@@ -16,6 +16,7 @@ the registry it is given, for the queues it watches.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import heapq
 import itertools
@@ -152,10 +153,11 @@ class WorkQueue:
                 self.add(key)
             timeout = self._delayed[0][0] - now if self._delayed else None
             self._wakeup.clear()
-            try:
-                await asyncio.wait_for(self._wakeup.wait(), timeout)
-            except TimeoutError:
-                pass
+            # Not asyncio.wait_for: on 3.11 it returns, instead of raising, a cancellation that
+            # comes with the wake-up, and the queue's stop then waits for this loop forever.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(timeout):
+                    await self._wakeup.wait()
 
     async def _worker(self, index: int) -> None:
         while True:

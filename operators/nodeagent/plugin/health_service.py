@@ -15,6 +15,7 @@ inventory, and again every ``RESEND`` seconds, well inside ``TIMEOUT``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -125,10 +126,9 @@ class _HealthStream:
                         )
                     await stream.send_message(self._message(reports))
                     last, sent = reports, time.monotonic()
-                try:
-                    await asyncio.wait_for(changed.wait(), timeout=max(0.0, self.resend - (time.monotonic() - sent)))
-                except TimeoutError:
-                    pass
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(max(0.0, self.resend - (time.monotonic() - sent))):
+                        await changed.wait()
                 changed.clear()
         finally:
             self.feed.unsubscribe(changed)

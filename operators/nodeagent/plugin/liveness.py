@@ -63,7 +63,8 @@ async def call_sockets(registration: Path, dra: Path, timeout: float) -> str:
         channel = Channel(path=str(path))
         try:
             # The connection is part of the call: a socket file gone or nobody listening is a miss.
-            await asyncio.wait_for(call(channel), timeout)
+            async with asyncio.timeout(timeout):
+                await call(channel)
         except GRPCError as e:
             return f"{method} on {path} failed: {e.status.name}: {e.message}"
         except TimeoutError:

@@ -222,6 +222,7 @@ class KubeletPlugin:
             if server.path == str(path):
                 path.unlink(missing_ok=True)
         try:
-            await asyncio.wait_for(server.wait_closed(), CLOSE_TIMEOUT)
+            async with asyncio.timeout(CLOSE_TIMEOUT):
+                await server.wait_closed()
         except TimeoutError:
             self.log.warning("gRPC calls still unwinding after the stop", calls=len(server.tasks))

@@ -126,7 +126,8 @@ class CallLock:
         if not self._local.locked():
             return True
         try:
-            await asyncio.wait_for(self._local.acquire(), timeout=timeout)
+            async with asyncio.timeout(timeout):
+                await self._local.acquire()
         except TimeoutError:
             return False
         self._local.release()

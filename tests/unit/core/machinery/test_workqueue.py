@@ -54,3 +54,26 @@ def test_backoff_is_exponential_and_capped():
     backoff = Backoff(base=0.005, cap=1000)
     assert [backoff.delay(n) for n in (1, 2, 3)] == [0.005, 0.01, 0.02]
     assert backoff.delay(40) == 1000
+
+
+async def test_stop_ends_the_timer_even_when_cancelled_as_it_wakes():
+    """A cancellation that comes with the timer's wake-up must end it: with asyncio.wait_for on
+    3.11 it was returned as the wake-up instead, the timer slept on, and stop() never returned
+    (a CI run hung in the event loop's teardown). Every interleaving of the wake-up's steps and
+    the cancel, counted in loop iterations, not seconds."""
+
+    async def sync(key: str) -> None:
+        pass
+
+    for steps in range(8):
+        queue = WorkQueue("t", sync, workers=1)
+        queue.start()
+        queue.add_after("later", 3600)
+        await asyncio.sleep(0)  # the timer now waits for its wake-up
+        queue.add_after("sooner", 1800)  # wakes it
+        for _ in range(steps):
+            await asyncio.sleep(0)
+        stopping = asyncio.ensure_future(queue.stop())
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert stopping.done(), f"stop() still waits for the timer, cancelled {steps} loop steps after its wake-up"
