@@ -499,7 +499,10 @@ class Scale:
         self.controller_manager(False)
         await self.controller_manager_quiet()
         op = self.operator(name)
-        op.start()
+        # kopf answers the liveness probe only once the start-up (our priming) is done: 75 s for
+        # the Pods of the whole envelope, beyond the liveness wait of a start. The kustomize
+        # base's startupProbe allows 300 s; this waits for the log line, or for the exit.
+        op.start(wait_live=False)
         await self.until(lambda: self._logged(op, f"{name} operator started"), 900, f"{name} primed", 0.2)
         return op, op.proc.pid
 
