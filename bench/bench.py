@@ -43,6 +43,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -261,25 +262,32 @@ class StatusWatch:
             await asyncio.gather(self._task, return_exceptions=True)
 
     async def _run(self, rv: str) -> None:
-        while True:
-            params = [
-                ("watch", "1"),
-                ("resourceVersion", rv),
-                ("allowWatchBookmarks", "true"),
-                ("timeoutSeconds", "600"),
-            ]
-            async with self.kube.stream(PODS.path(self.namespace), params, read_timeout=700) as lines:
-                async for line in lines:
-                    now = time.monotonic()
-                    if b'"resourceClaimStatuses"' not in line and b'"BOOKMARK"' not in line and b'"ERROR"' not in line:
-                        continue
-                    event = json.loads(line)
-                    if event["type"] == "ERROR":
-                        raise RuntimeError(f"watch of {self.namespace} failed: {event['object']}")
-                    pod = event["object"]
-                    rv = pod["metadata"]["resourceVersion"]
-                    if (pod.get("status") or {}).get("resourceClaimStatuses"):
-                        self.seen.setdefault(pod["metadata"]["name"], now)
+        await watch_pods(self.kube, self.namespace, rv, (b'"resourceClaimStatuses"',), self._seen)
+
+    def _seen(self, event: dict[str, Any]) -> None:
+        pod = event["object"]
+        if (pod.get("status") or {}).get("resourceClaimStatuses"):
+            self.seen.setdefault(pod["metadata"]["name"], time.monotonic())
+
+
+async def watch_pods(
+    kube: Kube, namespace: str, rv: str, words: tuple[bytes, ...], handle: Callable[[dict[str, Any]], None]
+) -> None:
+    """A namespace's Pods watched from ``rv``, resumed after each timeout. Only lines holding one
+    of ``words`` are parsed and handed to ``handle`` (the bench shares the CPU with what it
+    measures); bookmarks move the resourceVersion on, an error ends the watch."""
+    while True:
+        params = [("watch", "1"), ("resourceVersion", rv), ("allowWatchBookmarks", "true"), ("timeoutSeconds", "600")]
+        async with kube.stream(PODS.path(namespace), params, read_timeout=700) as lines:
+            async for line in lines:
+                if not any(word in line for word in (*words, b'"BOOKMARK"', b'"ERROR"')):
+                    continue
+                event = json.loads(line)
+                if event["type"] == "ERROR":
+                    raise RuntimeError(f"watch of {namespace} failed: {event['object']}")
+                rv = event["object"]["metadata"]["resourceVersion"]
+                if event["type"] != "BOOKMARK":
+                    handle(event)
 
 
 # -- results -----------------------------------------------------------------------------------

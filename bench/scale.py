@@ -59,6 +59,7 @@ from bench import (  # noqa: E402
     StatusWatch,
     connect,
     say,
+    watch_pods,
     write_results_section,
 )
 from operators.core.api.kube import ApiError, Kube  # noqa: E402
@@ -305,26 +306,12 @@ class EvictionWatch:
         return not self.left or f"{len(self.left)} not evicted"
 
     async def _run(self, rv: str) -> None:
-        while True:
-            params = [
-                ("watch", "1"),
-                ("resourceVersion", rv),
-                ("allowWatchBookmarks", "true"),
-                ("timeoutSeconds", "600"),
-            ]
-            async with self.kube.stream(PODS.path(self.namespace), params, read_timeout=700) as lines:
-                async for line in lines:
-                    if not any(
-                        word in line for word in (b'"deletionTimestamp"', b'"DELETED"', b'"BOOKMARK"', b'"ERROR"')
-                    ):
-                        continue
-                    event = json.loads(line)
-                    if event["type"] == "ERROR":
-                        raise RuntimeError(f"watch of {self.namespace} failed: {event['object']}")
-                    meta = event["object"]["metadata"]
-                    rv = meta["resourceVersion"]
-                    if event["type"] == "DELETED" or meta.get("deletionTimestamp"):
-                        self.left.discard(meta["name"])
+        await watch_pods(self.kube, self.namespace, rv, (b'"deletionTimestamp"', b'"DELETED"'), self._going)
+
+    def _going(self, event: dict[str, Any]) -> None:
+        meta = event["object"]["metadata"]
+        if event["type"] == "DELETED" or meta.get("deletionTimestamp"):
+            self.left.discard(meta["name"])
 
 
 class Scale:
