@@ -87,16 +87,16 @@ async def test_a_snapshot_on_open_then_every_change_then_again_before_kubelets_t
 
     served.tracker.record(HealthEvent("gpu-1", LOST))
     served.feed.changed()
-    changed = await asyncio.wait_for(stream.read(), 2)
+    changed = await asyncio.wait_for(stream.read(), 10)
     assert health(changed)["gpu-1"] == (NODE, "UNHEALTHY")
     assert "gpu-lost" in {d.device.device_name: d.message for d in changed.devices}["gpu-1"]
 
-    again = await asyncio.wait_for(stream.read(), 2)  # nothing changed: re-sent within `resend`
+    again = await asyncio.wait_for(stream.read(), 10)  # nothing changed: re-sent within `resend`
     assert health(again) == health(changed)
 
     served.tracker.recover(lambda device: True, now=datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=1))
     served.feed.changed()
-    recovered = await asyncio.wait_for(stream.read(), 2)
+    recovered = await asyncio.wait_for(stream.read(), 10)
     assert health(recovered)["gpu-1"] == (NODE, "HEALTHY")
     stream.cancel()
     await asyncio.sleep(0.1)

@@ -12,7 +12,7 @@ from aiohttp import web
 
 from operators.core.api import kubeconfig
 from operators.core.api.kube import Kube, RetryPolicy
-from operators.core.api.kubeconfig import KubeconfigError, context_namespace, load
+from operators.core.api.kubeconfig import EXEC_TIMEOUT, KubeconfigError, context_namespace, load
 
 
 def write(path, data):
@@ -173,7 +173,9 @@ async def test_a_hanging_exec_plugin_is_killed_and_named(tmp_path):
     plugin.timeout = 0.5
     with pytest.raises(KubeconfigError, match="could not run: TimeoutExpired"):  # raised once it is killed
         await plugin.headers()
-    plugin.args = exec_plugin(tmp_path)["exec"]["args"]
+    # The answering plugin gets the default timeout: a Python start on a loaded CI machine can
+    # take longer than the 0.5 s that is only meant to end the hanging one quickly.
+    plugin.args, plugin.timeout = exec_plugin(tmp_path)["exec"]["args"], EXEC_TIMEOUT
     assert await plugin.headers() == {"Authorization": "Bearer t1"}
 
 
