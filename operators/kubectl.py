@@ -127,7 +127,7 @@ def explain(
     ns = None if all_namespaces and not parsed else resolve_namespace(kubeconfig, context, namespace)
 
     async def work(kube) -> list[dict]:
-        world = await fetch.world(kube, ns)
+        world = await fetch.world(kube, ns, parsed)
         reports = []
         if not parsed:
             for pod in sorted(world.pods, key=lambda p: (p["metadata"]["namespace"], p["metadata"]["name"])):

@@ -22,6 +22,7 @@ import pytest
 from operators.core.api.kube import JSON_PATCH, MERGE_PATCH, ApiError, Kube
 from operators.core.api.resources import (
     DEVICE_CLASSES,
+    EVENTS,
     NAMESPACES,
     NODES,
     PODS,
@@ -502,6 +503,16 @@ async def test_kubectl_dra_explain_devices_and_preview(lab, kube, namespace, clu
         assert "wants 9 devices" in greedy.stdout and "is tainted xid=79:NoSchedule" in greedy.stdout, greedy.stdout
         as_yaml = kubectl_dra(lab, "explain", "resourceclaim/toomany", "-n", namespace, "-o", "yaml")
         assert as_yaml.returncode == 1 and "state: pending" in as_yaml.stdout
+
+        # A named Pod's Events are read for it alone (not the namespace's): kube-scheduler's are there.
+        async def failed_scheduling():
+            return await kube.list(
+                EVENTS, namespace, field_selector="involvedObject.name=greedy,reason=FailedScheduling"
+            )
+
+        await wait_for(failed_scheduling, what="kube-scheduler's FailedScheduling Event for greedy")
+        greedy_json = json.loads(kubectl_dra(lab, "explain", "greedy", "-n", namespace, "-o", "json").stdout)
+        assert "FailedScheduling" in {e["reason"] for e in greedy_json["events"]}, greedy_json["events"]
 
         # the condition met: the Pod binds, the state becomes reserved
         claim = await kube.get(RESOURCE_CLAIMS, "bound", namespace)
