@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import json
 import time
 from collections import Counter
 from pathlib import Path
@@ -281,12 +282,21 @@ async def test_leaders_act_again_after_api_server_restarts_and_nothing_is_done_t
         owners = await _claims_by_owner(fkube, env.namespace)
         assert set(owners.values()) == {1}, f"duplicates: {[k for k, v in owners.items() if v > 1]}"
 
-        # The eviction happened at its due time, whoever was leading then.
-        # (the deletion lies between the two; it must be possible that it came within 3.5 s of due)
+        # The eviction kept the rule's deadline, whoever was leading then: not before it (the
+        # deletion came before `gone`), and at it: the replica that evicted logs the due time it
+        # used, which a deadline counted again from a restart would move. How long after the due
+        # time is not bounded: the API server may be down then (CI saw +3.7 s, the second restart
+        # spanning the due time) and a leader elected again.
         alive, gone = await evicted
-        assert alive - due <= 3.5 and gone - due >= -3.5, (
-            f"evicted between {alive - due:+.1f}s and {gone - due:+.1f}s from its due time"
-        )
+        assert gone >= due, f"evicted between {alive - due:+.1f}s and {gone - due:+.1f}s from its due time"
+        evictions = [
+            json.loads(line)
+            for replica in pairs["taints"]
+            for line in replica.log.read_text().splitlines()
+            if '"evicted pod"' in line and f'"{env.namespace}/victim"' in line
+        ]
+        due_text = datetime.datetime.fromtimestamp(due, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        assert evictions and {e["due"] for e in evictions} == {due_text}, evictions
         await fkube.delete(DEVICE_TAINT_RULES, f"ha-{unique}")
 
         for name, pair in pairs.items():

@@ -88,7 +88,11 @@ async def test_standby_takes_over_when_the_leader_dies(kube, replicas, unique):
         await wait_for(lambda: _async("became leader" in standby.log.read_text()), timeout=20, what="takeover")
         took = time.monotonic() - killed_at
         await _all_running_with_one_claim_each(kube, env, 100, timeout=180)
-        assert took < 4 + 3, f"standby took {took:.1f}s, more than the lease duration allows"
+        # Took over, once: how soon is not asserted (a loaded machine delays the standby's tries;
+        # tests/unit/core/machinery/test_leader.py has the rule without a clock), only printed.
+        taken = (await kube.get(LEASES, LEASE, namespace))["spec"]
+        assert taken["leaseTransitions"] == lease["spec"].get("leaseTransitions", 0) + 1, taken
+        assert taken["holderIdentity"] != lease["spec"]["holderIdentity"], taken
         print(f"leader election: standby took over {took:.1f}s after the leader was killed")
     await kube.delete(NAMESPACES, namespace)
 

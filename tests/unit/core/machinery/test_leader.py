@@ -227,3 +227,32 @@ async def test_a_new_leader_reads_afresh_before_its_workers_start_and_fences_its
     finally:
         await e.release()
         await queue.stop()
+
+
+async def test_a_standby_takes_the_lease_only_once_its_holder_stopped_renewing_for_its_duration():
+    """client-go's rule, counted on the standby's own clock from when it saw the Lease last
+    change: before that, no write; after it, the first try takes the Lease. (The lab test kills a
+    real leader; this one says what the standby does without timing it.)"""
+    api = LeaseApi()
+    api.add(
+        {
+            "kind": "Lease",
+            "metadata": {"name": "l", "namespace": "ns"},
+            "spec": {
+                "holderIdentity": "b",
+                "leaseDurationSeconds": 1,
+                "renewTime": "2026-01-01T00:00:00.000000Z",
+                "leaseTransitions": 3,
+            },
+        },
+        LEASES,
+    )
+    e = elector(api, "a")
+    assert not await e.try_acquire_or_renew()
+    assert not await e.try_acquire_or_renew()
+    assert api.actions_of("update", "leases") == []
+    await asyncio.sleep(1.05)  # no change seen for the Lease's own duration (a sleep never ends early)
+    assert await e.try_acquire_or_renew()
+    spec = api.lease["spec"]
+    assert (spec["holderIdentity"], spec["leaseTransitions"], spec["leaseDurationSeconds"]) == ("a", 4, 1)
+    assert len(api.actions_of("update", "leases")) == 1
