@@ -4,6 +4,7 @@ apimachinery's resource.Quantity keeps and prints them in (the one copy of its s
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from fractions import Fraction
@@ -15,8 +16,12 @@ _DECIMAL = {suffix: Fraction(10) ** exponent for suffix, exponent in _DECIMAL_EX
 _PATTERN = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+))(?:(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])|[eE]([+-]?\d+))?$")
 
 
+@functools.lru_cache(maxsize=4096)
 def parse_quantity(text: str | int) -> Fraction:
-    """The exact value of a quantity; ValueError for anything the API server would reject."""
+    """The exact value of a quantity; ValueError for anything the API server would reject.
+    Cached: a cluster spells few distinct quantities, and explain and the allocator parse the
+    same capacities of every device again for every request (a tenth of explain's time at
+    40,000 devices)."""
     match = _PATTERN.match(str(text).strip())
     if not match:
         raise ValueError(
