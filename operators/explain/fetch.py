@@ -16,7 +16,7 @@ from ..core.api.resources import (
     RESOURCE_CLAIMS,
     RESOURCE_SLICES,
 )
-from ..core.dra.resourceclaim import ClaimNotCreatedYet, UnsupportedPodClaim, claim_name, pod_claims
+from ..core.dra.resourceclaim import pod_claim_names
 from .story import World
 
 
@@ -44,23 +44,10 @@ async def world(kube: Kube, namespace: str | None, targets: Sequence[tuple[str, 
         shared, asyncio.gather(*(kube.get_or_none(PODS, name, namespace) for name in pod_names))
     )
     pods = [p for p in found if p is not None]
-    about = set(pod_names) | {name for kind, name in targets if kind == "claim"} | _claim_names(pods)
+    claims_named = {name for kind, name in targets if kind == "claim"}
+    about = set(pod_names) | claims_named | {name for pod in pods for name, _ in pod_claim_names(pod)}
     lists = await asyncio.gather(
         *(kube.list(EVENTS, namespace, field_selector=f"involvedObject.name={name}") for name in sorted(about))
     )
     events = [e for found_events in lists for e in found_events]
     return World(pods, claims, templates, classes, slices, nodes, namespaces, events)
-
-
-def _claim_names(pods: list[dict]) -> set[str]:
-    """The claims these Pods use, as far as they are known yet (a template's once created)."""
-    names = set()
-    for pod in pods:
-        for pod_claim in pod_claims(pod):
-            try:
-                name, _ = claim_name(pod, pod_claim)
-            except (ClaimNotCreatedYet, UnsupportedPodClaim):
-                continue
-            if name:
-                names.add(name)
-    return names
