@@ -36,6 +36,10 @@ from .nvml_events import EventMonitor, GpuView
 
 log = structlog.stdlib.get_logger("operators.nodeagent.nvml")
 
+# How long close() waits for the event thread: it sees the stop within one nvmlEventSetWait
+# (nvml_events.WAIT_MS, 1 s); more only if NVML itself hangs.
+MONITOR_STOP_SECONDS = 5.0
+
 # Re-exported for callers of the old module layout.
 semver = nvml_names.semver
 pcie_root = deviceattribute.pcie_root
@@ -82,6 +86,8 @@ class NvmlBackend:
         self.sysfs_root = sysfs_root
         self.refresh_interval = refresh_interval
         self._stop = threading.Event()
+        self._monitor_done = threading.Event()  # no event thread inside NVML
+        self._monitor_done.set()
         self._state = _Discovery()
 
     # -- discovery ---------------------------------------------------------------------------
@@ -420,13 +426,28 @@ class NvmlBackend:
             stop=self._stop,
             refresh_interval=self.refresh_interval,
         )
+
+        def run() -> None:
+            try:
+                monitor.run()
+            finally:
+                self._monitor_done.set()
+
+        self._monitor_done.clear()
         try:
-            await asyncio.to_thread(monitor.run)
+            await asyncio.to_thread(run)
         finally:
-            self._stop.set()
+            self._stop.set()  # a cancelled watch leaves its thread running until it sees this
 
     def close(self) -> None:
+        """Stop the event thread, then shut NVML down. Cancelling ``watch`` does not wait for its
+        thread, which may be inside ``nvmlEventSetWait`` (up to a second): shutting NVML down under
+        it made every GPU look lost at each agent stop. NVIDIA's plugin waits likewise
+        (cmd/gpu-kubelet-plugin/device_health.go, ``nvmlDeviceHealthMonitor.Stop``: ``wg.Wait``,
+        then ``Shutdown``)."""
         self._stop.set()
+        if not self._monitor_done.wait(MONITOR_STOP_SECONDS):
+            log.warning("NVML event thread still running at shutdown", waited=MONITOR_STOP_SECONDS)
         try:
             self.nvml.nvmlShutdown()
         except self.nvml.NVMLError:

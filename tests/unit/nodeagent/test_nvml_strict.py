@@ -177,6 +177,37 @@ async def test_lost_gpu_one_event_per_state_change_and_back_off():
     assert waits < 20, f"{waits} waits in 1.5 s: the event thread spins on GpuIsLost"
 
 
+async def test_close_waits_for_the_event_thread_before_shutting_nvml_down():
+    """As the agent stops: the watch task cancelled, then close(). NVML shut down under a
+    thread still in nvmlEventSetWait made every GPU look lost (CI's log showed eight 'GPU lost'
+    warnings from a test's teardown)."""
+    model = h100_box()
+    b = backend(model)
+    b.discover()
+    waiting = 0
+    at_shutdown: list[int] = []
+    wait, shutdown = model.nvmlEventSetWait_v2, model.nvmlShutdown
+
+    def counted_wait(event_set, timeout_ms):
+        nonlocal waiting
+        waiting += 1
+        try:
+            return wait(event_set, timeout_ms)
+        finally:
+            waiting -= 1
+
+    def recorded_shutdown():
+        at_shutdown.append(waiting)
+        shutdown()
+
+    model.nvmlEventSetWait_v2, model.nvmlShutdown = counted_wait, recorded_shutdown
+    async with Watch(b) as w:
+        while not waiting:  # the thread is inside the wait (1 s at most per call)
+            await asyncio.sleep(0.01)
+    assert at_shutdown == [0]
+    assert not [e for e in w.drain() if e.kind == LOST]
+
+
 async def test_parent_level_event_on_a_mig_gpu_reaches_its_mig_devices():
     model = dgx_a100_mixed_mig()
     b = backend(model)
