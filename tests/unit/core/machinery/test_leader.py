@@ -26,7 +26,7 @@ FAILURES = [
 class LeaseApi(FakeApi):
     """The fake API server (one Lease, with its resourceVersion checks); ``fail`` makes the next
     calls raise, ``hang`` makes them never answer, ``late_answer`` answers the next write (done
-    at once) that late and then hangs."""
+    at once) that late and then hangs; ``written_at``: the loop's time of the last write."""
 
     def __init__(self):
         super().__init__()
@@ -34,6 +34,7 @@ class LeaseApi(FakeApi):
         self.hang = False
         self.late_answer = 0.0
         self.written_at = 0.0
+        self.prepend_reactor("create", "leases", self._write)
         self.prepend_reactor("update", "leases", self._write)
         self.prepend_reactor("*", "leases", self._call)
 
@@ -56,8 +57,17 @@ class LeaseApi(FakeApi):
         return True, written
 
 
-def elector(api, name="a"):
-    return LeaderElector(api, "l", "ns", identity=name, lease_duration=1.0, renew_deadline=0.6, retry_period=0.05)
+async def sleep_until(when) -> None:
+    """Until the loop's clock reaches ``when()`` (read again after each sleep)."""
+    loop = asyncio.get_running_loop()
+    while (left := when() - loop.time()) > 0:
+        await asyncio.sleep(left)
+
+
+def elector(api, name="a", lease_duration=1.0, renew_deadline=0.6):
+    return LeaderElector(
+        api, "l", "ns", identity=name, lease_duration=lease_duration, renew_deadline=renew_deadline, retry_period=0.05
+    )
 
 
 async def test_campaign_survives_every_kind_of_failure_and_becomes_leader():
@@ -77,7 +87,9 @@ async def test_campaign_survives_every_kind_of_failure_and_becomes_leader():
 
 async def test_renewal_survives_failures_shorter_than_the_deadline():
     api = LeaseApi()
-    e = elector(api)
+    # Each failure lasts one retry (0.05 s); a deadline a hundred times that long keeps a busy
+    # machine's scheduling pauses from being read as a lost Lease.
+    e = elector(api, lease_duration=10.0, renew_deadline=6.0)
     lost = asyncio.Event()
     started = asyncio.Event()
 
@@ -112,11 +124,12 @@ async def test_a_leader_cut_off_stops_acting_before_its_lease_ends_and_gives_up(
     task = asyncio.create_task(e.run(on_started, on_lost))
     await asyncio.wait_for(started.wait(), 5)
     api.hang = True  # black-holed: requests never answer
-    cut_at = asyncio.get_running_loop().time()
-    while e.may_act():
-        await asyncio.sleep(0.01)
-    stopped_acting = asyncio.get_running_loop().time() - cut_at
-    assert stopped_acting < e.lease_duration  # nobody else can hold the Lease yet
+    # Another replica may take the Lease once it has not changed for its duration, counted from
+    # the last write. From then on this one must not act. Checked at that moment, never before
+    # (a sleep never ends early), so a slow machine cannot fail this test but a leader that
+    # acts too long does.
+    await sleep_until(lambda: api.written_at + e.lease_duration)
+    assert not e.may_act(), "acting while another replica could hold the Lease"
     await asyncio.wait_for(lost.wait(), 5)
     await task
 
@@ -135,12 +148,12 @@ async def test_a_renewal_answered_late_counts_from_when_it_was_sent():
     task = asyncio.create_task(e.run(on_started, lambda: asyncio.sleep(0)))
     await asyncio.wait_for(started.wait(), 5)
     api.late_answer = 0.5  # under the renew deadline (0.6): the renewal succeeds
-    loop = asyncio.get_running_loop()
     while not api.hang:
         await asyncio.sleep(0.01)
-    while e.may_act():
-        await asyncio.sleep(0.01)
-    assert loop.time() < api.written_at + e.lease_duration, "acted while another replica could hold the Lease"
+    # Counted from the answer, the lead would last until written_at + 0.5 + 0.6, past the
+    # Lease's end (written_at + 1.0); counted from the request, it ends by written_at + 0.6.
+    await sleep_until(lambda: api.written_at + e.renew_deadline)
+    assert not e.may_act(), "the renewal counted from its late answer, not from when it was sent"
     task.cancel()
 
 
