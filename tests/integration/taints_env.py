@@ -6,8 +6,10 @@ differs between two runs contains ``token``."""
 from __future__ import annotations
 
 import asyncio
+import datetime
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 from operators.core.api.kube import MERGE_PATCH, ApiError, Kube
@@ -23,6 +25,7 @@ from operators.core.api.resources import (
     RESOURCE_SLICES,
     SERVICE_ACCOUNTS,
 )
+from operators.core.dra.metatime import format_time
 from operators.taints import decisions as d
 
 from . import objects
@@ -373,3 +376,20 @@ class TaintsEnv:
             )
         snap = {"pods": pods, "events": [list(e) for e in events], "rules": rules}
         return json.loads(json.dumps(snap).replace(self.token, "<run>"))
+
+
+def logged_due_times(logs: list[Path], namespace: str, pod: str) -> list[str]:
+    """The due time each ``evicted pod`` line of these taints operator logs gives for the Pod:
+    the deadline the evicting replica kept. A deadline counted again from a restart would move
+    it; how late the eviction came after it is the machine's (a restarted or busy API server)."""
+    return [
+        json.loads(line)["due"]
+        for log in logs
+        for line in log.read_text().splitlines()
+        if '"evicted pod"' in line and f'"{namespace}/{pod}"' in line
+    ]
+
+
+def due_text(added: float, seconds: float) -> str:
+    """``timeAdded`` (epoch seconds) plus a toleration, as the operator logs it."""
+    return format_time(datetime.datetime.fromtimestamp(added + seconds, datetime.UTC))
