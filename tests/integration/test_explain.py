@@ -217,6 +217,21 @@ async def test_explain_verdicts_agree_with_kube_scheduler(lab, kube, controllers
         await _gather_limited(delete_scenario(kube, s) for s in scenarios)
 
 
+async def _create_admitted(kube: Kube, body: dict) -> bool:
+    """Create the slice; False while admission refuses it for a Node feature just declared.
+    The plugin nodedeclaredfeatures reads Nodes from kube-apiserver's informer
+    (plugin/pkg/admission/nodedeclaredfeatures/admission.go, ``Validate``: ``nodeLister.Get``),
+    which sees a status patch a moment after it was written: a busy server refused a slice
+    created right after the patch."""
+    try:
+        await kube.create(RESOURCE_SLICES, body)
+    except ApiError as e:
+        if e.status == 403 and "does not support" in str(e):
+            return False
+        raise
+    return True
+
+
 async def test_explain_names_the_allocator_features_it_does_not_model(lab, kube, controllers):
     """Derived attributes, compatibility groups, list-type attributes, node-allocatable resources:
     the API server (every DRA gate on) keeps each field, and explain's verdict is unknown, naming
@@ -241,7 +256,11 @@ async def test_explain_names_the_allocator_features_it_does_not_model(lab, kube,
                         body={"status": {"declaredFeatures": ["DRANodeAllocatableResources"]}},
                     )
             for body in s.slices:
-                await kube.create(RESOURCE_SLICES, body)
+                await wait_for(
+                    lambda body=body: _create_admitted(kube, body),
+                    timeout=60,
+                    what=f"slice {body['metadata']['name']} admitted",
+                )
 
         async def nodes_ready() -> bool:
             nodes = [
