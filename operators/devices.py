@@ -304,22 +304,27 @@ async def fetch(
     ResourceClaimTemplate are read: a Pod elsewhere has no claim and can get none, so it holds
     no device (its "not created yet" row is shown by ``-n``). On a large cluster most Pods are in
     namespaces without DRA objects, and reading them was most of the command's time
-    (bench/RESULTS.md, issue 32)."""
+    (bench/RESULTS.md, issue 32). The slices, the largest list, are read meanwhile: the Pods
+    need only the claims and templates first."""
     if namespace:
         (pods, _), claims, slices = await asyncio.gather(
             _dra_pods(kube, namespace), kube.list(RESOURCE_CLAIMS), kube.list(RESOURCE_SLICES)
         )
         return pods, claims, slices
-    claims, templates, slices = await asyncio.gather(
-        kube.list(RESOURCE_CLAIMS), kube.list(RESOURCE_CLAIM_TEMPLATES), kube.list(RESOURCE_SLICES)
-    )
     gate = asyncio.Semaphore(CONCURRENT_NAMESPACES)
 
     async def one(ns: str) -> list[dict[str, Any]]:
         async with gate:
             return (await _dra_pods(kube, ns))[0]
 
-    per_namespace = await asyncio.gather(*(one(ns) for ns in dra_namespaces(claims, templates)))
+    reading_slices = asyncio.ensure_future(kube.list(RESOURCE_SLICES))
+    try:
+        claims, templates = await asyncio.gather(kube.list(RESOURCE_CLAIMS), kube.list(RESOURCE_CLAIM_TEMPLATES))
+        per_namespace = await asyncio.gather(*(one(ns) for ns in dra_namespaces(claims, templates)))
+        slices = await reading_slices
+    finally:  # a failed read above ends this one too (its error is the one raised)
+        reading_slices.cancel()
+        await asyncio.gather(reading_slices, return_exceptions=True)
     return [pod for pods in per_namespace for pod in pods], claims, slices
 
 
