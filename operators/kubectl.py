@@ -196,8 +196,8 @@ def devices(
 ) -> None:
     """Which Pod holds which device on which node, with claim state (binding while the
     scheduler waits for binding conditions), and the free devices per node. All namespaces
-    unless -n is given (then the Pods of the namespaces with ResourceClaims or templates: no
-    other Pod can hold a device); -o wide adds device attributes (model, uuid)."""
+    unless -n is given; across all, only the Pods of namespaces with ResourceClaims or templates
+    are read (no other Pod can hold a device). -o wide adds device attributes (model, uuid)."""
     from . import devices as table
 
     ns = None if all_namespaces or not namespace else namespace
