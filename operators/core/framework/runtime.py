@@ -9,6 +9,7 @@ retrying the start-up handler on top of the half-started one.
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -126,14 +127,30 @@ class Runtime:
         return INITIAL_EVENTS_END in text
 
     async def prime(self) -> dict[str, int]:
-        """The one LIST per watched resource at start-up, in the order the informers were made
-        (as streamed initial events where served, for informers that filter lines); then each
-        informer's reflector watches from its LIST's resourceVersion."""
+        """The one LIST per watched resource at start-up, in the order the informers were made;
+        each informer's reflector then watches at once from its LIST's resourceVersion (started
+        after every LIST, a watch from an early one met 410 Gone at the envelope: kube-apiserver
+        keeps about 75 s of a busy resource's events). An informer that filters lines, where the
+        server streams initial events, is primed by its reflector: the snapshot as events (the
+        lines it refuses never parsed), and the same request goes on as its watch
+        (``Reflector.run``). Watch events may reach a handler while later caches prime; no worker
+        runs before all are."""
         watch_list = await self.streams_initial_events()
         counts: dict[str, int] = {}
         for plural, informer in self.informers.items():
             started = time.monotonic()
-            counts[plural] = await informer.prime(streamed=watch_list)
+            reflector = Reflector(self.kube, informer, watch_list=watch_list)
+            self.reflectors.append(reflector)
+            streamed = watch_list and informer.keep_line is not None
+            if streamed:
+                self.supervisor.spawn(
+                    f"{self.name}-watch-{plural}", functools.partial(reflector.run, listing_first=True)
+                )
+                await reflector.wait_synced()
+                counts[plural] = len(informer.store)
+            else:
+                counts[plural] = await informer.prime()
+                self.supervisor.spawn(f"{self.name}-watch-{plural}", reflector.run)
             # Where a slow start-up went, for whoever waits on it (one line per resource).
             log.info(
                 "cache primed",
@@ -141,12 +158,8 @@ class Runtime:
                 resource=plural,
                 kept=counts[plural],
                 seconds=round(time.monotonic() - started, 2),
-                streamed=watch_list and informer.keep_line is not None,
+                streamed=streamed,
             )
-        for plural, informer in self.informers.items():
-            reflector = Reflector(self.kube, informer, watch_list=watch_list)
-            self.reflectors.append(reflector)
-            self.supervisor.spawn(f"{self.name}-watch-{plural}", reflector.run)
         return counts
 
     async def lead(

@@ -28,7 +28,6 @@ from ..api.kube import ApiError, Kube
 from ..api.resources import Resource
 from ..logging import get_logger
 from .store import Obj, Store, key_of, resource_version, uid_of
-from .watch import list_streamed
 
 log = get_logger(__name__)
 
@@ -75,7 +74,7 @@ class Informer:
         self.last_event_at = time.monotonic()
         self.last_rv = 0  # newest resourceVersion heard of
         self.stale_reason = ""  # set when the watch is known to be stuck
-        self._relist: tuple[int, set[str]] | None = None  # (first stamp, keys listed)
+        self._relist: tuple[int, set[str], bool] | None = None  # (first stamp, keys listed, start-up)
         self._pending_probe: tuple[int, float] | None = None
         self.log = log.bind(resource=resource.plural)
 
@@ -85,41 +84,32 @@ class Informer:
 
     # -- start -------------------------------------------------------------------------------
 
-    async def prime(self, streamed: bool = False) -> int:
+    async def prime(self) -> int:
         """The start-up LIST; every object ``keep`` accepts goes to the handler (the others are
-        dropped page by page: start-up costs the kept objects, not the cluster). With
-        ``streamed`` (the server offers streamed initial events) and a ``keep_line``, the
-        snapshot comes as events and the lines ``keep_line`` refuses are never parsed: decoding
-        the pages of every Pod was two thirds of the claims operator's start-up CPU at a tenth
-        of the scale envelope (bench/RESULTS.md). Each kept object is trimmed as it comes (what
-        the store keeps of it): holding every whole object until the end was most of the claims
-        operator's memory at the envelope. Returns how many were kept."""
-        if streamed and self.keep_line is not None:
-            keep = self.keep
-            items, version = await list_streamed(
-                self.kube,
-                self.resource,
-                keep=(lambda obj: True) if keep is None else keep,
-                keep_line=self.keep_line,
-                field_selector=self.field_selector,
-                label_selector=self.label_selector,
-                trim=self.store.trim,
-            )
-        else:
-            items, version = await self.kube.list_with_version(
-                self.resource,
-                field_selector=self.field_selector,
-                label_selector=self.label_selector,
-                keep=self.keep,
-                trim=self.store.trim,
-            )
+        dropped page by page: start-up costs the kept objects, not the cluster). Each kept
+        object is trimmed as it comes (what the store keeps of it): holding every whole object
+        until the end was most of the claims operator's memory at the envelope. Returns how
+        many were kept. (An informer with a ``keep_line`` on a server with streamed initial
+        events is primed by its reflector instead, whose lines refused are never parsed:
+        ``Reflector.run(listing_first=True)``.)"""
+        items, version = await self.kube.list_with_version(
+            self.resource,
+            field_selector=self.field_selector,
+            label_selector=self.label_selector,
+            keep=self.keep,
+            trim=self.store.trim,
+        )
         with heap.bulk():  # the handlers cache (and slim) every object: no cycles made
             for obj in items:
                 self._deliver(self._with_kind(obj), False)
+        self.primed_at(version)
+        return len(items)
+
+    def primed_at(self, version: str) -> None:
+        """The start-up snapshot is complete, at ``version``."""
         self.list_version = version
         self.reached(_int(version))
         self.primed = True
-        return len(items)
 
     # -- events from the reflector -----------------------------------------------------------
 
@@ -156,9 +146,12 @@ class Informer:
 
     # -- relist: client-go's Replace ---------------------------------------------------------
 
-    def begin_relist(self) -> None:
-        """Before the relist's request is sent: what is stored from now on is known to exist."""
-        self._relist = (self.store.next_stamp(), set())
+    def begin_relist(self, first: bool = False) -> None:
+        """Before the relist's request is sent: what is stored from now on is known to exist.
+        ``first``: the start-up snapshot (nothing cached yet), not counted as a relist."""
+        self._relist = (self.store.next_stamp(), set(), first)
+        if first:
+            return
         self.relists += 1
         self.log.info("watch relisted, checking for objects deleted while not watching")
 
@@ -186,7 +179,7 @@ class Informer:
         is gone (``DeletedFinalStateUnknown``). Returns how many."""
         if self._relist is None:
             return 0
-        start, listed = self._relist
+        start, listed, first = self._relist
         self._relist = None
         suspects = [
             obj
@@ -196,7 +189,8 @@ class Informer:
         for obj in suspects:
             self._deliver(obj, True)
         self.deletions_found += len(suspects)
-        self.log.info("relist checked", suspects=len(suspects), deleted_while_not_watching=len(suspects))
+        if not first:
+            self.log.info("relist checked", suspects=len(suspects), deleted_while_not_watching=len(suspects))
         return len(suspects)
 
     def abort_relist(self) -> None:

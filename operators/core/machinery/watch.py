@@ -2,7 +2,12 @@
 bookmarks, resume from the last resourceVersion heard, relist after 410 Gone.
 
 - The watch starts where the informer's LIST ended (``Informer.prime``): nothing is listed
-  twice and nothing between the two is missed.
+  twice and nothing between the two is missed. An informer that filters lines is primed by its
+  reflector instead (``run(listing_first=True)``): the snapshot as streamed initial events, and
+  the same request goes on as the watch, as client-go's watch-list reflector does. A snapshot
+  of 150,000 Pods took minutes to arrive, and a new watch from its resourceVersion then met 410
+  Gone (the API server keeps a few minutes of a busy resource's events) and listed it all
+  again (bench/RESULTS.md, issue 32).
 - Each watch asks the server to end it after a random 5 to 10 minutes (client-go's
   ``minWatchTimeout`` times one plus a random fraction, so that many clients do not reconnect
   at once); the next one resumes from the newest resourceVersion heard: an event's, or a
@@ -67,6 +72,8 @@ class Reflector:
         self.watch_list = watch_list
         self.watching = False
         self.version: str | None = None  # where the next watch starts; None: relist first
+        self.synced = asyncio.Event()  # the informer holds a complete snapshot (``run``)
+        self.refused: ApiError | None = None  # what ended the first listing (``wait_synced``)
         self.log = log.bind(resource=informer.resource.plural)
 
     def _params(self, version: str | None, timeout: int) -> list[tuple[str, Any]]:
@@ -83,9 +90,15 @@ class Reflector:
             params.append(("resourceVersion", version))
         return params
 
-    async def run(self) -> None:
-        """Until cancelled. The informer must have been primed (its LIST gives the start)."""
-        self.version = self.informer.list_version
+    async def run(self, *, listing_first: bool = False) -> None:
+        """Until cancelled. The informer must have been primed (its LIST gives the start), unless
+        ``listing_first``: then the first request lists (streamed initial events where served,
+        else a LIST) and ``synced`` is set once the snapshot is complete."""
+        if listing_first:
+            self.version = None
+        else:
+            self.version = self.informer.list_version
+            self.synced.set()
         delays = backoff()
         while True:
             try:
@@ -99,6 +112,10 @@ class Reflector:
                 self._restart_listing()
             except (ApiError, ConnectionLost) as e:
                 self.watching = False
+                if isinstance(e, ApiError) and not self.synced.is_set() and _refused(e):
+                    self.refused = e  # as a LIST would: the start-up fails with the API's answer
+                    self.synced.set()
+                    raise
                 if isinstance(e, ApiError) and e.status == 410:
                     self._restart_listing()
                     continue
@@ -113,6 +130,12 @@ class Reflector:
                 self.log.info("watch failed, retrying", error=str(e), retry_in=delay)
                 await asyncio.sleep(delay)
 
+    async def wait_synced(self) -> None:
+        """Until the first listing is complete; raises what refused it (403, 404 ...)."""
+        await self.synced.wait()
+        if self.refused is not None:
+            raise self.refused
+
     def _restart_listing(self) -> None:
         self.watching = False
         self.informer.abort_relist()
@@ -121,15 +144,22 @@ class Reflector:
     async def _relist(self) -> None:
         """client-go's ``Replace``; afterwards ``version`` is where the watch goes on."""
         informer = self.informer
-        informer.begin_relist()
+        informer.begin_relist(first=not self.synced.is_set())
         if self.watch_list:
             await self._watch(listing=True)
             return
         items, version = await informer.list_again()
         for obj in items:
             informer.listed(obj)
-        informer.end_relist()
+        self._listed(version)
+
+    def _listed(self, version: str) -> None:
+        """The snapshot is complete: ``Replace``'s deletions, and the watch goes on from it."""
+        self.informer.end_relist()
         self.version = version
+        if not self.synced.is_set():
+            self.informer.primed_at(version)
+            self.synced.set()
 
     async def _watch(self, *, listing: bool) -> None:
         """One watch request until the server ends it. ``version`` follows every event and
@@ -163,7 +193,7 @@ class Reflector:
                     version = meta.get("resourceVersion") or version
                     informer.on_bookmark(_int(version))
                     if listing and (meta.get("annotations") or {}).get(INITIAL_EVENTS_END) == "true":
-                        informer.end_relist()
+                        self._listed(version or "")
                         listing = False
                     if not listing:
                         self.version = version
@@ -178,6 +208,12 @@ class Reflector:
                 if not listing:
                     self.version = version
         self.watching = False
+
+
+def _refused(error: ApiError) -> bool:
+    """An answer that trying again will not change (401, 403, 404 ...); 400 and 422 (no
+    streamed initial events), 410, 429 and 5xx are handled or retried."""
+    return error.status < 500 and error.status not in (400, 410, 422, 429)
 
 
 def _decode(line: bytes) -> dict[str, Any]:

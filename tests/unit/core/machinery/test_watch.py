@@ -286,7 +286,20 @@ async def test_list_streamed_forbidden_is_an_error(api):
         await watch_module.list_streamed(kube, PODS, keep=lambda obj: True, keep_line=lambda line: True)
 
 
-async def test_an_informer_with_a_line_filter_primes_from_streamed_events(api):
+def line_filtered(kube, store):
+    return Informer(
+        kube,
+        PODS,
+        store,
+        lambda obj, deleted: store.delete(obj) if deleted else store.upsert(obj),
+        keep=lambda obj: "spec" in obj,
+        keep_line=lambda line: b'"resourceClaims"' in line,
+    )
+
+
+async def test_an_informer_with_a_line_filter_primes_from_streamed_events_and_watches_on(api):
+    """The snapshot as streamed initial events, then the same request goes on as the watch: a
+    new watch from the snapshot's resourceVersion met 410 at the envelope (issue 32)."""
     server, kube = api
     server.script = [
         (
@@ -295,19 +308,53 @@ async def test_an_informer_with_a_line_filter_primes_from_streamed_events(api):
                 event("ADDED", pod("a", "1", 11)),
                 event("ADDED", pod("p", "2", 12, claims=False)),
                 bookmark(15, end=True),
+                event("ADDED", pod("b", "3", 16)),
             ],
-            "hang",
-        )
+            "end",
+        ),
+        ("watch", [], "end"),
     ]
     store = Store()
-    informer = Informer(
-        kube,
-        PODS,
-        store,
-        lambda obj, deleted: store.upsert(obj),
-        keep=lambda obj: "spec" in obj,
-        keep_line=lambda line: b'"resourceClaims"' in line,
-    )
-    assert await informer.prime(streamed=True) == 1
-    assert store.keys() == ["ns/a"] and informer.list_version == "15" and informer.primed
-    assert server.requests[0]["sendInitialEvents"] == "true"
+    informer = line_filtered(kube, store)
+    reflector = Reflector(kube, informer, watch_list=True)
+    task = asyncio.create_task(reflector.run(listing_first=True))
+    try:
+        await asyncio.wait_for(reflector.wait_synced(), 10)
+        assert informer.primed and informer.list_version == "15" and "ns/a" in store.keys()
+        await asyncio.wait_for(server.done.wait(), 10)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    assert store.keys() == ["ns/a", "ns/b"]
+    first, then = server.requests[0], server.requests[1]
+    assert first["sendInitialEvents"] == "true" and "resourceVersion" not in first
+    assert then["resourceVersion"] == "16" and "sendInitialEvents" not in then
+    assert informer.relists == 0 and informer.deletions_found == 0
+
+
+async def test_a_first_listing_the_api_refuses_fails_the_start_up(api):
+    server, kube = api
+    server.script = [("status", 403)]
+    reflector = Reflector(kube, line_filtered(kube, Store()), watch_list=True)
+    task = asyncio.create_task(reflector.run(listing_first=True))
+    with pytest.raises(watch_module.ApiError) as refused:
+        await asyncio.wait_for(reflector.wait_synced(), 10)
+    assert refused.value.status == 403
+    await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_a_first_listing_without_streamed_events_lists_and_is_synced(api):
+    server, kube = api
+    server.script = [("status", 422), ("list", [pod("a", "1", 11)], 20), ("watch", [], "end")]
+    store = Store()
+    informer = line_filtered(kube, store)
+    reflector = Reflector(kube, informer, watch_list=True)
+    task = asyncio.create_task(reflector.run(listing_first=True))
+    try:
+        await asyncio.wait_for(reflector.wait_synced(), 10)
+        assert store.keys() == ["ns/a"] and informer.list_version == "20" and informer.relists == 0
+        await asyncio.wait_for(server.done.wait(), 10)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    assert server.requests[2]["resourceVersion"] == "20"
