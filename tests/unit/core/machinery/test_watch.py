@@ -4,6 +4,7 @@ informer's cache must end as client-go's would. The same against a real kube-api
 compacted etcd and a cut network: tests/integration/test_chaos.py."""
 
 import asyncio
+import contextlib
 import json
 
 import pytest
@@ -297,6 +298,20 @@ def line_filtered(kube, store):
     )
 
 
+@contextlib.asynccontextmanager
+async def primed_by_its_reflector(kube, store):
+    """A line-filtering informer whose reflector primes it (``run(listing_first=True)``),
+    stopped at the end."""
+    informer = line_filtered(kube, store)
+    reflector = Reflector(kube, informer, watch_list=True)
+    task = asyncio.create_task(reflector.run(listing_first=True))
+    try:
+        yield informer, reflector
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
 async def test_an_informer_with_a_line_filter_primes_from_streamed_events_and_watches_on(api):
     """The snapshot as streamed initial events, then the same request goes on as the watch: a
     new watch from the snapshot's resourceVersion met 410 at the envelope (issue 32)."""
@@ -315,16 +330,10 @@ async def test_an_informer_with_a_line_filter_primes_from_streamed_events_and_wa
         ("watch", [], "end"),
     ]
     store = Store()
-    informer = line_filtered(kube, store)
-    reflector = Reflector(kube, informer, watch_list=True)
-    task = asyncio.create_task(reflector.run(listing_first=True))
-    try:
+    async with primed_by_its_reflector(kube, store) as (informer, reflector):
         await asyncio.wait_for(reflector.wait_synced(), 10)
         assert informer.primed and informer.list_version == "15" and "ns/a" in store.keys()
         await asyncio.wait_for(server.done.wait(), 10)
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
     assert store.keys() == ["ns/a", "ns/b"]
     first, then = server.requests[0], server.requests[1]
     assert first["sendInitialEvents"] == "true" and "resourceVersion" not in first
@@ -335,26 +344,18 @@ async def test_an_informer_with_a_line_filter_primes_from_streamed_events_and_wa
 async def test_a_first_listing_the_api_refuses_fails_the_start_up(api):
     server, kube = api
     server.script = [("status", 403)]
-    reflector = Reflector(kube, line_filtered(kube, Store()), watch_list=True)
-    task = asyncio.create_task(reflector.run(listing_first=True))
-    with pytest.raises(watch_module.ApiError) as refused:
-        await asyncio.wait_for(reflector.wait_synced(), 10)
+    async with primed_by_its_reflector(kube, Store()) as (_, reflector):
+        with pytest.raises(watch_module.ApiError) as refused:
+            await asyncio.wait_for(reflector.wait_synced(), 10)
     assert refused.value.status == 403
-    await asyncio.gather(task, return_exceptions=True)
 
 
 async def test_a_first_listing_without_streamed_events_lists_and_is_synced(api):
     server, kube = api
     server.script = [("status", 422), ("list", [pod("a", "1", 11)], 20), ("watch", [], "end")]
     store = Store()
-    informer = line_filtered(kube, store)
-    reflector = Reflector(kube, informer, watch_list=True)
-    task = asyncio.create_task(reflector.run(listing_first=True))
-    try:
+    async with primed_by_its_reflector(kube, store) as (informer, reflector):
         await asyncio.wait_for(reflector.wait_synced(), 10)
         assert store.keys() == ["ns/a"] and informer.list_version == "20" and informer.relists == 0
         await asyncio.wait_for(server.done.wait(), 10)
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
     assert server.requests[2]["resourceVersion"] == "20"
