@@ -72,6 +72,7 @@ class Reflector:
         self.watch_list = watch_list
         self.watching = False
         self.version: str | None = None  # where the next watch starts; None: relist first
+        self.started = False  # ``run`` has begun once (a later call is the supervisor's restart)
         self.synced = asyncio.Event()  # the informer holds a complete snapshot (``run``)
         self.refused: ApiError | None = None  # what ended the first listing (``wait_synced``)
         self.log = log.bind(resource=informer.resource.plural)
@@ -93,12 +94,20 @@ class Reflector:
     async def run(self, *, listing_first: bool = False) -> None:
         """Until cancelled. The informer must have been primed (its LIST gives the start), unless
         ``listing_first``: then the first request lists (streamed initial events where served,
-        else a LIST) and ``synced`` is set once the snapshot is complete."""
-        if listing_first:
-            self.version = None
-        else:
-            self.version = self.informer.list_version
-            self.synced.set()
+        else a LIST) and ``synced`` is set once the snapshot is complete. Called again after a
+        failure, it resumes from the last version it saw."""
+        if not self.started:
+            self.started = True
+            if listing_first:
+                self.version = None
+            else:
+                self.version = self.informer.list_version
+                self.synced.set()
+        elif self.version is None:
+            # Restarted by the supervisor in the middle of a listing: that listing concludes nothing.
+            self.informer.abort_relist()
+        # Else restarted: go on from where the last watch got to (the start's version may be
+        # compacted away by now, and a relist of every Pod is what the restart must not cost).
         delays = backoff()
         while True:
             try:

@@ -359,3 +359,41 @@ async def test_a_first_listing_without_streamed_events_lists_and_is_synced(api):
         assert store.keys() == ["ns/a"] and informer.list_version == "20" and informer.relists == 0
         await asyncio.wait_for(server.done.wait(), 10)
     assert server.requests[2]["resourceVersion"] == "20"
+
+
+@pytest.mark.parametrize("primed_by", ["list", "reflector"])
+async def test_a_reflector_restarted_after_a_failure_resumes_where_it_got_to(api, primed_by):
+    """The supervisor calls ``run`` again after a failure (here a handler's): the watch goes on
+    from the last version heard, the failed event again, never from the start's version (by
+    then compacted away: 410 and a relist of every Pod)."""
+    server, kube = api
+    store, failures = Store(), []
+
+    def handler(obj, deleted):
+        if obj["metadata"]["name"] == "boom" and not failures:
+            failures.append(obj)
+            raise RuntimeError("a handler's bug")
+        store.delete(obj) if deleted else store.upsert(obj)
+
+    informer = Informer(
+        kube, PODS, store, handler, keep=lambda obj: "spec" in obj, keep_line=lambda line: b'"resourceClaims"' in line
+    )
+    changes = [event("ADDED", pod("b", "2", 16)), bookmark(20), event("ADDED", pod("boom", "3", 21))]
+    if primed_by == "list":
+        server.script = [("list", [pod("a", "1", 11)], 15), ("watch", changes, "hang")]
+        await informer.prime()
+    else:
+        server.script = [("watch", [event("ADDED", pod("a", "1", 11)), bookmark(15, end=True), *changes], "hang")]
+    reflector = Reflector(kube, informer, watch_list=True)
+    with pytest.raises(RuntimeError):
+        await asyncio.wait_for(reflector.run(listing_first=primed_by == "reflector"), 10)
+    server.script = [("watch", [event("ADDED", pod("boom", "3", 21))], "end")]  # the same event again
+    again = asyncio.create_task(reflector.run(listing_first=primed_by == "reflector"))
+    try:
+        await asyncio.wait_for(server.done.wait(), 10)
+    finally:
+        again.cancel()
+        await asyncio.gather(again, return_exceptions=True)
+    resumed = [r for r in server.requests if r.get("watch")][-2]
+    assert resumed["resourceVersion"] == "20" and "sendInitialEvents" not in resumed
+    assert store.keys() == ["ns/a", "ns/b", "ns/boom"] and informer.relists == 0
