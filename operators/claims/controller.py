@@ -111,10 +111,13 @@ class ClaimsController:
         if deleted:
             self.templates.delete(template)
             return
+        key = key_of(template)
         self.templates.upsert(template)
-        # A template that appears after its Pods unblocks them now, not at their next event.
-        for pod in self.pods.by_index("template", key_of(template)):
-            self._enqueue_pod(pod, False)
+        # A template that appears after its Pods unblocks them now, not at their next event
+        # (nor at their retry, by then up to 1,000 s away: kubernetes#135835).
+        waiting = sum(self._enqueue_pod(pod, False) for pod in self.pods.by_index("template", key))
+        if waiting:
+            log.info("template seen, syncing the Pods waiting for it", template=key, pods=waiting)
         if self.features.workload_claims:
             for group in self.pod_groups.by_index("template", key_of(template)):
                 self._enqueue_pod_group(group, False)
@@ -143,9 +146,10 @@ class ClaimsController:
         for pod in self.pods.by_index("group", pg.group_key(pod_group)):
             self._enqueue_pod(pod, False)
 
-    def _enqueue_pod(self, pod: d.Obj, deleted: bool) -> None:
+    def _enqueue_pod(self, pod: d.Obj, deleted: bool) -> bool:
+        """Returns whether the Pod itself needs a sync (and got one)."""
         if not rc.pod_claims(pod) and not rc.extended_claim_name(pod):
-            return
+            return False
         if deleted:
             self.deleted_pods.add(pod["metadata"]["uid"])
         if not d.pod_needs_claims(pod, deleted):
@@ -159,6 +163,8 @@ class ClaimsController:
             workload_claims=self.features.workload_claims,
         ):
             self.queue.add(POD_PREFIX + rc.pod_key(pod))
+            return True
+        return False
 
     # -- sync --------------------------------------------------------------------------------
 
