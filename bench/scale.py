@@ -17,6 +17,7 @@ Then, on the same objects, one controller after the other (``SCALE_PARTS``, in t
   the ``... operator started`` log line, after the start-up LIST; upstream: the last DRA
   controller's "Caches are synced"), the peak RSS by then (VmHWM) and the steady RSS
   ``SCALE_SETTLE`` (30) seconds later. Upstream's figures are all of kube-controller-manager.
+  ``SCALE_STARTUP_ROUNDS=N``: N rounds, ours and upstream first in turn.
 - *claims*: 1,000 more template Pods (schedulerName ``none``): seconds until every one has its
   claim, and the CPU seconds the controller's process spent (utime + stime).
 - *poolstatus*: one ResourcePoolStatusRequest for the driver (limit 1000, the maximum):
@@ -87,7 +88,15 @@ ENVELOPE = {"nodes": 5000, "pods": 150_000, "claim_pods": 10_000}
 DEVICES_PER_NODE = 8
 SHARED_PER_CLAIM = 4
 PARTS = ("startup", "claims", "poolstatus", "cli", "taints")
-KNOBS = ("SCALE_FRACTIONS", "SCALE_PLAIN_PODS", "SCALE_PARTS", "SCALE_NEW_CLAIMS", "SCALE_SETTLE", "SCALE_HOLD")
+KNOBS = (
+    "SCALE_FRACTIONS",
+    "SCALE_PLAIN_PODS",
+    "SCALE_PARTS",
+    "SCALE_NEW_CLAIMS",
+    "SCALE_SETTLE",
+    "SCALE_STARTUP_ROUNDS",
+    "SCALE_HOLD",
+)
 OURS = ("claims", "taints", "poolstatus")
 INFLIGHT = 64
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -107,6 +116,10 @@ SCHEDULER_CONFIG = {"percentageOfNodesToScore": 1}
 # kwok on 2 cores renews 2,500 Nodes' leases minutes late; kube-controller-manager's
 # node-lifecycle-controller then taints them unreachable and evicts their Pods (seen at 0.5). No
 # figure here is about Nodes that die, so it waits an hour before it thinks one has.
+# kwok moves 4 Pods at a time to Running by default: at the envelope about 9 a second, and after an
+# hour's fill it had reached a third of the Pods, so that its status patches went on loading the
+# API server under every part and the taints part never saw the claim Pods run.
+KWOK_OPTIONS = {"podPlayStageParallelism": 32}
 CONTROLLER_MANAGER_FLAGS = ("--node-monitor-grace-period=1h",)
 # device-taint-eviction-controller's last informer (klog names no controller in the others' "Caches
 # are synced" lines, so those two are timed by the first work they do: see Scale.kcm_primed).
@@ -480,6 +493,20 @@ class Scale:
     # -- parts ---------------------------------------------------------------------------
 
     async def startup(self) -> None:
+        """``SCALE_STARTUP_ROUNDS`` rounds (default 1), ours first in odd rounds and upstream
+        first in even ones: what else loads the API server (kwok's status patches and
+        heartbeats) changes over a run, and alternating shows how much."""
+        rounds = int(os.environ.get("SCALE_STARTUP_ROUNDS", "1"))
+        for index in range(rounds):
+            label = "" if index == 0 else f" (round {index + 1})"
+            if index % 2 == 0:
+                await self._startup_ours(label)
+                await self._startup_upstream(label)
+            else:
+                await self._startup_upstream(label)
+                await self._startup_ours(label)
+
+    async def _startup_ours(self, label: str) -> None:
         settle = float(os.environ.get("SCALE_SETTLE", "30"))
         self.controller_manager(False)
         say(f"  kube-controller-manager quiet after {await self.controller_manager_quiet():.0f}s")
@@ -502,10 +529,13 @@ class Scale:
                 figures["steady_rss_mib"] = mib(rss_kib(pid))
                 figures["peak_rss_mib"] = mib(rss_kib(pid, "VmHWM"))
                 figures["cpu_seconds_to_steady"] = cpu_seconds(pid)
-                self.result.startup[f"ours: {name}"] = figures
-                say(f"  startup ours {name}: {figures} (started {time.monotonic() - started:.0f}s ago)")
+                self.result.startup[f"ours: {name}{label}"] = figures
+                say(f"  startup ours {name}{label}: {figures} (started {time.monotonic() - started:.0f}s ago)")
             finally:
                 op.stop()
+
+    async def _startup_upstream(self, label: str) -> None:
+        settle = float(os.environ.get("SCALE_SETTLE", "30"))
         started = time.monotonic()
         primed = await self.kcm_primed()
         pid = self.kcm_pid()
@@ -514,8 +544,8 @@ class Scale:
         figures["steady_rss_mib"] = mib(rss_kib(pid))
         figures["peak_rss_mib"] = mib(rss_kib(pid, "VmHWM"))
         figures["cpu_seconds_to_steady"] = cpu_seconds(pid)
-        self.result.startup["upstream: kube-controller-manager"] = figures
-        say(f"  startup upstream: {figures} ({time.monotonic() - started:.0f}s)")
+        self.result.startup[f"upstream: kube-controller-manager{label}"] = figures
+        say(f"  startup upstream{label}: {figures} ({time.monotonic() - started:.0f}s)")
 
     async def _logged(self, op: Operator, message: str) -> bool | str:
         if op.proc is not None and op.proc.poll() is not None:
@@ -784,6 +814,7 @@ class Scale:
                 disabled_gates=SCHEDULER_COSTLY_GATES,
                 scheduler_config=SCHEDULER_CONFIG,
                 controller_manager_flags=CONTROLLER_MANAGER_FLAGS,
+                kwok_options=KWOK_OPTIONS,
             ),
             log=say,
         )

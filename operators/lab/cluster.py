@@ -67,6 +67,9 @@ class LabOptions:
     controller_manager_flags: tuple[str, ...] = ()
     # kube-controller-manager's client limits (--kube-api-qps, --kube-api-burst).
     controller_manager_api_limits: tuple[int, int] = (500, 1000)
+    # kwok's KwokConfiguration options, e.g. more Pods moved to Running at once
+    # (podPlayStageParallelism, 4 by default: about 9 Pods a second at the envelope).
+    kwok_options: dict[str, Any] = field(default_factory=dict)
     # Each real node's containerd and kubelet run in a mount namespace of their own in which the
     # node's kubelet directory is /var/lib/kubelet and its CDI directory /var/run/cdi, as upstream's
     # e2e suite assumes of every node (make e2e).
@@ -713,7 +716,9 @@ class Lab:
             )
         )
         self._write_scheduler_config()
-        self.files.kwok_stages.write_text(yaml.safe_dump_all(components.build_kwok_lab_stages()))
+        self.files.kwok_stages.write_text(
+            yaml.safe_dump_all(components.build_kwok_lab_stages(self.options.kwok_options))
+        )
         self._save_state(ready=False)
 
     def _write_scheduler_config(self) -> None:

@@ -388,10 +388,16 @@ def _finish_stage(phase: str, exit_code: int) -> dict[str, Any]:
     }
 
 
-def build_kwok_lab_stages() -> list[dict[str, Any]]:
+def build_kwok_lab_stages(options: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """Stages beyond kwok's fast set: a Pod annotated ``FINISH_ANNOTATION: Succeeded|Failed``
-    terminates the way a kubelet would report it (the fast set only completes Job Pods)."""
-    return [_finish_stage("Succeeded", 0), _finish_stage("Failed", 1)]
+    terminates the way a kubelet would report it (the fast set only completes Job Pods). With
+    ``options``, a KwokConfiguration with them too (kwok takes the first it is given)."""
+    documents = [_finish_stage("Succeeded", 0), _finish_stage("Failed", 1)]
+    if options:
+        documents.append(
+            {"apiVersion": "config.kwok.x-k8s.io/v1alpha1", "kind": "KwokConfiguration", "options": dict(options)}
+        )
+    return documents
 
 
 def build_node(

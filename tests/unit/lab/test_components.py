@@ -133,6 +133,16 @@ def test_finish_stages_select_on_annotation(phase, code):
     assert f"phase: {phase}" in stage["spec"]["next"]["statusTemplate"]
 
 
+def test_kwok_options_go_in_a_kwok_configuration_beside_the_stages():
+    assert [d["kind"] for d in components.build_kwok_lab_stages()] == ["Stage", "Stage"]
+    documents = components.build_kwok_lab_stages({"podPlayStageParallelism": 32})
+    assert documents[-1] == {
+        "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
+        "kind": "KwokConfiguration",
+        "options": {"podPlayStageParallelism": 32},
+    }
+
+
 def test_node_is_kwok_managed_and_untainted():
     node = components.build_node("n1", {"gpu": "true"})
     assert node["metadata"]["annotations"][components.KWOK_NODE_ANNOTATION] == "fake"
