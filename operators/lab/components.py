@@ -391,13 +391,35 @@ def _finish_stage(phase: str, exit_code: int) -> dict[str, Any]:
 def build_kwok_lab_stages(options: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """Stages beyond kwok's fast set: a Pod annotated ``FINISH_ANNOTATION: Succeeded|Failed``
     terminates the way a kubelet would report it (the fast set only completes Job Pods). With
-    ``options``, a KwokConfiguration with them too (kwok takes the first it is given)."""
+    ``options``, a KwokConfiguration with them over kwok's defaults (kwok takes the first it is
+    given, and defaults none of its fields: a missing parallelism is 0, and kwok refuses it)."""
     documents = [_finish_stage("Succeeded", 0), _finish_stage("Failed", 1)]
     if options:
         documents.append(
-            {"apiVersion": "config.kwok.x-k8s.io/v1alpha1", "kind": "KwokConfiguration", "options": dict(options)}
+            {
+                "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
+                "kind": "KwokConfiguration",
+                "options": {**KWOK_DEFAULT_OPTIONS, **options},
+            }
         )
     return documents
+
+
+# kwok v0.8.0's own defaults (pkg/apis/config/v1alpha1/zz_generated.defaults.go,
+# SetObjectDefaults_KwokConfiguration), applied only when no KwokConfiguration is given.
+KWOK_DEFAULT_OPTIONS: dict[str, Any] = {
+    "cidr": "10.0.0.0/24",
+    "manageAllNodes": False,
+    "enableDebuggingHandlers": True,
+    "enableContentionProfiling": False,
+    "enableProfilingHandler": True,
+    "podPlayStageParallelism": 4,
+    "nodePlayStageParallelism": 4,
+    "nodeLeaseParallelism": 4,
+    "podsOnNodeSyncParallelism": 1,
+    "enablePodsOnNodeSyncListPager": True,
+    "enablePodsOnNodeSyncStreamWatch": False,
+}
 
 
 def build_node(
