@@ -428,13 +428,25 @@ def test_cut_ends_an_open_watch_and_new_connections_work(fault_lab: Lab):
         beside.close()
 
 
+def _fails_while_faulty(probe: Callable[[], Any], error: type[Exception], started: float, seconds: float) -> None:
+    """``probe`` meets ``error`` while a fault applied after ``started`` lasts ``seconds``; once
+    they are over it may work (a loaded machine can reach the probe late: that is no failure,
+    but a probe that works earlier is one)."""
+    try:
+        probe()
+    except error:
+        return
+    assert time.monotonic() - started >= seconds, f"worked {time.monotonic() - started:.1f} s into the fault"
+
+
 def test_refuse_for_seconds_then_works_again_by_itself(fault_lab: Lab):
     proxied = Client(fault_lab.kubeconfig_via_proxy())
     port = fault_lab.ports.apiserver_proxy
     started = time.monotonic()
     fault_lab.net.refuse(seconds=3)
-    with pytest.raises(ConnectionRefusedError):
-        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+    _fails_while_faulty(
+        lambda: socket.create_connection(("127.0.0.1", port), timeout=2).close(), ConnectionRefusedError, started, 3
+    )
     assert Client(fault_lab.kubeconfig).ok()  # the direct path is untouched
     _wait(proxied.ok, 30, "the proxy to accept again")
     assert time.monotonic() - started >= 3.0
@@ -469,10 +481,9 @@ def test_black_hole_accepts_but_never_answers_until_healed(fault_lab: Lab):
 
 def test_black_hole_for_seconds_heals_by_itself(fault_lab: Lab):
     proxied = Client(fault_lab.kubeconfig_via_proxy())
+    started = time.monotonic()
     fault_lab.net.black_hole(seconds=2)
-    assert fault_lab.net.pending() == ["black-hole"]
-    with pytest.raises(TimeoutError):
-        proxied.request("GET", "/readyz", timeout=1)
+    _fails_while_faulty(lambda: proxied.request("GET", "/readyz", timeout=1), TimeoutError, started, 2)
     _wait(lambda: proxied.ok(timeout=2), 30, "the black hole to end by itself")
     assert fault_lab.net.state()["toxics"] == []
 
