@@ -47,7 +47,8 @@ async def start(runtime: Runtime, config: Settings, memo: kopf.Memo) -> None:
     runtime.on_cleanup(controller.queue.stop)
     runtime.instrument(metrics.registry, controller.queue)
     # Fill the cache before any worker runs: a restarted operator must see the claims it
-    # created before it decides that a Pod still needs one. Claims first, Pods last.
+    # created before it decides that a Pod still needs one. (The caches fill at once; no worker
+    # runs before all are full.)
     claims = runtime.informer(RESOURCE_CLAIMS, controller.claims, controller.on_claim, kind="ResourceClaim")
     runtime.informer(
         RESOURCE_CLAIM_TEMPLATES, controller.templates, controller.on_template, kind="ResourceClaimTemplate"

@@ -127,40 +127,46 @@ class Runtime:
         return INITIAL_EVENTS_END in text
 
     async def prime(self) -> dict[str, int]:
-        """The one LIST per watched resource at start-up, in the order the informers were made;
-        each informer's reflector then watches at once from its LIST's resourceVersion (started
-        after every LIST, a watch from an early one met 410 Gone at the envelope: kube-apiserver
-        keeps about 75 s of a busy resource's events). An informer that filters lines, where the
-        server streams initial events, is primed by its reflector: the snapshot as events (the
-        lines it refuses never parsed), and the same request goes on as its watch
-        (``Reflector.run``). Watch events may reach a handler while later caches prime; no worker
-        runs before all are."""
+        """The one listing per watched resource at start-up, all at once: a start-up waits for
+        its longest listing (every Pod's), not for their sum. Each informer's reflector then
+        watches at once from its LIST's resourceVersion (started after every LIST, a watch from
+        an early one met 410 Gone at the envelope: kube-apiserver keeps about 75 s of a busy
+        resource's events). An informer that filters lines, where the server streams initial
+        events, is primed by its reflector: the snapshot as events (the lines it refuses never
+        parsed), and the same request goes on as its watch (``Reflector.run``). Watch events may
+        reach a handler while other caches prime, as they may in any order later; no worker runs
+        before all are. One listing that fails fails the start-up, the others cancelled."""
         watch_list = await self.streams_initial_events()
         counts: dict[str, int] = {}
-        for plural, informer in self.informers.items():
-            started = time.monotonic()
-            reflector = Reflector(self.kube, informer, watch_list=watch_list)
-            self.reflectors.append(reflector)
-            streamed = watch_list and informer.keep_line is not None
-            if streamed:
-                self.supervisor.spawn(
-                    f"{self.name}-watch-{plural}", functools.partial(reflector.run, listing_first=True)
-                )
-                await reflector.wait_synced()
-                counts[plural] = len(informer.store)
-            else:
-                counts[plural] = await informer.prime()
-                self.supervisor.spawn(f"{self.name}-watch-{plural}", reflector.run)
-            # Where a slow start-up went, for whoever waits on it (one line per resource).
-            log.info(
-                "cache primed",
-                operator=self.name,
-                resource=plural,
-                kept=counts[plural],
-                seconds=round(time.monotonic() - started, 2),
-                streamed=streamed,
-            )
-        return counts
+        try:
+            async with asyncio.TaskGroup() as group:
+                for plural, informer in self.informers.items():
+                    group.create_task(self._prime_one(plural, informer, watch_list, counts))
+        except ExceptionGroup as failed:
+            raise failed.exceptions[0] from None  # the API's answer, as one listing gave it
+        return {plural: counts[plural] for plural in self.informers}
+
+    async def _prime_one(self, plural: str, informer: Informer, watch_list: bool, counts: dict[str, int]) -> None:
+        started = time.monotonic()
+        reflector = Reflector(self.kube, informer, watch_list=watch_list)
+        self.reflectors.append(reflector)
+        streamed = watch_list and informer.keep_line is not None
+        if streamed:
+            self.supervisor.spawn(f"{self.name}-watch-{plural}", functools.partial(reflector.run, listing_first=True))
+            await reflector.wait_synced()
+            counts[plural] = len(informer.store)
+        else:
+            counts[plural] = await informer.prime()
+            self.supervisor.spawn(f"{self.name}-watch-{plural}", reflector.run)
+        # Where a slow start-up went, for whoever waits on it (one line per resource).
+        log.info(
+            "cache primed",
+            operator=self.name,
+            resource=plural,
+            kept=counts[plural],
+            seconds=round(time.monotonic() - started, 2),
+            streamed=streamed,
+        )
 
     async def lead(
         self,

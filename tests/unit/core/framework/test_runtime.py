@@ -1,11 +1,15 @@
 import asyncio
+import contextlib
 
 import kopf
 import pytest
 
 from operators.core.api.kube import ApiError, ConnectionLost
+from operators.core.api.resources import DEVICE_CLASSES, RESOURCE_CLAIMS
 from operators.core.framework.runtime import Runtime, start_or_undo
+from operators.core.machinery.store import Store
 from operators.core.machinery.supervisor import Supervisor
+from tests.fakeapi import FakeApi
 
 
 class NoApi:
@@ -133,3 +137,55 @@ async def test_the_watchdog_still_fails_on_what_is_not_an_outage():
     while not dead:
         await asyncio.sleep(0.01)
     await runtime.stop()
+
+
+class Watchless(FakeApi):
+    """Every watch waits (for its cancellation): the reflectors the start-up starts are not tested here."""
+
+    @contextlib.asynccontextmanager
+    async def stream(self, *args, **kwargs):
+        await asyncio.Event().wait()
+        yield
+
+
+async def test_the_caches_prime_at_once_and_one_refused_listing_fails_the_start_with_its_answer():
+    """A start-up waits for its longest listing, not for the sum of them: here the claims' LIST
+    is answered only once the classes' LIST (made after it) has been, which one at a time never
+    would. A refused one ends the start-up with the API's answer, the others cancelled."""
+    api = Watchless()
+    classes_listed, claims_cancelled = asyncio.Event(), asyncio.Event()
+
+    async def claims_after_classes(action):
+        if (action.params or {}).get("watch"):  # the probe for streamed initial events
+            return None
+        try:
+            await asyncio.wait_for(classes_listed.wait(), 5)
+        except asyncio.CancelledError:
+            claims_cancelled.set()
+            raise
+        return None  # the tracker answers
+
+    def classes(action):
+        classes_listed.set()
+
+    api.prepend_reactor("list", "resourceclaims", claims_after_classes)
+    api.prepend_reactor("list", "deviceclasses", classes)
+    runtime = Runtime("t", api, supervisor=Supervisor("t", on_dead=lambda reason: None))
+    for resource in (RESOURCE_CLAIMS, DEVICE_CLASSES):
+        runtime.informer(resource, Store(), lambda obj, deleted: None)
+    try:
+        assert await runtime.prime() == {"resourceclaims": 0, "deviceclasses": 0}
+    finally:
+        await runtime.stop()
+
+    classes_listed.clear()
+    api.fail("list", "deviceclasses", ApiError(403, {"reason": "Forbidden", "message": "cannot list deviceclasses"}))
+    runtime = Runtime("t", api, supervisor=Supervisor("t", on_dead=lambda reason: None))
+    for resource in (RESOURCE_CLAIMS, DEVICE_CLASSES):
+        runtime.informer(resource, Store(), lambda obj, deleted: None)
+    try:
+        with pytest.raises(ApiError) as refused:
+            await runtime.prime()
+    finally:
+        await runtime.stop()
+    assert refused.value.status == 403 and claims_cancelled.is_set()
