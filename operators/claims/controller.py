@@ -119,7 +119,7 @@ class ClaimsController:
         if waiting:
             log.info("template seen, syncing the Pods waiting for it", template=key, pods=waiting)
         if self.features.workload_claims:
-            for group in self.pod_groups.by_index("template", key_of(template)):
+            for group in self.pod_groups.by_index("template", key):
                 self._enqueue_pod_group(group, False)
 
     def on_pod_group(self, pod_group: d.Obj, deleted: bool) -> None:

@@ -67,8 +67,8 @@ class LabOptions:
     controller_manager_flags: tuple[str, ...] = ()
     # kube-controller-manager's client limits (--kube-api-qps, --kube-api-burst).
     controller_manager_api_limits: tuple[int, int] = (500, 1000)
-    # kwok's KwokConfiguration options, e.g. more Pods moved to Running at once
-    # (podPlayStageParallelism, 4 by default: about 9 Pods a second at the envelope).
+    # kwok's KwokConfiguration options, e.g. an annotation whose Pods it leaves Pending
+    # (disregardStatusWithAnnotationSelector: make bench-scale's plain Pods).
     kwok_options: dict[str, Any] = field(default_factory=dict)
     # Each real node's containerd and kubelet run in a mount namespace of their own in which the
     # node's kubelet directory is /var/lib/kubelet and its CDI directory /var/run/cdi, as upstream's
