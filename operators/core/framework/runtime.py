@@ -137,16 +137,18 @@ class Runtime:
         reach a handler while other caches prime, as they may in any order later; no worker runs
         before all are. One listing that fails fails the start-up, the others cancelled."""
         watch_list = await self.streams_initial_events()
-        counts: dict[str, int] = {}
         try:
             async with asyncio.TaskGroup() as group:
-                for plural, informer in self.informers.items():
-                    group.create_task(self._prime_one(plural, informer, watch_list, counts))
+                tasks = {
+                    plural: group.create_task(self._prime_one(plural, informer, watch_list))
+                    for plural, informer in self.informers.items()
+                }
         except ExceptionGroup as failed:
             raise failed.exceptions[0] from None  # the API's answer, as one listing gave it
-        return {plural: counts[plural] for plural in self.informers}
+        return {plural: task.result() for plural, task in tasks.items()}
 
-    async def _prime_one(self, plural: str, informer: Informer, watch_list: bool, counts: dict[str, int]) -> None:
+    async def _prime_one(self, plural: str, informer: Informer, watch_list: bool) -> int:
+        """One informer's start-up listing; returns how many objects it kept."""
         started = time.monotonic()
         reflector = Reflector(self.kube, informer, watch_list=watch_list)
         self.reflectors.append(reflector)
@@ -154,19 +156,20 @@ class Runtime:
         if streamed:
             self.supervisor.spawn(f"{self.name}-watch-{plural}", functools.partial(reflector.run, listing_first=True))
             await reflector.wait_synced()
-            counts[plural] = len(informer.store)
+            kept = len(informer.store)
         else:
-            counts[plural] = await informer.prime()
+            kept = await informer.prime()
             self.supervisor.spawn(f"{self.name}-watch-{plural}", reflector.run)
         # Where a slow start-up went, for whoever waits on it (one line per resource).
         log.info(
             "cache primed",
             operator=self.name,
             resource=plural,
-            kept=counts[plural],
+            kept=kept,
             seconds=round(time.monotonic() - started, 2),
             streamed=streamed,
         )
+        return kept
 
     async def lead(
         self,
