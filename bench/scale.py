@@ -26,6 +26,11 @@ Then, on the same objects, one controller after the other (``SCALE_PARTS``, in t
   kube-controller-manager (restarted with its DRA controllers) has done its own start-up.
 - *taints*: a NoExecute DeviceTaintRule over the whole driver: seconds until every claim Pod is
   being deleted, and CPU seconds; the claim Pods are made again before the next controller.
+  ``SCALE_TAINTS_ROUNDS=N``: N rounds, ours and upstream first in turn. Each turn also records
+  where the work went: the CPU seconds of every lab process, and the API server's requests by
+  kind (count and mean latency, from its own histograms). ``SCALE_APISERVER_PROFILE=S``: a CPU
+  profile of kube-apiserver over S seconds from 15 s into each turn (``go tool pprof -top``
+  beside it in the run directory).
 
 ``SCALE_PLAIN_PODS=N``: N plain Pods instead of the fraction's share (the CLI at the whole
 envelope's Nodes and devices on a machine that cannot hold its 140,000 plain Pods; the command
@@ -54,6 +59,8 @@ ROOT = Path(__file__).resolve().parents[1]
 for path in (ROOT, ROOT / "bench"):
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))
+
+from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 from bench import (  # noqa: E402
     LAB_LIMITS,
@@ -96,6 +103,8 @@ KNOBS = (
     "SCALE_NEW_CLAIMS",
     "SCALE_SETTLE",
     "SCALE_STARTUP_ROUNDS",
+    "SCALE_TAINTS_ROUNDS",
+    "SCALE_APISERVER_PROFILE",
     "SCALE_HOLD",
 )
 OURS = ("claims", "taints", "poolstatus")
@@ -154,6 +163,61 @@ def cpu_seconds(pid: int) -> float | None:
 
 def mib(kib: int | None) -> float | None:
     return round(kib / 1024, 1) if kib is not None else None
+
+
+# The API server's request histograms, by the labels that say what was asked. Watches are left out:
+# their "duration" is how long they stayed open.
+REQUEST_HISTOGRAMS = {
+    "apiserver_request_duration_seconds": ("", ("verb", "resource", "subresource")),
+    "etcd_request_duration_seconds": ("etcd ", ("operation", "type")),
+}
+LONG_RUNNING = {"WATCH", "WATCHLIST", "CONNECT"}
+
+
+def request_totals(metrics: str) -> dict[str, tuple[float, float]]:
+    """Per kind of request, (count, seconds) so far, from the API server's ``/metrics``."""
+    totals: dict[str, tuple[float, float]] = {}
+    for family in text_string_to_metric_families(metrics):
+        prefix, labels = REQUEST_HISTOGRAMS.get(family.name, ("", ()))
+        if not labels:
+            continue
+        for sample in family.samples:
+            if sample.labels.get("verb") in LONG_RUNNING:
+                continue
+            count = sample.name.endswith("_count")
+            if not count and not sample.name.endswith("_sum"):
+                continue
+            key = prefix + " ".join(v for v in (sample.labels.get(label, "") for label in labels) if v)
+            n, seconds = totals.get(key, (0.0, 0.0))
+            totals[key] = (n + sample.value, seconds) if count else (n, seconds + sample.value)
+    return totals
+
+
+def request_costs(
+    before: dict[str, tuple[float, float]], after: dict[str, tuple[float, float]], top: int = 12
+) -> dict[str, dict[str, float]]:
+    """The requests between two ``request_totals``: the ``top`` kinds by time spent, each with its
+    count, mean latency and total seconds."""
+    costs = []
+    for key, (n, seconds) in after.items():
+        n0, seconds0 = before.get(key, (0.0, 0.0))
+        if n - n0 > 0:
+            costs.append((seconds - seconds0, key, n - n0))
+    costs.sort(reverse=True)
+    return {
+        key: {"count": int(n), "mean_ms": round(seconds * 1000 / n, 2), "seconds": round(seconds, 2)}
+        for seconds, key, n in costs[:top]
+    }
+
+
+def cpu_deltas(before: dict[str, float | None], after: dict[str, float | None]) -> dict[str, float]:
+    """CPU seconds each process spent between two samples (those alive at both), most first."""
+    spent = {
+        name: round(cpu - start, 2)
+        for name, cpu in after.items()
+        if cpu is not None and (start := before.get(name)) is not None
+    }
+    return dict(sorted(spent.items(), key=lambda item: -item[1]))
 
 
 # -- objects (pure) ------------------------------------------------------------------------------
@@ -289,6 +353,8 @@ class Fraction:
     poolstatus: dict[str, dict[str, Any]] = field(default_factory=dict)
     cli: dict[str, dict[str, Any]] = field(default_factory=dict)
     taints: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Per taints turn: where the work went (cpu_seconds by process, requests by kind).
+    taints_detail: dict[str, dict[str, Any]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
 
@@ -743,43 +809,115 @@ class Scale:
             say(f"  {label}: {self.result.cli[label]}")
 
     async def taints(self) -> None:
-        for controller in ("ours", "upstream"):
-            op, pid = await self.primed_controller(controller, "taints")
-            rule = f"scale-{controller}"
-            evictions = EvictionWatch(self.kube, DRA_NS)
-            try:
-                await self.until(self.claim_pods_running, 1800, "claim Pods running", every=5)
-                await evictions.start()
-                spy = op.profile(self.run_dir / f"profile-taints-{self.size.fraction}.txt") if op else None
-                cpu0, started = cpu_seconds(pid), time.monotonic()
-                await self.kube.create(
-                    DEVICE_TAINT_RULES,
-                    {
-                        "metadata": {"name": rule},
-                        "spec": {
-                            "deviceSelector": {"driver": DRIVER},
-                            "taint": {"key": "scale.dra-operators.dev/broken", "effect": "NoExecute"},
-                        },
+        rounds = int(os.environ.get("SCALE_TAINTS_ROUNDS", "1"))
+        for n in range(rounds):
+            label = f" (round {n + 1})" if rounds > 1 else ""
+            for controller in ("ours", "upstream") if n % 2 == 0 else ("upstream", "ours"):
+                await self._claim_pods_afresh()
+                await self._taints_turn(controller, label)
+
+    async def _claim_pods_afresh(self) -> None:
+        """Every claim Pod there and none going: those an earlier turn evicted are made again
+        (kube-controller-manager with its DRA controllers makes their claims, as in the fill)."""
+        pods = await self.kube.list(PODS, DRA_NS, limit=5000)
+        if len(pods) == self.size.claim_pods and not any(p["metadata"].get("deletionTimestamp") for p in pods):
+            return
+        await self.many(
+            [p["metadata"]["name"] for p in pods if not p["metadata"].get("deletionTimestamp")],
+            self._delete_claim_pod,
+            "claim Pods left by an earlier turn",
+        )
+        await self.until(self._claim_pods_gone, 1800, "evicted claim Pods gone", every=2)
+        self.controller_manager(True)
+        await self.make_claim_pods()
+
+    async def _delete_claim_pod(self, name: str) -> None:
+        try:
+            await self.kube.delete(PODS, name, DRA_NS)
+        except ApiError as e:
+            if not e.not_found:
+                raise
+
+    async def _taints_turn(self, controller: str, label: str) -> None:
+        op, pid = await self.primed_controller(controller, "taints")
+        rule = f"scale-{controller}"
+        evictions = EvictionWatch(self.kube, DRA_NS)
+        profile: asyncio.Task | None = None
+        try:
+            await self.until(self.claim_pods_running, 1800, "claim Pods running", every=5)
+            await evictions.start()
+            slug = f"{controller}{label}".replace(" ", "-").replace("(", "").replace(")", "")
+            spy = op.profile(self.run_dir / f"profile-taints-{slug}-{self.size.fraction}.txt") if op else None
+            processes = {**self.lab.processes(), "bench": os.getpid(), **({"ours: taints": pid} if op else {})}
+            requests0 = request_totals(await asyncio.to_thread(self.lab.raw, "/metrics", timeout=120))
+            cpu_all0 = {name: cpu_seconds(p) for name, p in processes.items()}
+            cpu0, started = cpu_seconds(pid), time.monotonic()
+            profile = self.apiserver_profile(f"apiserver-taints-{slug}")
+            await self.kube.create(
+                DEVICE_TAINT_RULES,
+                {
+                    "metadata": {"name": rule},
+                    "spec": {
+                        "deviceSelector": {"driver": DRIVER},
+                        "taint": {"key": "scale.dra-operators.dev/broken", "effect": "NoExecute"},
                     },
+                },
+            )
+            await self.until(evictions.evicted, 1800, "every claim Pod evicted", every=0.5)
+            seconds, cpu = time.monotonic() - started, (cpu_seconds(pid) or 0) - (cpu0 or 0)
+            cpu_all = cpu_deltas(cpu_all0, {name: cpu_seconds(p) for name, p in processes.items()})
+            Operator.stop_profile(spy)
+            requests = request_costs(
+                requests0, request_totals(await asyncio.to_thread(self.lab.raw, "/metrics", timeout=120))
+            )
+            key = f"{controller}{label}"
+            self.result.taints[key] = {
+                "pods": self.size.claim_pods,
+                "seconds": round(seconds, 2),
+                "cpu_seconds": round(cpu, 2),
+            }
+            self.result.taints_detail[key] = {"cpu_seconds": cpu_all, "requests": requests}
+            say(f"  taints {key}: {self.result.taints[key]}")
+            say(f"    CPU seconds by process: {cpu_all}")
+            say(f"    API requests: {requests}")
+        finally:
+            if profile is not None:
+                await profile
+            await evictions.stop()
+            if op is not None:
+                op.stop()
+            await self.kube.delete(DEVICE_TAINT_RULES, rule)
+
+    def apiserver_profile(self, name: str) -> asyncio.Task | None:
+        """``SCALE_APISERVER_PROFILE=S``: kube-apiserver's CPU profile over S seconds, from 15 s
+        on (the turn under way), to ``<name>.pb.gz`` and its ``go tool pprof -top`` to
+        ``<name>.txt``. Never fails the turn: a profile that could not be taken says why."""
+        seconds = int(os.environ.get("SCALE_APISERVER_PROFILE") or 0)
+        if seconds <= 0:
+            return None
+        target = self.run_dir / f"{name}.pb.gz"
+
+        async def take() -> None:
+            try:
+                await asyncio.sleep(15)
+                data = await asyncio.to_thread(
+                    self.lab.raw, f"/debug/pprof/profile?seconds={seconds}", timeout=seconds + 60
                 )
-                await self.until(evictions.evicted, 1800, "every claim Pod evicted", every=0.5)
-                seconds, cpu = time.monotonic() - started, (cpu_seconds(pid) or 0) - (cpu0 or 0)
-                Operator.stop_profile(spy)
-                self.result.taints[controller] = {
-                    "pods": self.size.claim_pods,
-                    "seconds": round(seconds, 2),
-                    "cpu_seconds": round(cpu, 2),
-                }
-                say(f"  taints {controller}: {self.result.taints[controller]}")
-            finally:
-                await evictions.stop()
-                if op is not None:
-                    op.stop()
-                await self.kube.delete(DEVICE_TAINT_RULES, rule)
-            if controller == "ours":  # the same claim Pods again for upstream
-                await self.until(self._claim_pods_gone, 1800, "evicted claim Pods gone", every=2)
-                self.controller_manager(True)
-                await self.make_claim_pods()
+                target.write_bytes(data)
+                go = shutil.which("go") or "go"
+                top = await asyncio.to_thread(
+                    subprocess.run,
+                    [go, "tool", "pprof", "-top", "-nodecount=60", str(target)],
+                    capture_output=True,
+                    text=True,
+                    timeout=300,
+                )
+                (self.run_dir / f"{name}.txt").write_text(top.stdout + top.stderr)
+                say(f"  kube-apiserver profile: {target}")
+            except Exception as e:  # noqa: BLE001 - a profile is an aid, never the measurement
+                say(f"  kube-apiserver profile {name} failed: {type(e).__name__}: {e}")
+
+        return asyncio.create_task(take())
 
     async def _has_claim_status(self, namespace: str, name: str) -> bool | str:
         pod = await self.kube.get(PODS, name, namespace)
@@ -858,6 +996,34 @@ def fmt(value: Any, unit: str = "") -> str:
     return "–" if value is None else f"{value:g}{unit}" if isinstance(value, float) else f"{value}{unit}"
 
 
+def taints_detail_lines(detail: dict[str, dict[str, Any]]) -> list[str]:
+    """Where each taints turn's work went: CPU seconds by process, then the API server's
+    requests by kind (count, mean latency)."""
+    if not detail:
+        return []
+    turns = list(detail)
+    processes = list(dict.fromkeys(p for d in detail.values() for p in d.get("cpu_seconds", {})))
+    lines = [
+        "| taints turn: CPU seconds | " + " | ".join(turns) + " |",
+        "|---|" + "---:|" * len(turns),
+    ]
+    for p in processes:
+        lines.append(f"| {p} | " + " | ".join(fmt(detail[t]["cpu_seconds"].get(p)) for t in turns) + " |")
+    kinds = list(dict.fromkeys(k for d in detail.values() for k in d.get("requests", {})))
+    lines += [
+        "",
+        "| taints turn: requests (count, mean ms) | " + " | ".join(turns) + " |",
+        "|---|" + "---:|" * len(turns),
+    ]
+    for k in kinds:
+        cells = []
+        for t in turns:
+            r = detail[t]["requests"].get(k)
+            cells.append(f"{r['count']:,}, {r['mean_ms']:g}" if r else "–")
+        lines.append(f"| {k} | " + " | ".join(cells) + " |")
+    return [*lines, ""]
+
+
 def report(r: Results) -> str:
     lines = [
         f"### `{r.command}`",
@@ -901,14 +1067,16 @@ def report(r: Results) -> str:
             ("pool status request (all pools)", f.poolstatus, ("seconds", "cpu_seconds")),
             ("NoExecute rule over the driver: all claim Pods evicted", f.taints, ("seconds", "cpu_seconds")),
         ):
-            if table:
-                ours, up = table.get("ours") or {}, table.get("upstream") or {}
+            # "ours", "upstream", and with rounds "ours (round 2)" and so on: a row per round.
+            for suffix in dict.fromkeys(k.removeprefix("ours").removeprefix("upstream") for k in table):
+                ours, up = table.get(f"ours{suffix}") or {}, table.get(f"upstream{suffix}") or {}
                 rows.append(
-                    f"| {label} | {fmt(ours.get(keys[0]))} s, {fmt(ours.get(keys[1]))} CPU s | "
+                    f"| {label}{suffix} | {fmt(ours.get(keys[0]))} s, {fmt(ours.get(keys[1]))} CPU s | "
                     f"{fmt(up.get(keys[0]))} s, {fmt(up.get(keys[1]))} CPU s |"
                 )
         if rows:
             lines += ["| work | ours | upstream |", "|---|---|---|", *rows, ""]
+        lines += taints_detail_lines(f.taints_detail)
         for label, v in f.cli.items():
             lines.append(f"- `{label}`: {fmt(v['seconds'])} s (exit {v['exit']}, {v['lines']} lines)")
         for note in f.notes:

@@ -663,15 +663,26 @@ class Lab:
         """A synchronous admin call (the launcher has no event loop); JSON answers decoded.
         ``content_type``: e.g. ``application/merge-patch+json`` for a PATCH."""
         data = json.dumps(body).encode() if body is not None else None
-        request = urllib.request.Request(
-            self.server + path, data=data, method=method, headers={"Content-Type": content_type}
-        )
-        with urllib.request.urlopen(request, context=self._admin_tls(), timeout=30) as response:
-            raw = response.read()
+        raw = self.raw(path, method, data, content_type)
         try:
             return json.loads(raw or b"{}")
         except ValueError:
             return raw.decode()
+
+    def raw(
+        self,
+        path: str,
+        method: str = "GET",
+        data: bytes | None = None,
+        content_type: str = "application/json",
+        timeout: float = 30,
+    ) -> bytes:
+        """A synchronous admin call; the body as sent (``/metrics``, ``/debug/pprof/profile``)."""
+        request = urllib.request.Request(
+            self.server + path, data=data, method=method, headers={"Content-Type": content_type}
+        )
+        with urllib.request.urlopen(request, context=self._admin_tls(), timeout=timeout) as response:
+            return response.read()
 
     # -- internals ---------------------------------------------------------------------------
 

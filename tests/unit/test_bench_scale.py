@@ -58,3 +58,56 @@ def test_ours_start_only_once_kube_controller_manager_is_quiet(scale, monkeypatc
     monkeypatch.setattr(run, "kcm_pid", lambda: 1, raising=False)
     asyncio.run(run.controller_manager_quiet(window=0.01, busy=0.1, calm=3))
     assert next(used) == 8.2  # it read until the third quiet window in a row (8.1 -> 8.15)
+
+
+METRICS_BEFORE = """\
+# HELP apiserver_request_duration_seconds Response latency distribution in seconds.
+# TYPE apiserver_request_duration_seconds histogram
+apiserver_request_duration_seconds_bucket{resource="pods",subresource="",verb="GET",le="+Inf"} 10
+apiserver_request_duration_seconds_sum{resource="pods",subresource="",verb="GET"} 0.5
+apiserver_request_duration_seconds_count{resource="pods",subresource="",verb="GET"} 10
+apiserver_request_duration_seconds_sum{resource="pods",subresource="",verb="WATCH"} 900
+apiserver_request_duration_seconds_count{resource="pods",subresource="",verb="WATCH"} 3
+# HELP etcd_request_duration_seconds Etcd request latency in seconds.
+# TYPE etcd_request_duration_seconds histogram
+etcd_request_duration_seconds_sum{operation="get",type="/registry/pods"} 0.2
+etcd_request_duration_seconds_count{operation="get",type="/registry/pods"} 10
+"""
+
+
+def test_a_turns_requests_are_the_difference_of_two_scrapes(scale):
+    after = (
+        METRICS_BEFORE.replace("} 0.5", "} 2.5")
+        .replace('verb="GET"} 10', 'verb="GET"} 110')
+        .replace("} 900", "} 5000")
+        .replace(
+            "# HELP etcd",
+            'apiserver_request_duration_seconds_sum{component="apiserver",resource="pods",'
+            'subresource="status",verb="PATCH"} 9\n'
+            'apiserver_request_duration_seconds_count{component="apiserver",resource="pods",'
+            'subresource="status",verb="PATCH"} 100\n'
+            "# HELP etcd",
+        )
+    )
+    costs = scale.request_costs(scale.request_totals(METRICS_BEFORE), scale.request_totals(after))
+    # PATCH first (most seconds); the watch (open for minutes) and the unchanged etcd get left out
+    assert costs == {
+        "PATCH pods status": {"count": 100, "mean_ms": 90.0, "seconds": 9.0},
+        "GET pods": {"count": 100, "mean_ms": 20.0, "seconds": 2.0},
+    }
+
+
+def test_cpu_deltas_keep_the_processes_alive_at_both_samples(scale):
+    spent = scale.cpu_deltas({"etcd": 10.0, "kwok": 1.0, "gone": 3.0}, {"etcd": 12.5, "kwok": 9.0, "new": 1.0})
+    assert list(spent.items()) == [("kwok", 8.0), ("etcd", 2.5)]
+
+
+def test_the_taints_detail_is_a_table_per_turn(scale):
+    detail = {
+        "ours": {"cpu_seconds": {"kube-apiserver": 100.0}, "requests": {"GET pods": {"count": 5, "mean_ms": 2.0}}},
+        "upstream": {"cpu_seconds": {"kube-apiserver": 80.0, "bench": 1.0}, "requests": {}},
+    }
+    text = "\n".join(scale.taints_detail_lines(detail))
+    assert "| kube-apiserver | 100 | 80 |" in text
+    assert "| bench | – | 1" in text
+    assert "| GET pods | 5, 2 | – |" in text
