@@ -83,6 +83,7 @@ from operators.core.api.resources import (  # noqa: E402
     RESOURCE_POOL_STATUS_REQUESTS,
     RESOURCE_SLICES,
     SERVICE_ACCOUNTS,
+    Resource,
 )
 from operators.lab import Lab, LabOptions  # noqa: E402
 from operators.lab.components import build_node  # noqa: E402
@@ -824,16 +825,17 @@ class Scale:
             return
         await self.many(
             [p["metadata"]["name"] for p in pods if not p["metadata"].get("deletionTimestamp")],
-            self._delete_claim_pod,
+            lambda name: self._delete(PODS, name, DRA_NS),
             "claim Pods left by an earlier turn",
         )
         await self.until(self._claim_pods_gone, 1800, "evicted claim Pods gone", every=2)
         self.controller_manager(True)
         await self.make_claim_pods()
 
-    async def _delete_claim_pod(self, name: str) -> None:
+    async def _delete(self, res: Resource, name: str, namespace: str | None = None) -> None:
+        """Deleted, or already gone."""
         try:
-            await self.kube.delete(PODS, name, DRA_NS)
+            await self.kube.delete(res, name, namespace)
         except ApiError as e:
             if not e.not_found:
                 raise
@@ -849,7 +851,7 @@ class Scale:
             slug = f"{controller}{label}".replace(" ", "-").replace("(", "").replace(")", "")
             spy = op.profile(self.run_dir / f"profile-taints-{slug}-{self.size.fraction}.txt") if op else None
             processes = {**self.lab.processes(), "bench": os.getpid(), **({"ours: taints": pid} if op else {})}
-            requests0 = request_totals(await asyncio.to_thread(self.lab.raw, "/metrics", timeout=120))
+            requests0 = await self.api_request_totals()
             cpu_all0 = {name: cpu_seconds(p) for name, p in processes.items()}
             cpu0, started = cpu_seconds(pid), time.monotonic()
             profile = self.apiserver_profile(f"apiserver-taints-{slug}")
@@ -867,9 +869,7 @@ class Scale:
             seconds, cpu = time.monotonic() - started, (cpu_seconds(pid) or 0) - (cpu0 or 0)
             cpu_all = cpu_deltas(cpu_all0, {name: cpu_seconds(p) for name, p in processes.items()})
             Operator.stop_profile(spy)
-            requests = request_costs(
-                requests0, request_totals(await asyncio.to_thread(self.lab.raw, "/metrics", timeout=120))
-            )
+            requests = request_costs(requests0, await self.api_request_totals())
             key = f"{controller}{label}"
             self.result.taints[key] = {
                 "pods": self.size.claim_pods,
@@ -886,7 +886,11 @@ class Scale:
             await evictions.stop()
             if op is not None:
                 op.stop()
-            await self.kube.delete(DEVICE_TAINT_RULES, rule)
+            await self._delete(DEVICE_TAINT_RULES, rule)  # not there when the turn failed before it
+
+    async def api_request_totals(self) -> dict[str, tuple[float, float]]:
+        metrics = await asyncio.to_thread(self.lab.raw, "/metrics", timeout=120)
+        return request_totals(metrics.decode())
 
     def apiserver_profile(self, name: str) -> asyncio.Task | None:
         """``SCALE_APISERVER_PROFILE=S``: kube-apiserver's CPU profile over S seconds, from 15 s
@@ -905,14 +909,17 @@ class Scale:
                 )
                 target.write_bytes(data)
                 go = shutil.which("go") or "go"
-                top = await asyncio.to_thread(
-                    subprocess.run,
-                    [go, "tool", "pprof", "-top", "-nodecount=60", str(target)],
-                    capture_output=True,
-                    text=True,
-                    timeout=300,
-                )
-                (self.run_dir / f"{name}.txt").write_text(top.stdout + top.stderr)
+                text = []
+                for order in ("-flat", "-cum"):
+                    top = await asyncio.to_thread(
+                        subprocess.run,
+                        [go, "tool", "pprof", "-top", order, "-nodecount=60", str(target)],
+                        capture_output=True,
+                        text=True,
+                        timeout=300,
+                    )
+                    text.append(top.stdout + top.stderr)
+                (self.run_dir / f"{name}.txt").write_text("\n".join(text))
                 say(f"  kube-apiserver profile: {target}")
             except Exception as e:  # noqa: BLE001 - a profile is an aid, never the measurement
                 say(f"  kube-apiserver profile {name} failed: {type(e).__name__}: {e}")
