@@ -10,6 +10,7 @@ import os
 import re
 import subprocess
 import tarfile
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -54,14 +55,34 @@ def container(archive: Path) -> str:
         subprocess.run(["buildah", "rmi", image.image_name()], capture_output=True)
 
 
+OUTPUT = "/run/test-output"  # where run_in's command writes its stdout and stderr
+
+
 def run_in(container: str, *command: str) -> subprocess.CompletedProcess[str]:
-    """``command`` in the container as the image's user (no --user), chroot isolation."""
-    return subprocess.run(
-        ["buildah", "run", "--isolation", "chroot", container, "--", *command],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    """``command`` in the container as the image's user (no --user), chroot isolation.
+
+    Its output goes to files in a directory mounted from the host, not through buildah's stdio:
+    buildah's chroot runtime (1.28, Debian 12) exits with the command's status without waiting
+    for the goroutine that relays the command's stdout (``runUsingChrootMain`` in
+    chroot/run_common.go), so on a loaded machine the output can be lost. Seen once: ``id -u &&
+    id -g`` printed nothing and exited 0."""
+    with tempfile.TemporaryDirectory() as out:
+        os.chmod(out, 0o777)  # noqa: S103 - written by the image's user, 65532
+        buildah = ["buildah", "run", "--isolation", "chroot", "--volume", f"{out}:{OUTPUT}", container, "--"]
+        redirected = ["sh", "-c", f'exec "$@" >{OUTPUT}/stdout 2>{OUTPUT}/stderr', "sh", *command]
+        result = subprocess.run(
+            [*buildah, *redirected],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        stdout, stderr = (Path(out, name) for name in ("stdout", "stderr"))
+        return subprocess.CompletedProcess(
+            result.args,
+            result.returncode,
+            stdout.read_text() if stdout.exists() else "",
+            (stderr.read_text() if stderr.exists() else "") + result.stderr,
+        )
 
 
 def test_archive_names_the_image_as_kubelet_resolves_it(archive_config: dict) -> None:
