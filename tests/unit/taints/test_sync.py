@@ -786,3 +786,25 @@ async def test_controller(case: Case, monkeypatch):
         if condition:
             conditions[r["metadata"]["name"]] = (condition["reason"], condition["message"])
     assert conditions == case.rules
+
+
+@pytest.mark.parametrize("replaced", [True, False], ids=["replaced", "gone"])
+async def test_the_cached_pod_is_evicted_only_if_the_api_server_still_has_it(monkeypatch, replaced):
+    """No GET before the eviction (upstream's addConditionAndDeletePod has one): the status patch
+    and the DELETE name the cached Pod's UID. A Pod replaced under the same name, or gone, since
+    the cache saw it is left alone, without a "Marking" Event, and its eviction is over."""
+    h = Harness(monkeypatch, workload_claims=False)
+    stored = [h.api.add(obj) for obj in (slice_tainted, slice2, in_use, pod_with_claim)]
+    h.controller.prime(rules=[], classes=[], slices=stored[:2], claims=[stored[2]], pods=[stored[3]])
+    h.api.remove(PODS, POD, NS)  # the cache does not see this (yet)
+    if replaced:
+        h.api.add(edit(pod_with_claim, lambda p: p["metadata"].update(uid="new-uid")))
+    h.api.actions.clear()
+
+    await h.process()
+    await h.controller.events.flush()
+
+    assert [(a.verb, a.subresource) for a in h.api.actions_of(plural="pods")] == [("patch", "status")]
+    assert [p["metadata"]["uid"] for p in h.api.objects(PODS)] == (["new-uid"] if replaced else [])
+    assert not h.api.objects(EVENTS)
+    assert not h.controller.pending
