@@ -379,14 +379,16 @@ class TaintsEnv:
 
 
 def logged_due_times(logs: list[Path], namespace: str, pod: str) -> list[str]:
-    """The due time each ``evicted pod`` line of these taints operator logs gives for the Pod:
-    the deadline the evicting replica kept. A deadline counted again from a restart would move
-    it; how late the eviction came after it is the machine's (a restarted or busy API server)."""
+    """The due time each ``pod eviction scheduled`` line of these taints operator logs gives for
+    the Pod: the deadline each instance kept, logged before it acts on it. A deadline counted
+    again from a restart would move it; how late the eviction came after it is the machine's (a
+    restarted or busy API server). Not the ``evicted pod`` line: a leader that loses its Lease
+    while its DELETE is in flight stops before the answer comes, so the Pod can go unlogged."""
     return [
         json.loads(line)["due"]
         for log in logs
         for line in log.read_text().splitlines()
-        if '"evicted pod"' in line and f'"{namespace}/{pod}"' in line
+        if '"pod eviction scheduled"' in line and f'"{namespace}/{pod}"' in line
     ]
 
 
