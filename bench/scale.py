@@ -865,6 +865,9 @@ class Scale:
             await evictions.start()
             slug = f"{controller}{label}".replace(" ", "-").replace("(", "").replace(")", "")
             spy = op.profile(self.run_dir / f"profile-taints-{slug}-{self.size.fraction}.txt") if op else None
+            claims_spy = (
+                helper.profile(self.run_dir / f"profile-claims-{slug}-{self.size.fraction}.txt") if helper else None
+            )
             processes = {**self.lab.processes(), "bench": os.getpid(), **measured}
             requests0 = await self.api_request_totals()
             cpu_all0 = {name: cpu_seconds(p) for name, p in processes.items()}
@@ -885,6 +888,7 @@ class Scale:
             cpu_all = cpu_deltas(cpu_all0, {name: cpu_seconds(p) for name, p in processes.items()})
             cpu = sum(cpu_all.get(name, 0.0) for name in measured)
             Operator.stop_profile(spy)
+            Operator.stop_profile(claims_spy)
             requests = request_costs(requests0, await self.api_request_totals())
             key = f"{controller}{label}"
             self.result.taints[key] = {
