@@ -579,10 +579,15 @@ async def test_the_readme_kind_walkthrough_prints_what_it_shows(deployed, dkube)
 
 
 async def test_the_operators_logs_show_no_denied_request(deployed, dkube):
+    """RBAC: no request of ours was denied. An Event refused because an example's namespace was
+    being deleted is a 403 too, but from NamespaceLifecycle admission, not RBAC, and expected when
+    an eviction races the namespace's deletion; the recorder logs it at debug (this overlay's
+    level), as client-go does at V(5)."""
     denied = re.compile(r"(?<![\w.-])403(?![\w-])|forbidden", re.I)  # not inside a UID
+    terminating = re.compile(r"\[debug +\] could not post event .*because it is being terminated")
     for pod in await operator_pods(dkube):
         text = logs(deployed, NAMESPACE, pod["metadata"]["name"])
-        found = [line for line in text.splitlines() if denied.search(line)]
+        found = [line for line in text.splitlines() if denied.search(line) and not terminating.search(line)]
         assert not found, pod["metadata"]["name"] + ":\n" + "\n".join(found)
 
 

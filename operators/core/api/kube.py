@@ -71,6 +71,16 @@ class ApiError(Exception):
     def invalid(self) -> bool:
         return self.status == 422
 
+    def has_cause(self, cause_type: str) -> bool:
+        """The Status names this cause (apimachinery's ``errors.HasStatusCause``)."""
+        causes = (self.body.get("details") or {}).get("causes") or []
+        return any(isinstance(c, dict) and c.get("type") == cause_type for c in causes)
+
+    @property
+    def namespace_terminating(self) -> bool:
+        """Refused because the namespace is being deleted (the NamespaceLifecycle admission)."""
+        return self.has_cause("NamespaceTerminating")
+
     @property
     def retry_after(self) -> float | None:
         """Seconds the server asked us to wait (Retry-After, or the Status' retryAfterSeconds)."""

@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from ..api.kube import Kube
+from ..api.kube import ApiError, Kube
 from ..api.resources import EVENTS
 from ..logging import get_logger
 
@@ -138,7 +138,11 @@ class EventRecorder:
             raise
         except Exception as e:  # noqa: BLE001 - an Event never fails the sync that posts it
             self._recent.pop(key, None)
-            log.warning(
+            # An Event into a namespace being deleted is refused with a 403: expected while a
+            # namespace's Pods are evicted or released, so not a warning (client-go's
+            # recordEvent logs it at V(5), as it does AlreadyExists).
+            expected = isinstance(e, ApiError) and (e.namespace_terminating or e.already_exists)
+            (log.debug if expected else log.warning)(
                 "could not post event", reason=reason, object=meta.get("name"), error=f"{type(e).__name__}: {e}"
             )
 

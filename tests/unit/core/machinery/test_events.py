@@ -3,10 +3,13 @@ does not stop the others, and a full queue drops new ones (as client-go's broadc
 
 import asyncio
 
+import pytest
+from structlog.testing import capture_logs
+
 from operators.core.api.resources import EVENTS
 from operators.core.machinery import events
 from operators.core.machinery.events import NORMAL, EventRecorder
-from tests.fakeapi import FakeApi
+from tests.fakeapi import FakeApi, status_error
 
 
 class SlowKube(FakeApi):
@@ -63,3 +66,29 @@ async def test_a_full_queue_drops_new_events(monkeypatch):
     kube.gate.set()
     await recorder.flush()
     assert kube.created == ["R0", "R1", "R2"]
+
+
+def forbidden(terminating: bool):
+    """kube-apiserver's refusals: NamespaceLifecycle's for a namespace being deleted (with its
+    cause), and RBAC's."""
+    if terminating:
+        message = "unable to create new content in namespace ns because it is being terminated"
+        causes = [{"type": "NamespaceTerminating", "message": message, "field": "metadata.namespace"}]
+        return status_error(403, "Forbidden", f'events "e" is forbidden: {message}', causes=causes)
+    return status_error(403, "Forbidden", 'events is forbidden: User "x" cannot create resource "events"')
+
+
+@pytest.mark.parametrize(("terminating", "level"), [(True, "debug"), (False, "warning")])
+async def test_an_event_into_a_terminating_namespace_is_not_a_warning(terminating, level):
+    kube = FakeApi()
+
+    def refuse(action):
+        raise forbidden(terminating)
+
+    kube.prepend_reactor("create", "events", refuse)
+    recorder = EventRecorder(kube, "test")
+    with capture_logs() as logs:
+        await recorder.event(pod("p"), NORMAL, "DeviceTaintManagerEviction", "message")
+    [line] = [entry for entry in logs if entry["event"] == "could not post event"]
+    assert line["log_level"] == level
+    assert "403" in line["error"]
