@@ -126,8 +126,12 @@ async def test_a_leader_frozen_in_the_middle_of_its_work_sends_nothing_when_it_w
     """The leader is stopped (SIGSTOP) while its workers wait for the client-side rate limit to
     send creates they have already decided on; the standby takes over and gives every Pod its
     claim. Woken up, the old leader must not send those creates: each would be a second claim for
-    a Pod. Its syncs began while it led, so only the client's write gate (``Kube.write_gate``)
-    stops them; the gate of the work queue is asked before a sync, not during one."""
+    a Pod. Its syncs began while it led, so the gate of the work queue, asked before a sync, does
+    not stop them. Two things can: the client's write gate (``Kube.write_gate``), asked before
+    each write, and the elector, whose renewal is overdue too and which cancels the syncs and
+    exits. Which of their timers the woken event loop runs first depends on when the freeze came
+    (one CI run saw the elector first), so either may show in the log; the gate alone is tested
+    deterministically in tests/unit/core/api/test_kube_retry.py."""
     from operators.core.api.resources import NAMESPACES
 
     await _without_leftover_work(kube, controllers)
@@ -168,7 +172,9 @@ async def test_a_leader_frozen_in_the_middle_of_its_work_sends_nothing_when_it_w
             os.kill(slow.proc.pid, signal.SIGCONT)  # its bucket is full again: 8 writes at once
             await wait_for(lambda: _async(slow.proc.poll() is not None), timeout=30, what="the old leader exits")
             woken = slow.log.read_text()[len(frozen_log) :]
-            assert "created ResourceClaim" not in woken and "may no longer hold its Lease" in woken, woken[-3000:]
+            assert "created ResourceClaim" not in woken, woken[-3000:]
+            stopped_by = [why for why in ("may no longer hold its Lease", "lost the lease, stopping") if why in woken]
+            assert stopped_by, woken[-3000:]
             await _all_running_with_one_claim_each(kube, env, 30, timeout=30)
     finally:
         for replica in (slow, standby):
